@@ -1,0 +1,118 @@
+"""provmw: one ordered, pluggable middleware stack for every LLM provider call.
+
+The light, always-needed names are imported eagerly; the manager, the plugin host and
+``hookimpl`` load on first use so that ``import provmw`` stays fast (aiohttp and pluggy
+are only imported when a manager or plugin needs them).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from provmw.config import ProviderConfig, Secret
+from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.errors import (
+    AuthenticationError,
+    BudgetExceededError,
+    CircuitOpenError,
+    ConfigurationError,
+    ContentPolicyError,
+    ContextLengthExceededError,
+    DuplicateMiddlewareError,
+    FallbackExhaustedError,
+    InvalidDataError,
+    InvalidRequestError,
+    MalformedResponseError,
+    PluginError,
+    PluginLoadError,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    ProvmwError,
+    RateLimitError,
+    UnsupportedOperationError,
+)
+from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
+from provmw.pipeline import Middleware, MiddlewarePipeline
+from provmw.responses import (
+    ChatChunk,
+    CompletionResponse,
+    EmbeddingResponse,
+    ProviderResponse,
+    Usage,
+    VisionResponse,
+)
+
+if TYPE_CHECKING:
+    from provmw.manager import ServiceManager
+    from provmw.plugins import PluginHost, hookimpl
+    from provmw.settings import Settings, load_settings
+    from provmw.sync import SyncServiceManager
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AuthenticationError",
+    "BudgetExceededError",
+    "ChatChunk",
+    "CircuitOpenError",
+    "CompletionResponse",
+    "ConfigurationError",
+    "ContentPolicyError",
+    "ContextLengthExceededError",
+    "DuplicateMiddlewareError",
+    "EmbeddingResponse",
+    "FallbackExhaustedError",
+    "ImagePart",
+    "InvalidDataError",
+    "InvalidRequestError",
+    "MalformedResponseError",
+    "Message",
+    "Middleware",
+    "MiddlewarePipeline",
+    "PluginError",
+    "PluginHost",
+    "PluginLoadError",
+    "ProviderCallContext",
+    "ProviderConfig",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderOperation",
+    "ProviderResponse",
+    "ProviderTimeoutError",
+    "ProviderUnavailableError",
+    "ProvmwError",
+    "RateLimitError",
+    "Secret",
+    "ServiceManager",
+    "Settings",
+    "SyncServiceManager",
+    "TextPart",
+    "ToolCall",
+    "ToolSpec",
+    "UnsupportedOperationError",
+    "Usage",
+    "VisionResponse",
+    "hookimpl",
+    "load_settings",
+]
+
+_LAZY = {
+    "ServiceManager": "provmw.manager",
+    "SyncServiceManager": "provmw.sync",
+    "PluginHost": "provmw.plugins",
+    "hookimpl": "provmw.plugins",
+    "Settings": "provmw.settings",
+    "load_settings": "provmw.settings",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'provmw' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,28 @@
+"""provmw's own plugin: registers the built-in middleware and providers through the same
+hooks as any third-party plugin."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from provmw.plugins import hookimpl
+
+if TYPE_CHECKING:
+    from provmw.pipeline import Middleware
+    from provmw.providers import ProviderAdapter
+    from provmw.settings import Settings
+
+
+@hookimpl
+def provmw_middleware(settings: Settings) -> Iterable[Middleware]:
+    """The built-in middleware; each reads its own ``[middleware.<name>]`` section."""
+    return ()
+
+
+@hookimpl
+def provmw_providers() -> Iterable[ProviderAdapter]:
+    from provmw.providers.anthropic import AnthropicAdapter
+    from provmw.providers.openai import OpenAIAdapter
+
+    return (OpenAIAdapter(), AnthropicAdapter())

@@ -1,0 +1,179 @@
+"""Provider configurations: one named way to reach one model, with its fallback chain."""
+
+from __future__ import annotations
+
+import difflib
+import hmac
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from provmw.context import FrozenMap
+from provmw.errors import ConfigurationError
+
+__all__ = ["KNOWN_OPTIONS", "ProviderConfig", "Secret", "check_options", "did_you_mean"]
+
+_MASK = "**********"
+
+# Option name -> accepted value types. Vendor-specific fields go through ``extra_body``.
+KNOWN_OPTIONS: Mapping[str, tuple[type, ...]] = {
+    "temperature": (int, float),
+    "top_p": (int, float),
+    "max_tokens": (int,),
+    "seed": (int,),
+    "stop": (str, list, tuple),
+    "presence_penalty": (int, float),
+    "frequency_penalty": (int, float),
+    "response_format": (str, dict, FrozenMap),
+    "tool_choice": (str, dict, FrozenMap),
+    "extra_body": (dict, FrozenMap),
+}
+
+
+class Secret:
+    """A credential whose repr and str are masked; ``reveal()`` is the only way in."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise ConfigurationError(f"a secret must be a string, not {type(value).__name__}")
+        self._value = value
+
+    def reveal(self) -> str:
+        """Return the secret itself, for the one place that sends it."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret('{_MASK}')"
+
+    def __str__(self) -> str:
+        return _MASK
+
+    def __format__(self, spec: str) -> str:
+        return _MASK
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return hmac.compare_digest(self._value.encode(), other._value.encode())
+
+    def __hash__(self) -> int:
+        return hash(Secret)
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """Return a ' (did you mean 'x'?)' hint, or '' when nothing is close."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _to_secret(value: str | Secret | None) -> Secret | None:
+    if value is None or isinstance(value, Secret):
+        return value
+    return Secret(value)
+
+
+def _non_empty_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"{attribute.name} must be a non-empty string, got {value!r}")
+
+
+def _optional_url(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise ConfigurationError(f"base_url must be an http(s) URL, got {value!r}")
+
+
+def _positive_seconds(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type]
+        raise ConfigurationError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
+
+
+def _optional_positive_int(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigurationError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+def _bool(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{attribute.name} must be true or false, got {value!r}")
+
+
+def check_options(options: Mapping[str, Any]) -> None:
+    """Raise ``ConfigurationError`` for an unknown option or a value of the wrong type."""
+    for name, option in options.items():
+        accepted = KNOWN_OPTIONS.get(name)
+        if accepted is None:
+            hint = did_you_mean(name, list(KNOWN_OPTIONS))
+            raise ConfigurationError(f"options.{name} is not a known option{hint}")
+        if isinstance(option, bool) or not isinstance(option, accepted):
+            kinds = " or ".join(t.__name__ for t in accepted)
+            raise ConfigurationError(f"options.{name} must be {kinds}, got {option!r}")
+
+
+def _validate_options(instance: object, attribute: attrs.Attribute[Any], value: FrozenMap) -> None:
+    check_options(value)
+
+
+def _to_str_tuple(value: Sequence[str] | str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise ConfigurationError(f"fallbacks must be a list of identifiers, got the string {value!r}")
+    items = tuple(value)
+    for item in items:
+        if not isinstance(item, str) or not item:
+            raise ConfigurationError(f"fallbacks entries must be identifiers, got {item!r}")
+    return items
+
+
+def _validate_headers(instance: object, attribute: attrs.Attribute[Any], value: FrozenMap) -> None:
+    for name, header in value.items():
+        if not isinstance(name, str) or not isinstance(header, str):
+            raise ConfigurationError(f"headers.{name} must map a string to a string")
+
+
+def _to_frozen(value: Mapping[str, Any] | None) -> FrozenMap:
+    return value if isinstance(value, FrozenMap) else FrozenMap(value)
+
+
+def _repr_headers(value: FrozenMap) -> str:
+    return repr(sorted(value))  # header values may carry credentials
+
+
+@attrs.frozen
+class ProviderConfig:
+    """A named way to reach one model: where, how, with which options, and what comes next."""
+
+    identifier: str = attrs.field(validator=_non_empty_str)
+    provider: str = attrs.field(validator=_non_empty_str)
+    model: str = attrs.field(validator=_non_empty_str)
+    base_url: str | None = attrs.field(default=None, validator=_optional_url)
+    api_key: Secret | None = attrs.field(default=None, converter=_to_secret)
+    options: FrozenMap = attrs.field(factory=FrozenMap, converter=_to_frozen, validator=_validate_options)
+    fallbacks: tuple[str, ...] = attrs.field(default=(), converter=_to_str_tuple)
+    timeout_s: float = attrs.field(default=60.0, validator=_positive_seconds)
+    active: bool = attrs.field(default=True, validator=_bool)
+    headers: FrozenMap = attrs.field(
+        factory=FrozenMap, converter=_to_frozen, validator=_validate_headers, repr=_repr_headers
+    )
+    context_window: int | None = attrs.field(default=None, validator=_optional_positive_int)
+
+    @property
+    def is_ad_hoc(self) -> bool:
+        """Whether this configuration was made for one call rather than loaded by name."""
+        return self.identifier.startswith("ad-hoc:")
+
+    @classmethod
+    def ad_hoc(cls, provider: str, model: str, **fields: Any) -> ProviderConfig:
+        """A transient configuration for a call that named provider and model directly."""
+        return cls(identifier=f"ad-hoc:{provider}/{model}", provider=provider, model=model,
+                   **{**fields, "fallbacks": ()})

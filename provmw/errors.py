@@ -1,0 +1,294 @@
+"""The provmw error tree, and the one classification of what may be retried or fall back.
+
+::
+
+    ProvmwError
+    ├── ConfigurationError                 bad settings, file, or call arguments
+    ├── InvalidDataError                   a dict that does not decode to the type asked for
+    │   └── UnsupportedOperationError      the provider cannot do this operation
+    ├── PluginError
+    │   ├── PluginLoadError                an entry point failed to import or load
+    │   └── DuplicateMiddlewareError       two middleware share a name
+    ├── ProviderError                      provider, model, status, retry_after_s
+    │   ├── RateLimitError                 429 (quota_exhausted for insufficient_quota)
+    │   ├── ProviderTimeoutError           408, 504, read timeout
+    │   ├── ProviderUnavailableError       409, 5xx, 529 overloaded
+    │   │   └── ProviderConnectionError    refused, reset, DNS failure
+    │   ├── MalformedResponseError         a body that is not the documented JSON
+    │   ├── AuthenticationError            401, 403
+    │   └── InvalidRequestError            400, 404, 413, 422, other 4xx
+    │       ├── ContextLengthExceededError the prompt does not fit the model
+    │       └── ContentPolicyError         refused by the provider's content filter
+    ├── CircuitOpenError                   a breaker is open; retry_after_s
+    ├── FallbackExhaustedError             every attempt and its error
+    └── BudgetExceededError                bucket, limit, spent, reserved, period
+
+``disposition(exc)`` is the single answer to "retry it?" and "try the next
+configuration?". A server's ``x-should-retry`` hint overrides the retry answer.
+No error message ever contains an API key: configurations mask theirs by type, and
+adapters never put request headers into errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import attrs
+
+__all__ = [
+    "AuthenticationError",
+    "BudgetExceededError",
+    "CircuitOpenError",
+    "ConfigurationError",
+    "ContentPolicyError",
+    "ContextLengthExceededError",
+    "Disposition",
+    "DuplicateMiddlewareError",
+    "FallbackAttempt",
+    "FallbackExhaustedError",
+    "InvalidDataError",
+    "InvalidRequestError",
+    "MalformedResponseError",
+    "PluginError",
+    "PluginLoadError",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderTimeoutError",
+    "ProviderUnavailableError",
+    "ProvmwError",
+    "RateLimitError",
+    "UnsupportedOperationError",
+    "disposition",
+]
+
+
+class ProvmwError(Exception):
+    """Base class of every error provmw raises."""
+
+
+class ConfigurationError(ProvmwError):
+    """A setting, configuration file entry or call argument is invalid."""
+
+
+class InvalidDataError(ProvmwError, ValueError):
+    """A serialized value (``from_dict``, a cache entry) does not describe its type."""
+
+
+class UnsupportedOperationError(ConfigurationError):
+    """The configured provider cannot perform the requested operation."""
+
+    def __init__(self, provider: str, operation: str) -> None:
+        super().__init__(f"provider {provider!r} does not support the {operation!r} operation")
+        self.provider = provider
+        self.operation = operation
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.provider, self.operation))
+
+
+class PluginError(ProvmwError):
+    """A plugin could not be loaded or conflicts with another."""
+
+
+class PluginLoadError(PluginError):
+    """An entry point of the ``provmw`` group failed to import or to register."""
+
+
+class DuplicateMiddlewareError(PluginError):
+    """Two middleware in one pipeline share a name."""
+
+
+class ProviderError(ProvmwError):
+    """A provider call failed; carries what is known about where and why."""
+
+    retryable: ClassVar[bool] = False
+    fallback_eligible: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str | None = None,
+        model: str | None = None,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+        should_retry: bool | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.provider = provider
+        self.model = model
+        self.status = status
+        self.retry_after_s = retry_after_s
+        self.should_retry = should_retry
+        self.code = code
+
+    def __str__(self) -> str:
+        where = "/".join(part for part in (self.provider, self.model) if part)
+        status = f" (HTTP {self.status})" if self.status is not None else ""
+        return f"{where}{status}: {self.message}" if where else f"{self.message}{status}"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_provider_error, (type(self), self.message, self._fields()))
+
+    def _fields(self) -> dict[str, object]:
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "status": self.status,
+            "retry_after_s": self.retry_after_s,
+            "should_retry": self.should_retry,
+            "code": self.code,
+        }
+
+
+def _rebuild_provider_error(
+    cls: type[ProviderError], message: str, fields: dict[str, object]
+) -> ProviderError:
+    return cls(message, **fields)  # type: ignore[arg-type]
+
+
+class RateLimitError(ProviderError):
+    """The provider throttled the call (429); ``quota_exhausted`` means waiting won't help."""
+
+    retryable = True
+    fallback_eligible = True
+
+    @property
+    def quota_exhausted(self) -> bool:
+        return self.code == "insufficient_quota"
+
+
+class ProviderTimeoutError(ProviderError):
+    """The provider did not answer in time; it may still have processed (and billed) the call."""
+
+    retryable = True
+    fallback_eligible = True
+
+
+class ProviderUnavailableError(ProviderError):
+    """The provider is overloaded, failing (5xx) or in conflict (409)."""
+
+    retryable = True
+    fallback_eligible = True
+
+
+class ProviderConnectionError(ProviderUnavailableError):
+    """No usable connection: refused, reset, or the host name did not resolve."""
+
+
+class MalformedResponseError(ProviderError):
+    """The provider answered with a body that is not the documented JSON."""
+
+    retryable = True
+    fallback_eligible = True
+
+
+class AuthenticationError(ProviderError):
+    """The provider rejected the credentials (401) or the permission (403)."""
+
+
+class InvalidRequestError(ProviderError):
+    """The provider rejected the request itself; sending it again will not help."""
+
+
+class ContextLengthExceededError(InvalidRequestError):
+    """The prompt plus output does not fit the model's context window."""
+
+
+class ContentPolicyError(InvalidRequestError):
+    """The provider's content filter refused the request or the answer."""
+
+
+class CircuitOpenError(ProvmwError):
+    """A circuit breaker is open: skip this configuration for ``retry_after_s``."""
+
+    def __init__(self, breaker: str, retry_after_s: float) -> None:
+        super().__init__(f"circuit {breaker!r} is open; retry after {retry_after_s:.3g}s")
+        self.breaker = breaker
+        self.retry_after_s = retry_after_s
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.breaker, self.retry_after_s))
+
+
+@attrs.frozen
+class FallbackAttempt:
+    """One configuration tried by the fallback walk and the error it ended with."""
+
+    config_id: str
+    error: BaseException
+
+
+class FallbackExhaustedError(ProvmwError):
+    """Every configuration of a fallback chain failed."""
+
+    def __init__(self, attempts: Sequence[FallbackAttempt]) -> None:
+        self.attempts = tuple(attempts)
+        lines = "; ".join(f"{a.config_id}: {type(a.error).__name__}: {a.error}" for a in attempts)
+        super().__init__(f"all {len(self.attempts)} configurations failed ({lines})")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.attempts,))
+
+
+class BudgetExceededError(ProvmwError):
+    """A budget bucket refused the call before it reached a provider."""
+
+    def __init__(
+        self,
+        bucket: str,
+        *,
+        limit: float,
+        spent: float,
+        reserved: float,
+        period: str,
+        resets_at: str | None = None,
+    ) -> None:
+        resets = f", resets at {resets_at}" if resets_at else ""
+        super().__init__(
+            f"budget {bucket!r} ({period}) exceeded: limit {limit:g}, spent {spent:g}, "
+            f"reserved {reserved:g}{resets}"
+        )
+        self.bucket = bucket
+        self.limit = limit
+        self.spent = spent
+        self.reserved = reserved
+        self.period = period
+        self.resets_at = resets_at
+
+    def __reduce__(self) -> tuple[object, ...]:
+        kwargs = {"limit": self.limit, "spent": self.spent, "reserved": self.reserved,
+                  "period": self.period, "resets_at": self.resets_at}
+        return (_rebuild_budget_error, (self.bucket, kwargs))
+
+
+def _rebuild_budget_error(bucket: str, kwargs: dict[str, object]) -> BudgetExceededError:
+    return BudgetExceededError(bucket, **kwargs)  # type: ignore[arg-type]
+
+
+@attrs.frozen
+class Disposition:
+    """What the reliability middleware may do after an error."""
+
+    retryable: bool
+    may_fall_back: bool
+
+
+def disposition(exc: BaseException) -> Disposition:
+    """Classify ``exc``: may the same configuration be retried, may the next one be tried?"""
+    if isinstance(exc, ProviderError):
+        retryable = type(exc).retryable
+        if isinstance(exc, RateLimitError) and exc.quota_exhausted:
+            retryable = False
+        if exc.should_retry is not None:
+            retryable = exc.should_retry
+        return Disposition(retryable=retryable, may_fall_back=type(exc).fallback_eligible)
+    if isinstance(exc, CircuitOpenError):
+        return Disposition(retryable=False, may_fall_back=True)
+    if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError since 3.11
+        return Disposition(retryable=True, may_fall_back=True)
+    return Disposition(retryable=False, may_fall_back=False)
+

@@ -1,0 +1,206 @@
+"""Typed messages, content parts, tool specifications and tool calls."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from provmw import _serde
+from provmw.context import FrozenMap
+from provmw.errors import ConfigurationError, InvalidDataError
+
+__all__ = ["ContentPart", "ImagePart", "Message", "Role", "TextPart", "ToolCall", "ToolSpec"]
+
+Role = Literal["system", "user", "assistant", "tool"]
+_ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+
+
+@attrs.frozen
+class TextPart:
+    """A piece of text inside a message."""
+
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "text", "text": self.text}
+
+
+def _check_image(instance: ImagePart, attribute: attrs.Attribute[Any], value: object) -> None:
+    if (instance.url is None) == (instance.data is None):
+        raise ConfigurationError("an image part needs exactly one of url or data")
+    if instance.data is not None and not instance.media_type.startswith("image/"):
+        raise ConfigurationError(f"media_type must be an image type, got {instance.media_type!r}")
+
+
+@attrs.frozen
+class ImagePart:
+    """An image given by URL, or by its bytes with a media type."""
+
+    url: str | None = None
+    data: bytes | None = None
+    media_type: str = attrs.field(default="image/png", validator=_check_image)
+
+    @property
+    def data_url(self) -> str:
+        """The image as a URL: its own, or a ``data:`` URL holding its bytes."""
+        if self.url is not None:
+            return self.url
+        return f"data:{self.media_type};base64,{self.base64}"
+
+    @property
+    def base64(self) -> str:
+        assert self.data is not None
+        return base64.b64encode(self.data).decode("ascii")
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.url is not None:
+            return {"type": "image", "url": self.url}
+        return {"type": "image", "data": self.base64, "media_type": self.media_type}
+
+
+ContentPart = TextPart | ImagePart
+
+
+def _part_from_dict(value: object, where: str) -> ContentPart:
+    data = _serde.mapping(value, where)
+    kind = data.get("type")
+    if kind == "text":
+        return TextPart(_serde.get(data, "text", str, where))
+    if kind == "image":
+        encoded = _serde.get(data, "data", str, where, default=None)
+        raw = base64.b64decode(encoded, validate=True) if encoded is not None else None
+        return ImagePart(
+            url=_serde.get(data, "url", str, where, default=None),
+            data=raw,
+            media_type=_serde.get(data, "media_type", str, where, default="image/png"),
+        )
+    raise InvalidDataError(f"{where}: unknown content part type {kind!r}")
+
+
+def _freeze_schema(value: Mapping[str, Any]) -> FrozenMap:
+    return value if isinstance(value, FrozenMap) else FrozenMap(json.loads(json.dumps(value)))
+
+
+@attrs.frozen
+class ToolSpec:
+    """A tool the model may call: its name, what it does, and a JSON schema of its arguments."""
+
+    name: str
+    description: str = ""
+    parameters: FrozenMap = attrs.field(
+        factory=lambda: FrozenMap({"type": "object", "properties": {}}), converter=_freeze_schema
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "parameters": dict(self.parameters)}
+
+    @classmethod
+    def from_dict(cls, value: object) -> ToolSpec:
+        data = _serde.mapping(value, "tool")
+        return cls(
+            name=_serde.get(data, "name", str, "tool"),
+            description=_serde.get(data, "description", str, "tool", default=""),
+            parameters=_serde.mapping(data.get("parameters", {}), "tool.parameters"),
+        )
+
+
+@attrs.frozen
+class ToolCall:
+    """A call the model asked for; ``arguments`` is the JSON text the model wrote."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def parsed_arguments(self) -> Any:
+        """The arguments decoded from JSON; raises ``InvalidDataError`` if the model wrote bad JSON."""
+        try:
+            return json.loads(self.arguments)
+        except ValueError as exc:
+            raise InvalidDataError(f"tool call {self.name!r} has arguments that are not JSON") from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, value: object) -> ToolCall:
+        data = _serde.mapping(value, "tool_call")
+        return cls(
+            id=_serde.get(data, "id", str, "tool_call"),
+            name=_serde.get(data, "name", str, "tool_call"),
+            arguments=_serde.get(data, "arguments", str, "tool_call"),
+        )
+
+
+def _to_parts(value: str | Sequence[ContentPart]) -> tuple[ContentPart, ...]:
+    if isinstance(value, str):
+        return (TextPart(value),)
+    parts = tuple(value)
+    for part in parts:
+        if not isinstance(part, TextPart | ImagePart):
+            raise ConfigurationError(f"message content must be text or image parts, got {part!r}")
+    return parts
+
+
+def _check_role(instance: Message, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in _ROLES:
+        raise ConfigurationError(f"role must be one of {', '.join(_ROLES)}, got {value!r}")
+
+
+@attrs.frozen
+class Message:
+    """One turn of a conversation."""
+
+    role: Role = attrs.field(validator=_check_role)
+    content: tuple[ContentPart, ...] = attrs.field(default=(), converter=_to_parts)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple)
+    tool_call_id: str | None = None
+
+    @classmethod
+    def system(cls, text: str) -> Message:
+        return cls("system", text)
+
+    @classmethod
+    def user(cls, content: str | Sequence[ContentPart]) -> Message:
+        return cls("user", content)
+
+    @classmethod
+    def assistant(cls, text: str = "", tool_calls: Sequence[ToolCall] = ()) -> Message:
+        return cls("assistant", text if text else (), tuple(tool_calls))
+
+    @classmethod
+    def tool(cls, tool_call_id: str, text: str) -> Message:
+        return cls("tool", text, tool_call_id=tool_call_id)
+
+    @property
+    def text(self) -> str:
+        """The text parts joined together."""
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def images(self) -> tuple[ImagePart, ...]:
+        return tuple(p for p in self.content if isinstance(p, ImagePart))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": [p.to_dict() for p in self.content]}
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+    @classmethod
+    def from_dict(cls, value: object) -> Message:
+        data = _serde.mapping(value, "message")
+        parts = _serde.get(data, "content", list, "message", default=[])
+        calls = _serde.get(data, "tool_calls", list, "message", default=[])
+        return cls(
+            role=_serde.get(data, "role", str, "message"),  # type: ignore[arg-type]
+            content=tuple(_part_from_dict(p, f"message.content[{i}]") for i, p in enumerate(parts)),
+            tool_calls=tuple(ToolCall.from_dict(c) for c in calls),
+            tool_call_id=_serde.get(data, "tool_call_id", str, "message", default=None),
+        )

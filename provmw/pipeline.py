@@ -1,0 +1,123 @@
+"""The middleware contract and the pipeline that composes it.
+
+A middleware is any object with a ``name``, a ``priority`` and an async ``handle``::
+
+    class LogLatency:
+        name = "log_latency"
+        priority = 900          # higher is outer
+
+        async def handle(self, ctx, config, next):
+            started = time.perf_counter()
+            try:
+                return await next(config)
+            finally:
+                log.info("%s took %.3fs", ctx.correlation_id, time.perf_counter() - started)
+
+No base class is needed. Inside ``handle`` a middleware may
+
+* pass through: ``return await next(config)``;
+* short-circuit: return a response without calling ``next`` (a cache hit);
+* substitute the configuration: ``await next(other_config)`` (a fallback);
+* call ``next`` several times (a retry), or wrap it with before/after logic.
+
+The context ``ctx`` is frozen and the very same object reaches every layer; only the
+configuration travels through ``next``. The payload stays inside the terminal callable
+the ServiceManager built, so a middleware sees the typed response, never the request;
+what it needs to know about the call is in ``ctx.metadata``. Inner layers report outward
+through the response (``attrs.evolve``) or the exception they raise.
+
+``MiddlewarePipeline`` orders its middleware once, at build: the highest ``priority`` is
+the outermost layer, ties are broken by ``name``; the input order never matters.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol, TypeVar, runtime_checkable
+
+from provmw.config import ProviderConfig
+from provmw.context import ProviderCallContext
+from provmw.errors import DuplicateMiddlewareError, PluginError
+from provmw.responses import ProviderResponse
+
+__all__ = ["Middleware", "MiddlewarePipeline", "Next", "Terminal"]
+
+R = TypeVar("R", bound=ProviderResponse)
+
+Next = Callable[[ProviderConfig], Awaitable[R]]
+Terminal = Callable[[ProviderConfig], Awaitable[R]]
+
+
+@runtime_checkable
+class Middleware(Protocol):
+    """One layer of the onion; see the module docstring for what ``handle`` may do."""
+
+    name: str
+    priority: int
+
+    async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
+        """Produce the response for ``ctx``, usually by awaiting ``next(config)``."""
+        ...
+
+
+def _checked(middleware: object) -> Middleware:
+    label = getattr(middleware, "name", None) or type(middleware).__name__
+    if not isinstance(getattr(middleware, "name", None), str) or not middleware.name:  # type: ignore[attr-defined]
+        raise PluginError(f"middleware {label!r} has no string name")
+    priority = getattr(middleware, "priority", None)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise PluginError(f"middleware {label!r} has a priority that is not an int: {priority!r}")
+    if not inspect.iscoroutinefunction(getattr(middleware, "handle", None)):
+        raise PluginError(f"middleware {label!r}: handle must be an async function")
+    return middleware  # type: ignore[return-value]
+
+
+def _resolve(middlewares: Iterable[object]) -> tuple[Middleware, ...]:
+    ordered = sorted((_checked(m) for m in middlewares), key=lambda m: (-m.priority, m.name))
+    seen: set[str] = set()
+    for m in ordered:
+        if m.name in seen:
+            raise DuplicateMiddlewareError(f"two middleware are named {m.name!r}")
+        seen.add(m.name)
+    return tuple(ordered)
+
+
+class MiddlewarePipeline:
+    """An ordered stack of middleware around a terminal call, built once, run per call."""
+
+    __slots__ = ("_handlers", "_middlewares")
+
+    def __init__(self, middlewares: Iterable[object] = ()) -> None:
+        self._middlewares = _resolve(middlewares)
+        # Bound methods looked up once; run() only composes them around the terminal.
+        self._handlers = tuple(m.handle for m in reversed(self._middlewares))
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """Middleware names, outermost first."""
+        return tuple(m.name for m in self._middlewares)
+
+    @property
+    def middlewares(self) -> tuple[Middleware, ...]:
+        """The middleware objects, outermost first."""
+        return self._middlewares
+
+    def __repr__(self) -> str:
+        layers = ", ".join(f"{m.name}({m.priority})" for m in self._middlewares)
+        return f"MiddlewarePipeline([{layers}])"
+
+    async def run(self, ctx: ProviderCallContext, config: ProviderConfig, terminal: Terminal[R]) -> R:
+        """Run the call described by ``ctx`` through every layer down to ``terminal``."""
+        call: Next[R] = terminal
+        for handle in self._handlers:
+            call = _layer(handle, ctx, call)
+        return await call(config)
+
+
+def _layer(handle: Callable[..., Awaitable[R]], ctx: ProviderCallContext, inner: Next[R]) -> Next[R]:
+    # A plain function returning the coroutine: one frame per layer, not two.
+    def call(config: ProviderConfig) -> Awaitable[R]:
+        return handle(ctx, config, inner)
+
+    return call

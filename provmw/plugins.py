@@ -1,0 +1,243 @@
+"""Plugin discovery: hook specifications and the host that loads plugins once.
+
+A plugin is a module (or any object) with functions marked ``@provmw.hookimpl``,
+published under the entry-point group ``provmw``::
+
+    # pyproject.toml of the plugin package
+    [project.entry-points.provmw]
+    my_plugin = "my_plugin"
+
+    # my_plugin.py
+    import provmw
+
+    @provmw.hookimpl
+    def provmw_middleware(settings):
+        return [MyMiddleware(**settings.section("my_middleware"))]
+
+pluggy finds and calls these hooks once, when a manager is built; it is never on the
+per-call path. provmw's own middleware and providers come through the same hooks.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+import pluggy
+
+from provmw.config import did_you_mean
+from provmw.errors import ConfigurationError, PluginError, PluginLoadError, ProvmwError
+
+if TYPE_CHECKING:
+    from provmw.pipeline import Middleware
+    from provmw.providers import ProviderAdapter
+    from provmw.settings import Settings
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "BUILTIN_PLUGIN",
+    "Contribution",
+    "PluginHost",
+    "PluginInfo",
+    "PluginPolicy",
+    "hookimpl",
+    "hookspec",
+]
+
+ENTRY_POINT_GROUP = "provmw"
+BUILTIN_PLUGIN = "provmw"
+
+hookspec = pluggy.HookspecMarker("provmw")
+hookimpl = pluggy.HookimplMarker("provmw")
+
+log = logging.getLogger(__name__)
+
+PluginStatus = Literal["loaded", "blocked", "not-allowed", "disabled", "failed"]
+
+
+class _Specs:
+    """The hooks a plugin may implement."""
+
+    @hookspec
+    def provmw_middleware(self, settings: Settings) -> Iterable[Middleware]:
+        """Return the middleware this plugin contributes, built from ``settings``."""
+        raise NotImplementedError  # pragma: no cover - a specification, never called
+
+    @hookspec
+    def provmw_providers(self) -> Iterable[ProviderAdapter]:
+        """Return the provider adapters this plugin contributes, each with a unique ``name``."""
+        raise NotImplementedError  # pragma: no cover - a specification, never called
+
+
+@attrs.frozen
+class PluginPolicy:
+    """Which plugins may load: autoload switch, allowlist (None: all) and blocklist."""
+
+    autoload: bool = True
+    allow: tuple[str, ...] | None = None
+    block: tuple[str, ...] = ()
+
+    def with_environment(self, environ: Mapping[str, str]) -> PluginPolicy:
+        """Apply ``PROVMW_DISABLE_PLUGIN_AUTOLOAD``, ``PROVMW_PLUGINS``, ``PROVMW_BLOCKED_PLUGINS``."""
+        policy = self
+        if environ.get("PROVMW_DISABLE_PLUGIN_AUTOLOAD", "").strip() in {"1", "true", "yes"}:
+            policy = attrs.evolve(policy, autoload=False)
+        if allow := environ.get("PROVMW_PLUGINS", "").strip():
+            policy = attrs.evolve(policy, allow=_names(allow))
+        if block := environ.get("PROVMW_BLOCKED_PLUGINS", "").strip():
+            policy = attrs.evolve(policy, block=(*policy.block, *_names(block)))
+        return policy
+
+    def status_of(self, name: str) -> PluginStatus | None:
+        """Why ``name`` must not load, or None when it may."""
+        if not self.autoload:
+            return "disabled"
+        if name in self.block:
+            return "blocked"
+        if self.allow is not None and name not in self.allow:
+            return "not-allowed"
+        return None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+@attrs.frozen
+class PluginInfo:
+    """One plugin the host knows of and what became of it."""
+
+    name: str
+    distribution: str
+    version: str
+    status: PluginStatus
+    error: str | None = None
+
+
+@attrs.frozen
+class Contribution:
+    """A middleware and the plugin that contributed it."""
+
+    middleware: Middleware
+    plugin: str
+
+
+class PluginHost:
+    """Discovers plugins once and collects what their hooks contribute."""
+
+    def __init__(self, policy: PluginPolicy | None = None, *,
+                 environ: Mapping[str, str] | None = None) -> None:
+        self.policy = (policy or PluginPolicy()).with_environment(
+            os.environ if environ is None else environ
+        )
+        self._pm = pluggy.PluginManager("provmw")
+        self._pm.add_hookspecs(_Specs)
+        self._infos: list[PluginInfo] = []
+        self._loaded = False
+
+    @property
+    def plugins(self) -> tuple[PluginInfo, ...]:
+        """Every plugin seen, built-in first, then entry points in name order."""
+        return tuple(self._infos)
+
+    def register(self, plugin: object, name: str, *, distribution: str = "", version: str = "") -> None:
+        """Register a plugin object directly (tests, applications embedding their own)."""
+        try:
+            self._pm.register(plugin, name=name)
+        except (ValueError, pluggy.PluginValidationError) as exc:
+            raise PluginLoadError(f"plugin {name!r} could not be registered: {exc}") from exc
+        self._infos.append(PluginInfo(name, distribution, version, "loaded"))
+
+    def load(self, *, strict: bool = True) -> PluginHost:
+        """Register the built-in plugin and every permitted entry point, once.
+
+        With ``strict`` a plugin that fails raises ``PluginLoadError``; without, it is
+        recorded as ``failed`` (what ``provmw plugins`` shows).
+        """
+        if self._loaded:
+            return self
+        self._loaded = True
+        from provmw import _builtin
+
+        self.register(_builtin, BUILTIN_PLUGIN, distribution="provmw", version=_version("provmw"))
+        for ep in _entry_points():
+            self._load_entry_point(ep, strict=strict)
+        return self
+
+    def _load_entry_point(self, ep: importlib.metadata.EntryPoint, *, strict: bool) -> None:
+        dist = ep.dist.name if ep.dist else "?"
+        version = ep.dist.version if ep.dist else "?"
+        if (status := self.policy.status_of(ep.name)) is not None:
+            self._infos.append(PluginInfo(ep.name, dist, version, status))
+            return
+        try:
+            plugin = ep.load()
+            self.register(plugin, ep.name, distribution=dist, version=version)
+        except Exception as exc:
+            error = PluginLoadError(
+                f"plugin {ep.name!r} from distribution {dist!r} failed to load: "
+                f"{type(exc).__name__}: {exc}"
+            )
+            if strict:
+                raise error from exc
+            log.warning("%s", error)
+            self._infos.append(PluginInfo(ep.name, dist, version, "failed", str(error)))
+
+    def collect_middleware(self, settings: Settings) -> tuple[Contribution, ...]:
+        """Every enabled middleware contributed by loaded plugins, with its plugin's name."""
+        found = [
+            Contribution(middleware, plugin)
+            for plugin, result in self._call("provmw_middleware", settings=settings)
+            for middleware in result
+        ]
+        _check_sections(settings, [c.middleware for c in found])
+        return tuple(c for c in found if settings.section(c.middleware.name).get("enabled", True))
+
+    def collect_providers(self) -> Mapping[str, ProviderAdapter]:
+        """Provider adapters by name; two adapters with one name are an error."""
+        adapters: dict[str, ProviderAdapter] = {}
+        for plugin, result in self._call("provmw_providers"):
+            for adapter in result:
+                if adapter.name in adapters:
+                    raise PluginError(f"plugin {plugin!r} registers provider {adapter.name!r} twice over")
+                adapters[adapter.name] = adapter
+        return adapters
+
+    def _call(self, hook: str, **kwargs: Any) -> list[tuple[str, Iterable[Any]]]:
+        self.load()
+        results: list[tuple[str, Iterable[Any]]] = []
+        for impl in reversed(getattr(self._pm.hook, hook).get_hookimpls()):
+            try:
+                result = impl.function(*(kwargs[name] for name in impl.argnames))
+                results.append((impl.plugin_name, list(result or ())))
+            except ProvmwError:
+                raise
+            except Exception as exc:
+                raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook}: {exc}") from exc
+        return results
+
+
+def _check_sections(settings: Settings, middlewares: Sequence[Middleware]) -> None:
+    names = sorted(m.name for m in middlewares)
+    for section in settings.middleware:
+        if section not in names:
+            raise ConfigurationError(
+                f"{settings.source}: [middleware.{section}] names no installed middleware"
+                f"{did_you_mean(section, names)}; known: {', '.join(names) or 'none'}"
+            )
+
+
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return sorted(eps, key=lambda ep: (ep.name, ep.dist.name if ep.dist else ""))
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"

@@ -1,0 +1,232 @@
+"""Anthropic Messages API adapter: chat, tools, images, streaming; no embeddings."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from provmw.config import ProviderConfig
+from provmw.errors import (
+    AuthenticationError,
+    InvalidRequestError,
+    MalformedResponseError,
+    ProviderError,
+    ProviderUnavailableError,
+    RateLimitError,
+    UnsupportedOperationError,
+)
+from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
+from provmw.providers._http import COMMON_CODES, ErrorCodes, HttpClient
+from provmw.providers._sse import SSEEvent
+from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
+from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
+
+__all__ = ["AnthropicAdapter"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 1024  # the API requires max_tokens; this applies when options give none
+
+FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+_PASSED_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "stop": "stop_sequences"}
+
+
+def _extract_error(body: Any) -> tuple[str | None, str | None]:
+    error = body["error"]
+    kind, message = error.get("type"), error.get("message")
+    if kind == "invalid_request_error" and "prompt is too long" in (message or ""):
+        kind = "context_length_exceeded"
+    return kind, message
+
+
+ERROR_CODES = ErrorCodes(
+    extract=_extract_error,
+    codes={
+        **COMMON_CODES,
+        "overloaded_error": ProviderUnavailableError,
+        "api_error": ProviderUnavailableError,
+        "rate_limit_error": RateLimitError,
+        "authentication_error": AuthenticationError,
+        "permission_error": AuthenticationError,
+        "not_found_error": InvalidRequestError,
+        "invalid_request_error": InvalidRequestError,
+        "request_too_large": InvalidRequestError,
+    },
+)
+
+
+def _headers(config: ProviderConfig) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION, **config.headers}
+    if config.api_key:
+        headers["x-api-key"] = config.api_key.reveal()
+    return headers
+
+
+def _url(config: ProviderConfig) -> str:
+    return (config.base_url or DEFAULT_BASE_URL).rstrip("/") + "/v1/messages"
+
+
+def _block(part: TextPart | ImagePart) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    if part.url is not None:
+        return {"type": "image", "source": {"type": "url", "url": part.url}}
+    return {"type": "image", "source": {"type": "base64", "media_type": part.media_type, "data": part.base64}}
+
+
+def _blocks(message: Message) -> list[dict[str, Any]]:
+    if message.role == "tool":
+        return [{"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.text}]
+    blocks = [_block(p) for p in message.content]
+    blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.parsed_arguments()}
+               for c in message.tool_calls]
+    return blocks
+
+
+def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """Wire messages; tool results travel as user turns, and same-role turns merge."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "system":
+            continue
+        role = "assistant" if message.role == "assistant" else "user"
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(_blocks(message))
+        else:
+            out.append({"role": role, "content": _blocks(message)})
+    return out
+
+
+def _tool_choice(value: Any) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        name = value.get("name") or value.get("function", {}).get("name")
+        return {"type": "tool", "name": name}
+    return {"auto": {"type": "auto"}, "none": {"type": "none"}}.get(value, {"type": "any"})
+
+
+def _tool(tool: ToolSpec) -> dict[str, Any]:
+    schema = json.loads(json.dumps(tool.parameters, default=dict))
+    return {"name": tool.name, "description": tool.description, "input_schema": schema}
+
+
+def _usage(usage: Mapping[str, Any]) -> Usage:
+    return Usage(
+        input_tokens=int(usage.get("input_tokens") or 0),
+        output_tokens=int(usage.get("output_tokens") or 0),
+        cached_input_tokens=int(usage.get("cache_read_input_tokens") or 0),
+    )
+
+
+class AnthropicAdapter:
+    """The Anthropic Messages wire format."""
+
+    name = "anthropic"
+
+    def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
+        """The JSON body of a Messages call, as the Anthropic API documents it."""
+        options = merged_options(config, request.options)
+        body: dict[str, Any] = {
+            "model": config.model,
+            "max_tokens": options.get("max_tokens", DEFAULT_MAX_TOKENS),
+            "messages": _messages(request.messages),
+        }
+        if system := "\n\n".join(m.text for m in request.messages if m.role == "system"):
+            body["system"] = system
+        if request.tools:
+            body["tools"] = [_tool(t) for t in request.tools]
+            if "tool_choice" in options:
+                body["tool_choice"] = _tool_choice(options["tool_choice"])
+        for name, wire in _PASSED_OPTIONS.items():
+            if name in options:
+                value = options[name]
+                body[wire] = [value] if wire == "stop_sequences" and isinstance(value, str) else value
+        ignored = set(options) - {*_PASSED_OPTIONS, "max_tokens", "tool_choice", "extra_body"}
+        if ignored:
+            log.debug("anthropic ignores options %s", sorted(ignored))
+        body.update(json.loads(json.dumps(options.get("extra_body", {}), default=dict)))
+        return body
+
+    async def chat(self, http: HttpClient, config: ProviderConfig,
+                   request: ChatRequest) -> CompletionResponse:
+        data = await http.post_json(_url(config), self.chat_body(config, request), _headers(config),
+                                    timeout_s=config.timeout_s, codes=ERROR_CODES,
+                                    provider=self.name, model=config.model)
+        try:
+            blocks = data["content"]
+            calls = tuple(ToolCall(id=b["id"], name=b["name"], arguments=json.dumps(b.get("input", {})))
+                          for b in blocks if b["type"] == "tool_use")
+            return CompletionResponse(
+                provider=self.name, model=data.get("model") or config.model,
+                usage=_usage(data.get("usage") or {}), served_by=config.identifier,
+                text="".join(b["text"] for b in blocks if b["type"] == "text"), tool_calls=calls,
+                finish_reason=FINISH_REASONS.get(data.get("stop_reason"), data.get("stop_reason")),
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise _malformed(config, exc) from None
+
+    async def complete(self, http: HttpClient, config: ProviderConfig,
+                       request: CompletionRequest) -> CompletionResponse:
+        """A bare prompt sent as one user turn: the legacy completions API is retired."""
+        chat = ChatRequest(messages=(Message.user(request.prompt),), options=request.options)
+        return await self.chat(http, config, chat)
+
+    async def embed(self, http: HttpClient, config: ProviderConfig,
+                    request: EmbeddingRequest) -> EmbeddingResponse:
+        raise UnsupportedOperationError(self.name, "embedding")
+
+    async def stream_chat(self, http: HttpClient, config: ProviderConfig,
+                          request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        body = {**self.chat_body(config, request), "stream": True}
+        events = http.post_sse(_url(config), body, _headers(config), timeout_s=config.timeout_s,
+                               codes=ERROR_CODES, provider=self.name, model=config.model)
+        usage: dict[str, Any] = {}
+        async for event in events:
+            try:
+                data = json.loads(event.data)
+            except ValueError as exc:
+                raise _malformed(config, exc) from None
+            if event.event == "error" or data.get("type") == "error":
+                raise _stream_error(config, data)
+            if (chunk := _stream_chunk(event, data, usage)) is not None:
+                yield chunk
+            if data.get("type") == "message_stop":
+                return
+        raise MalformedResponseError("stream ended before message_stop", provider=self.name,
+                                     model=config.model)
+
+
+def _stream_chunk(event: SSEEvent, data: Mapping[str, Any], usage: dict[str, Any]) -> ChatChunk | None:
+    kind = data.get("type", event.event)
+    if kind == "message_start":
+        usage.update(data.get("message", {}).get("usage") or {})
+    elif kind == "content_block_delta" and data.get("delta", {}).get("type") == "text_delta":
+        return ChatChunk(text=data["delta"].get("text", ""))
+    elif kind == "message_delta":
+        usage.update(data.get("usage") or {})
+        reason = data.get("delta", {}).get("stop_reason")
+        return ChatChunk(finish_reason=FINISH_REASONS.get(reason, reason), usage=_usage(usage))
+    return None
+
+
+def _stream_error(config: ProviderConfig, data: Mapping[str, Any]) -> ProviderError:
+    code, message = _extract_error(data)
+    cls = ERROR_CODES.codes.get(code or "", ProviderUnavailableError)
+    return cls(message or "stream error", provider="anthropic", model=config.model, code=code)
+
+
+def _malformed(config: ProviderConfig, exc: BaseException) -> MalformedResponseError:
+    return MalformedResponseError(
+        f"response does not have the documented shape ({type(exc).__name__}: {exc})",
+        provider="anthropic", model=config.model,
+    )

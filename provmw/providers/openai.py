@@ -1,0 +1,205 @@
+"""OpenAI-compatible adapter: chat completions, completions, embeddings, streaming.
+
+Works against any server speaking the OpenAI wire format (OpenAI, vLLM, llama.cpp
+server, Ollama's ``/v1``, LM Studio, gateways): ``base_url`` is the part before
+``/chat/completions``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from provmw.config import ProviderConfig
+from provmw.errors import MalformedResponseError
+from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
+from provmw.providers._http import ErrorCodes, HttpClient
+from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
+from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
+
+__all__ = ["OpenAIAdapter"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+def _extract_error(body: Any) -> tuple[str | None, str | None]:
+    error = body["error"]
+    if isinstance(error, str):
+        return None, error
+    return error.get("code") or error.get("type"), error.get("message")
+
+
+ERROR_CODES = ErrorCodes(extract=_extract_error)
+
+
+def _headers(config: ProviderConfig) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", **config.headers}
+    if config.api_key:
+        headers["Authorization"] = f"Bearer {config.api_key.reveal()}"
+    return headers
+
+
+def _url(config: ProviderConfig, path: str) -> str:
+    return (config.base_url or DEFAULT_BASE_URL).rstrip("/") + path
+
+
+def _part(part: TextPart | ImagePart) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    return {"type": "image_url", "image_url": {"url": part.data_url}}
+
+
+def _message(message: Message) -> dict[str, Any]:
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
+    out: dict[str, Any] = {"role": message.role}
+    if message.images:
+        out["content"] = [_part(p) for p in message.content]
+    else:
+        out["content"] = message.text if message.content or not message.tool_calls else None
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    return out
+
+
+def _tool(tool: ToolSpec) -> dict[str, Any]:
+    function = {"name": tool.name, "description": tool.description, "parameters": _plain(tool.parameters)}
+    return {"type": "function", "function": function}
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=dict))
+
+
+def _with_options(body: dict[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    extra = options.get("extra_body", {})
+    for name, value in options.items():
+        if name == "response_format" and isinstance(value, str):
+            value = {"type": value}
+        if name != "extra_body":
+            body[name] = _plain(value)
+    body.update(_plain(extra))
+    return body
+
+
+def _usage(data: Any) -> Usage:
+    usage = data.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return Usage(
+        input_tokens=int(usage.get("prompt_tokens") or 0),
+        output_tokens=int(usage.get("completion_tokens") or 0),
+        cached_input_tokens=int(details.get("cached_tokens") or 0),
+    )
+
+
+def _tool_calls(message: Mapping[str, Any]) -> tuple[ToolCall, ...]:
+    return tuple(
+        ToolCall(id=c["id"], name=c["function"]["name"], arguments=c["function"].get("arguments") or "{}")
+        for c in message.get("tool_calls") or ()
+    )
+
+
+class OpenAIAdapter:
+    """The OpenAI wire format."""
+
+    name = "openai"
+
+    async def chat(self, http: HttpClient, config: ProviderConfig,
+                   request: ChatRequest) -> CompletionResponse:
+        data = await self._post(http, config, "/chat/completions", self.chat_body(config, request))
+        try:
+            choice = data["choices"][0]
+            message = choice["message"]
+            return CompletionResponse(
+                provider=self.name, model=data.get("model") or config.model, usage=_usage(data),
+                served_by=config.identifier, text=message.get("content") or "",
+                tool_calls=_tool_calls(message), finish_reason=choice.get("finish_reason"),
+            )
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise _malformed(config, exc) from None
+
+    async def complete(self, http: HttpClient, config: ProviderConfig,
+                       request: CompletionRequest) -> CompletionResponse:
+        body = _with_options({"model": config.model, "prompt": request.prompt},
+                             merged_options(config, request.options))
+        body.pop("tool_choice", None)
+        data = await self._post(http, config, "/completions", body)
+        try:
+            choice = data["choices"][0]
+            return CompletionResponse(
+                provider=self.name, model=data.get("model") or config.model, usage=_usage(data),
+                served_by=config.identifier, text=choice.get("text") or "",
+                finish_reason=choice.get("finish_reason"),
+            )
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise _malformed(config, exc) from None
+
+    async def embed(self, http: HttpClient, config: ProviderConfig,
+                    request: EmbeddingRequest) -> EmbeddingResponse:
+        body: dict[str, Any] = {"model": config.model, "input": list(request.inputs),
+                                "encoding_format": "float"}
+        if request.dimensions is not None:
+            body["dimensions"] = request.dimensions
+        data = await self._post(http, config, "/embeddings", body)
+        try:
+            rows = sorted(data["data"], key=lambda row: row["index"])
+            return EmbeddingResponse(
+                provider=self.name, model=data.get("model") or config.model, usage=_usage(data),
+                served_by=config.identifier, vectors=[row["embedding"] for row in rows],
+            )
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise _malformed(config, exc) from None
+
+    async def stream_chat(self, http: HttpClient, config: ProviderConfig,
+                          request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        body = self.chat_body(config, request)
+        body.update(stream=True, stream_options={"include_usage": True})
+        events = http.post_sse(_url(config, "/chat/completions"), body, _headers(config),
+                               timeout_s=config.timeout_s, codes=ERROR_CODES,
+                               provider=self.name, model=config.model)
+        async for event in events:
+            if event.data.strip() == "[DONE]":
+                return
+            try:
+                data = json.loads(event.data)
+                yield _chunk(data)
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                raise _malformed(config, exc) from None
+        raise MalformedResponseError("stream ended before [DONE]", provider=self.name, model=config.model)
+
+    def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
+        """The JSON body of a chat completion, as the OpenAI API documents it."""
+        body: dict[str, Any] = {"model": config.model, "messages": [_message(m) for m in request.messages]}
+        if request.tools:
+            body["tools"] = [_tool(t) for t in request.tools]
+        options = merged_options(config, request.options)
+        if not request.tools:
+            options.pop("tool_choice", None)
+        return _with_options(body, options)
+
+    async def _post(self, http: HttpClient, config: ProviderConfig, path: str,
+                    body: Mapping[str, Any]) -> Any:
+        return await http.post_json(_url(config, path), body, _headers(config),
+                                    timeout_s=config.timeout_s, codes=ERROR_CODES,
+                                    provider=self.name, model=config.model)
+
+
+def _chunk(data: Mapping[str, Any]) -> ChatChunk:
+    choices = data.get("choices") or []
+    usage = _usage(data) if data.get("usage") else None
+    if not choices:
+        return ChatChunk(usage=usage)
+    choice = choices[0]
+    delta = choice.get("delta") or {}
+    return ChatChunk(text=delta.get("content") or "", finish_reason=choice.get("finish_reason"), usage=usage)
+
+
+def _malformed(config: ProviderConfig, exc: BaseException) -> MalformedResponseError:
+    return MalformedResponseError(
+        f"response does not have the documented shape ({type(exc).__name__}: {exc})",
+        provider="openai", model=config.model,
+    )

@@ -1,0 +1,103 @@
+"""Typed requests the ServiceManager captures in its terminal callables, and cache keys."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from provmw.config import ProviderConfig
+from provmw.context import FrozenMap, ProviderOperation
+from provmw.messages import Message, ToolSpec
+
+__all__ = [
+    "ChatRequest",
+    "CompletionRequest",
+    "EmbeddingRequest",
+    "ProviderRequest",
+    "cache_key",
+    "merged_options",
+]
+
+
+def _frozen(value: Mapping[str, Any] | None) -> FrozenMap:
+    return value if isinstance(value, FrozenMap) else FrozenMap(value)
+
+
+@attrs.frozen
+class ChatRequest:
+    """Messages (with any images), optional tools, and per-call options."""
+
+    messages: tuple[Message, ...] = attrs.field(converter=tuple)
+    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=tuple)
+    options: FrozenMap = attrs.field(factory=FrozenMap, converter=_frozen)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "messages": [m.to_dict() for m in self.messages],
+            "tools": [t.to_dict() for t in self.tools],
+            "options": _plain(self.options),
+        }
+
+
+@attrs.frozen
+class CompletionRequest:
+    """A bare prompt to complete, and per-call options."""
+
+    prompt: str
+    options: FrozenMap = attrs.field(factory=FrozenMap, converter=_frozen)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompt": self.prompt, "options": _plain(self.options)}
+
+
+@attrs.frozen
+class EmbeddingRequest:
+    """Texts to embed, in order, and an optional output dimension."""
+
+    inputs: tuple[str, ...] = attrs.field(converter=tuple)
+    dimensions: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"inputs": list(self.inputs), "dimensions": self.dimensions}
+
+
+ProviderRequest = ChatRequest | CompletionRequest | EmbeddingRequest
+
+
+def merged_options(config: ProviderConfig, request_options: Mapping[str, Any]) -> dict[str, Any]:
+    """The configuration's options overridden by the call's."""
+    return {**config.options, **request_options}
+
+
+def cache_key(operation: ProviderOperation, config: ProviderConfig, request: ProviderRequest,
+              scope: str) -> str:
+    """A stable hex digest of everything that changes the answer, and who may see it.
+
+    Canonical JSON (sorted keys, no whitespace) hashed with SHA-256: the same in every
+    process and Python version, unlike ``hash()``.
+    """
+    body = request.to_dict()
+    if "options" in body:
+        body["options"] = _plain(merged_options(config, body["options"]))
+    canonical = {
+        "scope": scope,
+        "operation": operation.value,
+        "provider": config.provider,
+        "model": config.model,
+        "base_url": config.base_url,
+        "request": body,
+    }
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

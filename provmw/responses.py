@@ -1,0 +1,192 @@
+"""Typed, frozen responses, one per kind of answer, each with ``to_dict``/``from_dict``.
+
+``to_dict`` returns plain JSON types and ``from_dict(to_dict(r)) == r`` for every
+response: the cache stores these dicts, never pickles. ``from_dict`` raises
+``InvalidDataError`` naming the field for anything else.
+"""
+
+from __future__ import annotations
+
+import binascii
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import attrs
+
+from provmw import _serde
+from provmw.errors import ConfigurationError, InvalidDataError
+from provmw.messages import ToolCall
+
+__all__ = [
+    "Attempt",
+    "ChatChunk",
+    "CompletionResponse",
+    "EmbeddingResponse",
+    "ProviderResponse",
+    "Usage",
+    "VisionResponse",
+    "response_from_dict",
+]
+
+R = TypeVar("R", bound="ProviderResponse")
+
+
+@attrs.frozen(kw_only=True)
+class Usage:
+    """Tokens a call consumed and, once priced, what it cost."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cost_usd: float | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_dict(cls, value: object) -> Usage:
+        data = _serde.mapping(value, "usage")
+        cost = data.get("cost_usd")
+        return cls(
+            input_tokens=_serde.get(data, "input_tokens", int, "usage"),
+            output_tokens=_serde.get(data, "output_tokens", int, "usage"),
+            cached_input_tokens=_serde.get(data, "cached_input_tokens", int, "usage", default=0),
+            cost_usd=None if cost is None else _serde.finite(cost, "usage.cost_usd"),
+        )
+
+
+@attrs.frozen(kw_only=True)
+class Attempt:
+    """One attempt an inner layer made: which configuration, and how it ended."""
+
+    config_id: str
+    error_type: str | None = None
+    status: int | None = None
+
+    @classmethod
+    def from_dict(cls, value: object) -> Attempt:
+        data = _serde.mapping(value, "attempt")
+        return cls(
+            config_id=_serde.get(data, "config_id", str, "attempt"),
+            error_type=_serde.get(data, "error_type", str, "attempt", default=None),
+            status=_serde.get(data, "status", int, "attempt", default=None),
+        )
+
+
+@attrs.frozen(kw_only=True)
+class ProviderResponse:
+    """What every response carries: who answered, what it cost, how it got here."""
+
+    TYPE = "response"
+
+    provider: str
+    model: str
+    usage: Usage = attrs.field(factory=Usage)
+    served_by: str = ""
+    cached: bool = False
+    attempts: tuple[Attempt, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types only, with a ``type`` discriminator."""
+        return {"type": self.TYPE, **attrs.asdict(self)}
+
+    @classmethod
+    def from_dict(cls: type[R], value: object) -> R:
+        """Rebuild from ``to_dict`` output; ``InvalidDataError`` names what is wrong."""
+        data = _serde.mapping(value, cls.TYPE)
+        _serde.check_type(data, cls.TYPE, cls.TYPE)
+        try:
+            return cls(**cls._fields_from(data))
+        except (ConfigurationError, binascii.Error, TypeError) as exc:
+            raise InvalidDataError(f"{cls.TYPE}: {exc}") from exc
+
+    @classmethod
+    def _fields_from(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        where = cls.TYPE
+        attempts = _serde.get(data, "attempts", list, where, default=[])
+        return {
+            "provider": _serde.get(data, "provider", str, where),
+            "model": _serde.get(data, "model", str, where),
+            "usage": Usage.from_dict(data.get("usage")),
+            "served_by": _serde.get(data, "served_by", str, where, default=""),
+            "cached": _serde.get(data, "cached", bool, where, default=False),
+            "attempts": tuple(Attempt.from_dict(a) for a in attempts),
+        }
+
+
+@attrs.frozen(kw_only=True)
+class CompletionResponse(ProviderResponse):
+    """A generated answer: text, tool calls, and why generation stopped."""
+
+    TYPE = "completion"
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+
+    @classmethod
+    def _fields_from(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        where = cls.TYPE
+        calls = _serde.get(data, "tool_calls", list, where, default=[])
+        return {
+            **super()._fields_from(data),
+            "text": _serde.get(data, "text", str, where),
+            "tool_calls": tuple(ToolCall.from_dict(c) for c in calls),
+            "finish_reason": _serde.get(data, "finish_reason", str, where, default=None),
+        }
+
+
+@attrs.frozen(kw_only=True)
+class VisionResponse(CompletionResponse):
+    """A generated answer to a prompt that carried images."""
+
+    TYPE = "vision"
+
+
+def _to_vectors(value: Any) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(float(x) for x in row) for row in value)
+
+
+@attrs.frozen(kw_only=True)
+class EmbeddingResponse(ProviderResponse):
+    """One vector per input, in input order."""
+
+    TYPE = "embedding"
+
+    vectors: tuple[tuple[float, ...], ...] = attrs.field(default=(), converter=_to_vectors)
+
+    @classmethod
+    def _fields_from(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        rows = _serde.get(data, "vectors", list, cls.TYPE)
+        vectors = tuple(
+            tuple(_serde.finite(x, f"embedding.vectors[{i}]") for x in _serde.sequence(row, f"embedding.vectors[{i}]"))
+            for i, row in enumerate(rows)
+        )
+        return {**super()._fields_from(data), "vectors": vectors}
+
+
+@attrs.frozen(kw_only=True)
+class ChatChunk:
+    """One piece of a streamed answer; the last one carries the finish reason and usage."""
+
+    text: str = ""
+    finish_reason: str | None = None
+    usage: Usage | None = None
+
+
+_TYPES: dict[str, Callable[[object], ProviderResponse]] = {
+    cls.TYPE: cls.from_dict for cls in (CompletionResponse, VisionResponse, EmbeddingResponse)
+}
+
+
+def response_from_dict(value: object) -> ProviderResponse:
+    """Rebuild any response from its ``to_dict`` output, choosing the class by ``type``."""
+    data = _serde.mapping(value, "response")
+    decode = _TYPES.get(data.get("type"))  # type: ignore[arg-type]
+    if decode is None:
+        raise InvalidDataError(f"response: unknown type {data.get('type')!r}")
+    return decode(data)

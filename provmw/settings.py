@@ -1,0 +1,230 @@
+"""Settings: named configurations, middleware sections and plugin policy, from TOML.
+
+The file is found, in order, at the path given, at ``$PROVMW_CONFIG``, at
+``./provmw.toml``, or under ``[tool.provmw]`` in ``./pyproject.toml``; with none,
+the embedded defaults apply (no configurations, default middleware settings)::
+
+    default = "primary"
+
+    [plugins]
+    allow = ["calllog"]          # optional allowlist of entry-point names
+    block = []
+
+    [configurations.primary]
+    provider = "openai"
+    model = "gpt-4o-mini"
+    api_key_env = "OPENAI_API_KEY"
+    fallbacks = ["backup"]
+    options = { temperature = 0.2, max_tokens = 512 }
+
+    [middleware.retry]
+    max_attempts = 3
+
+Every error names the file, the section and the key.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+
+from provmw.config import ProviderConfig, did_you_mean
+from provmw.context import FrozenMap
+from provmw.errors import ConfigurationError
+from provmw.plugins import PluginPolicy
+
+__all__ = ["Settings", "find_settings_file", "load_settings", "options_from"]
+
+T = TypeVar("T")
+
+_TOP_KEYS = ("default", "configurations", "middleware", "plugins")
+_PLUGIN_KEYS = ("autoload", "allow", "block")
+_CONFIG_KEYS = ("provider", "model", "base_url", "api_key_env", "options", "fallbacks",
+                "timeout_s", "active", "headers", "context_window")
+
+
+@attrs.frozen
+class Settings:
+    """Everything a manager is built from; also what ``provmw_middleware(settings)`` receives."""
+
+    configurations: FrozenMap = attrs.field(factory=FrozenMap, converter=FrozenMap)
+    default: str | None = None
+    middleware: FrozenMap = attrs.field(factory=FrozenMap, converter=FrozenMap)
+    plugins: PluginPolicy = attrs.field(factory=PluginPolicy)
+    source: str = "<embedded defaults>"
+
+    def __attrs_post_init__(self) -> None:
+        if self.default is not None and self.default not in self.configurations:
+            raise ConfigurationError(
+                f"{self.source}: default names no configuration: {self.default!r}"
+                f"{did_you_mean(self.default, list(self.configurations))}"
+            )
+        for config in self.configurations.values():
+            for fallback in config.fallbacks:
+                if fallback not in self.configurations:
+                    raise ConfigurationError(
+                        f"{self.source}: [configurations.{config.identifier}] fallbacks: "
+                        f"{fallback!r} names no configuration"
+                        f"{did_you_mean(fallback, list(self.configurations))}"
+                    )
+
+    def section(self, name: str) -> FrozenMap:
+        """The settings of the middleware called ``name`` (empty when not given)."""
+        found = self.middleware.get(name)
+        return found if isinstance(found, FrozenMap) else FrozenMap(found)
+
+    def configuration(self, identifier: str | None) -> ProviderConfig:
+        """The named configuration, or the default one when ``identifier`` is None."""
+        name = identifier if identifier is not None else self._default_name()
+        try:
+            config: ProviderConfig = self.configurations[name]
+        except KeyError:
+            raise ConfigurationError(
+                f"no configuration named {name!r}{did_you_mean(name, list(self.configurations))}; "
+                f"known: {', '.join(self.configurations) or 'none'}"
+            ) from None
+        return config
+
+    def _default_name(self) -> str:
+        if self.default is not None:
+            return self.default
+        if len(self.configurations) == 1:
+            return next(iter(self.configurations))
+        raise ConfigurationError(
+            f"{self.source}: no default configuration; set `default` or name one per call, "
+            "or pass provider= and model="
+        )
+
+
+def options_from(cls: type[T], section: Mapping[str, Any], where: str) -> T:
+    """Build an attrs options class from a settings section; unknown keys name a near match."""
+    known = [a.name for a in attrs.fields(cls)]  # type: ignore[misc]
+    values = {k: v for k, v in section.items() if k != "enabled"}
+    for key in values:
+        if key not in known:
+            raise ConfigurationError(f"{where}: unknown key {key!r}{did_you_mean(key, known)}")
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"{where}: {exc}") from exc
+
+
+def find_settings_file(path: str | os.PathLike[str] | None = None,
+                       environ: Mapping[str, str] | None = None) -> Path | None:
+    """The settings file to read, following the documented search order."""
+    environ = os.environ if environ is None else environ
+    explicit = path if path is not None else environ.get("PROVMW_CONFIG")
+    if explicit:
+        found = Path(explicit)
+        if not found.is_file():
+            raise ConfigurationError(f"settings file not found: {found}")
+        return found
+    for candidate in (Path("provmw.toml"), Path("pyproject.toml")):
+        if candidate.is_file() and (candidate.name == "provmw.toml" or _has_tool_section(candidate)):
+            return candidate
+    return None
+
+
+def load_settings(path: str | os.PathLike[str] | None = None,
+                  environ: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate the settings file, or return the embedded defaults."""
+    environ = os.environ if environ is None else environ
+    found = find_settings_file(path, environ)
+    if found is None:
+        return Settings()
+    try:
+        document = tomllib.loads(found.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(f"{found}: not valid TOML: {exc}") from exc
+    if found.name == "pyproject.toml" and path is None:
+        document = document.get("tool", {}).get("provmw", {})
+    return parse_settings(document, str(found), environ)
+
+
+def parse_settings(document: Mapping[str, Any], source: str, environ: Mapping[str, str]) -> Settings:
+    """Validate a decoded settings document; ``source`` names it in errors."""
+    _check_keys(document, _TOP_KEYS, source, "top level")
+    configs = _table(document, "configurations", source)
+    middleware = _table(document, "middleware", source)
+    for name in middleware:
+        _table(middleware, name, source, f"middleware.{name}")
+    return Settings(
+        configurations={name: _config(name, _table(configs, name, source, f"configurations.{name}"),
+                                      source, environ) for name in configs},
+        default=_typed(document, "default", str, source, "top level"),
+        middleware={name: FrozenMap(section) for name, section in middleware.items()},
+        plugins=_policy(_table(document, "plugins", source), source),
+        source=source,
+    )
+
+
+def _config(name: str, table: Mapping[str, Any], source: str, environ: Mapping[str, str]) -> ProviderConfig:
+    where = f"[configurations.{name}]"
+    _check_keys(table, _CONFIG_KEYS, source, where)
+    fields = {k: v for k, v in table.items() if k != "api_key_env"}
+    if "api_key_env" in table:
+        variable = _typed(table, "api_key_env", str, source, where)
+        if variable not in environ:
+            raise ConfigurationError(
+                f"{source}: {where} api_key_env: environment variable {variable} is not set"
+            )
+        fields["api_key"] = environ[variable]
+    for key in ("provider", "model"):
+        if key not in table:
+            raise ConfigurationError(f"{source}: {where} {key}: missing")
+    try:
+        return ProviderConfig(identifier=name, **fields)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{source}: {where} {exc}") from None
+
+
+def _policy(table: Mapping[str, Any], source: str) -> PluginPolicy:
+    _check_keys(table, _PLUGIN_KEYS, source, "[plugins]")
+    allow = table.get("allow")
+    return PluginPolicy(
+        autoload=_typed(table, "autoload", bool, source, "[plugins]", default=True),
+        allow=None if allow is None else tuple(_str_list(table, "allow", source)),
+        block=tuple(_str_list(table, "block", source)),
+    )
+
+
+def _str_list(table: Mapping[str, Any], key: str, source: str) -> list[str]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigurationError(f"{source}: [plugins] {key}: must be a list of plugin names")
+    return value
+
+
+def _check_keys(table: Mapping[str, Any], known: tuple[str, ...], source: str, where: str) -> None:
+    for key in table:
+        if key not in known:
+            raise ConfigurationError(
+                f"{source}: {where}: unknown key {key!r}{did_you_mean(key, known)}"
+            )
+
+
+def _table(parent: Mapping[str, Any], key: str, source: str, where: str | None = None) -> Mapping[str, Any]:
+    value = parent.get(key, {})
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"{source}: [{where or key}] must be a table, got {value!r}")
+    return value
+
+
+def _typed(table: Mapping[str, Any], key: str, kind: type[T], source: str, where: str,
+           default: T | None = None) -> T | None:
+    value = table.get(key, default)
+    if value is not None and not isinstance(value, kind):
+        raise ConfigurationError(f"{source}: {where} {key}: must be a {kind.__name__}, got {value!r}")
+    return value
+
+
+def _has_tool_section(pyproject: Path) -> bool:
+    try:
+        return "provmw" in tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {})
+    except tomllib.TOMLDecodeError:
+        return False

@@ -1,0 +1,84 @@
+"""``SyncServiceManager``: the blocking twin for scripts and threaded host code.
+
+It owns one event loop in a background thread and submits each call to it, so every
+method is the async manager's own code; several threads may call it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import Future
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from provmw.manager import ServiceManager
+from provmw.responses import ChatChunk
+
+__all__ = ["SyncServiceManager"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _blocking(
+    method: Callable[Concatenate[ServiceManager, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[SyncServiceManager, P], R]:
+    def call(self: SyncServiceManager, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._wait(method(self.manager, *args, **kwargs))
+
+    call.__name__ = method.__name__
+    call.__doc__ = f"Blocking ``ServiceManager.{method.__name__}``. {method.__doc__ or ''}"
+    return call
+
+
+class SyncServiceManager:
+    """The same methods as ``ServiceManager``, blocking; close with ``close()`` or ``with``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.manager = ServiceManager(*args, **kwargs)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="provmw-sync", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    chat = _blocking(ServiceManager.chat)
+    complete = _blocking(ServiceManager.complete)
+    embed = _blocking(ServiceManager.embed)
+    vision = _blocking(ServiceManager.vision)
+    chat_with_tools = _blocking(ServiceManager.chat_with_tools)
+
+    def stream_chat(self, *args: Any, **kwargs: Any) -> Iterator[ChatChunk]:
+        """Blocking ``ServiceManager.stream_chat``: yields chunks as they arrive."""
+        chunks = self.manager.stream_chat(*args, **kwargs)
+        try:
+            while True:
+                try:
+                    yield self._wait(chunks.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._wait(chunks.aclose())  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        """Close the manager and stop the loop thread; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wait(self.manager.aclose())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> SyncServiceManager:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _wait(self, coro: Coroutine[Any, Any, R]) -> R:
+        if self._closed and self._loop.is_closed():
+            coro.close()
+            raise RuntimeError("SyncServiceManager is closed")
+        future: Future[R] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return future.result()

@@ -1,0 +1,266 @@
+"""Public test helpers: ``FakeProvider``, a real HTTP server on loopback with scripted faults.
+
+It speaks the OpenAI (``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``)
+and Anthropic (``/v1/messages``) wire formats with deterministic answers ("echo: <last
+user text>", one token per word, vectors from SHA-256), so tests, benchmarks and the demo
+talk real HTTP without a key or a network::
+
+    async with FakeProvider() as fake:
+        fake.script(Fault(status=503), model="primary-model")   # next matching request fails
+        config = ProviderConfig(identifier="p", provider="openai", model="primary-model",
+                                base_url=fake.openai_base_url)
+        ...
+        assert fake.count(model="primary-model") == 2
+
+Run it standalone with ``python -m provmw.testing --port 8765`` or ``provmw fake-provider``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import random
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+from aiohttp import web
+
+from provmw import _fake_wire as wire
+from provmw.context import FrozenMap
+
+__all__ = ["ROUTES", "Fault", "FakeProvider", "RecordedRequest"]
+
+ROUTES = ("chat", "completion", "embedding", "messages")
+_ANY = "*"
+
+
+@attrs.frozen
+class Fault:
+    """What to do instead of (or before) answering one request."""
+
+    status: int | None = None
+    code: str | None = None
+    message: str = "injected fault"
+    headers: FrozenMap = attrs.field(factory=FrozenMap, converter=FrozenMap)
+    delay_s: float = 0.0
+    malformed_json: bool = False
+    drop_connection: bool = False
+    cut_stream_after: int | None = None
+
+
+@attrs.frozen
+class RecordedRequest:
+    """A request the fake received: route, model, JSON body and headers."""
+
+    route: str
+    model: str
+    body: Any
+    headers: FrozenMap
+
+
+@attrs.define
+class _RandomFaults:
+    rate: float
+    fault: Fault
+    rng: random.Random
+
+
+class FakeProvider:
+    """A loopback server speaking the OpenAI and Anthropic wire formats, with faults."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, api_key: str | None = None,
+                 record_limit: int = 10_000) -> None:
+        self._host, self._port = host, port
+        self._api_key = api_key
+        self._scripted: dict[tuple[str, str], collections.deque[Fault]] = {}
+        self._random: dict[tuple[str, str], _RandomFaults] = {}
+        self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.received: collections.deque[RecordedRequest] = collections.deque(maxlen=record_limit)
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        """The server root, e.g. ``http://127.0.0.1:41234`` (the Anthropic base URL)."""
+        return f"http://{self._host}:{self._port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return self.url
+
+    async def start(self) -> FakeProvider:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._handler("chat"))
+        app.router.add_post("/v1/completions", self._handler("completion"))
+        app.router.add_post("/v1/embeddings", self._handler("embedding"))
+        app.router.add_post("/v1/messages", self._handler("messages"))
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        self._port = self._runner.addresses[0][1]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeProvider:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def script(self, *faults: Fault, route: str | None = None, model: str | None = None) -> None:
+        """Queue faults for the next matching requests, one per request, in order."""
+        self._scripted.setdefault(_key(route, model), collections.deque()).extend(faults)
+
+    def fail_randomly(self, rate: float, fault: Fault, *, route: str | None = None,
+                      model: str | None = None, seed: int = 0) -> None:
+        """Apply ``fault`` to a ``rate`` share of matching requests (seeded, reproducible)."""
+        self._random[_key(route, model)] = _RandomFaults(rate, fault, random.Random(seed))
+
+    def count(self, route: str | None = None, model: str | None = None) -> int:
+        """Requests received, optionally only for one route and/or model."""
+        return sum(n for (r, m), n in self._counts.items()
+                   if route in (None, r) and model in (None, m))
+
+    def reset(self) -> None:
+        """Forget faults, counts and recorded requests."""
+        self._scripted.clear()
+        self._random.clear()
+        self._counts.clear()
+        self.received.clear()
+
+    def _handler(self, route: str) -> Any:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self._handle(route, request)
+
+        return handle
+
+    async def _handle(self, route: str, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return _error_response(route, 400, None, "request body is not JSON", {})
+        model = str(body.get("model", ""))
+        self._counts[route, model] += 1
+        self.received.append(RecordedRequest(route, model, body, FrozenMap(request.headers)))
+        if self._api_key is not None and not _authorized(request, self._api_key):
+            return _error_response(route, 401, None, "invalid x-api-key / bearer token", {})
+        fault = self._next_fault(route, model)
+        if fault is not None and fault.delay_s:
+            await asyncio.sleep(fault.delay_s)
+        if fault is not None and fault.status is not None:
+            return _error_response(route, fault.status, fault.code, fault.message, fault.headers)
+        if body.get("stream"):
+            return await self._stream(route, body, request, fault)
+        payload = _answer(route, body)
+        if fault is not None and fault.malformed_json:
+            return web.Response(text='{"id": "broken", "choices": [', content_type="application/json")
+        if fault is not None and fault.drop_connection:
+            return await _drop_mid_body(request, json.dumps(payload).encode())
+        return web.json_response(payload)
+
+    def _next_fault(self, route: str, model: str) -> Fault | None:
+        for key in ((route, model), (route, _ANY), (_ANY, model), (_ANY, _ANY)):
+            queue = self._scripted.get(key)
+            if queue:
+                return queue.popleft()
+        for key in ((route, model), (route, _ANY), (_ANY, model), (_ANY, _ANY)):
+            chance = self._random.get(key)
+            if chance is not None and chance.rng.random() < chance.rate:
+                return chance.fault
+        return None
+
+    async def _stream(self, route: str, body: Mapping[str, Any], request: web.Request,
+                      fault: Fault | None) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b": fake provider stream\n\n")
+        for sent, frame in enumerate(_frames(route, body)):
+            if fault is not None and fault.cut_stream_after is not None and sent >= fault.cut_stream_after:
+                assert request.transport is not None
+                request.transport.close()
+                return response
+            await response.write(frame)
+        await response.write_eof()
+        return response
+
+
+def _key(route: str | None, model: str | None) -> tuple[str, str]:
+    if route is not None and route not in ROUTES:
+        raise ValueError(f"unknown route {route!r}; routes: {', '.join(ROUTES)}")
+    return (route or _ANY, model or _ANY)
+
+
+def _authorized(request: web.Request, api_key: str) -> bool:
+    return request.headers.get("x-api-key") == api_key or \
+        request.headers.get("Authorization") == f"Bearer {api_key}"
+
+
+def _answer(route: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    if route == "chat":
+        return wire.openai_chat(body)
+    if route == "completion":
+        return wire.openai_completion(body)
+    if route == "embedding":
+        return wire.openai_embeddings(body)
+    return wire.anthropic_message(body)
+
+
+def _frames(route: str, body: Mapping[str, Any]) -> Iterator[bytes]:
+    if route == "messages":
+        for event, data in wire.anthropic_stream(body):
+            yield f"event: {event}\ndata: {data}\n\n".encode()
+    else:
+        for data in wire.openai_chat_stream(body):
+            yield f"data: {data}\n\n".encode()
+
+
+def _error_response(route: str, status: int, code: str | None, message: str,
+                    headers: Mapping[str, str]) -> web.Response:
+    make = wire.anthropic_error if route == "messages" else wire.openai_error
+    return web.json_response(make(status, code, message), status=status, headers=dict(headers))
+
+
+async def _drop_mid_body(request: web.Request, payload: bytes) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    response.content_length = len(payload)
+    await response.prepare(request)
+    await response.write(payload[: len(payload) // 2])
+    assert request.transport is not None
+    request.transport.close()
+    return response
+
+
+async def serve(host: str, port: int) -> None:
+    """Run a fake provider until cancelled, printing where it listens."""
+    async with FakeProvider(host, port) as fake:
+        print(f"fake provider listening on {fake.url}", flush=True)  # noqa: T201 - a CLI
+        print(f"  OpenAI base URL:    {fake.openai_base_url}", flush=True)  # noqa: T201
+        print(f"  Anthropic base URL: {fake.anthropic_base_url}", flush=True)  # noqa: T201
+        await asyncio.Event().wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m provmw.testing", description=FakeProvider.__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    args = parser.parse_args(argv)
+    try:
+        asyncio.run(serve(args.host, args.port))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
