@@ -1,0 +1,76 @@
+"""The call-log middleware: outermost, so one line describes the whole logical call."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import attrs
+
+from provmw.config import ProviderConfig
+from provmw.context import ProviderCallContext
+from provmw.pipeline import Next, R
+from provmw.responses import CompletionResponse, ProviderResponse
+from provmw_calllog.redact import redact
+
+__all__ = ["CallLogMiddleware", "CallLogOptions"]
+
+log = logging.getLogger("provmw.calls")
+
+
+def _level(value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    level = logging.getLevelName(str(value).upper())
+    if not isinstance(level, int):
+        raise ValueError(f"level must be a logging level name, got {value!r}")
+    return level
+
+
+@attrs.frozen
+class CallLogOptions:
+    """Settings of ``[middleware.call_log]``."""
+
+    level: int = attrs.field(default=logging.INFO, converter=_level)
+    log_text: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    max_text_chars: int = attrs.field(default=200, validator=attrs.validators.ge(0))
+
+
+class CallLogMiddleware:
+    """Logs one line per logical call: who asked, who answered, tokens, latency, outcome."""
+
+    name = "call_log"
+    priority = 900
+
+    def __init__(self, options: CallLogOptions | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.options = options or CallLogOptions()
+        self._clock = clock
+
+    async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
+        if not log.isEnabledFor(self.options.level):
+            return await next(config)
+        started = self._clock()
+        try:
+            response = await next(config)
+        except Exception as exc:
+            self._emit(ctx, config, started, f"error={type(exc).__name__}")
+            raise
+        self._emit(ctx, config, started, self._describe(response))
+        return response
+
+    def _describe(self, response: ProviderResponse) -> str:
+        usage = response.usage
+        parts = [f"ok served_by={response.served_by} provider={response.provider} "
+                 f"model={response.model} cached={response.cached} "
+                 f"tokens_in={usage.input_tokens} tokens_out={usage.output_tokens}"]
+        if self.options.log_text and isinstance(response, CompletionResponse):
+            parts.append(f"text={redact(response.text)[: self.options.max_text_chars]!r}")
+        return " ".join(parts)
+
+    def _emit(self, ctx: ProviderCallContext, config: ProviderConfig, started: float, outcome: str) -> None:
+        elapsed_ms = (self._clock() - started) * 1000.0
+        log.log(self.options.level, "call %s %s config=%s user=%s tenant=%s %.1fms %s",
+                ctx.correlation_id, ctx.operation.value, config.identifier,
+                ctx.metadata.get("user"), ctx.metadata.get("tenant"), elapsed_ms, outcome)
