@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from provmw.config import ProviderConfig
+from provmw.plugins import PluginHost, PluginPolicy
+from provmw.providers._http import HttpClient
+from provmw.testing import FakeProvider
+
+SENTINEL_KEY = "sk-SENTINEL-7f3a9c-do-not-print"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeProvider]:
+    async with FakeProvider() as server:
+        yield server
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[HttpClient]:
+    client = HttpClient()
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def builtin_only() -> PluginHost:
+    """A fresh host with entry-point autoload off: only provmw's own plugin."""
+    return PluginHost(PluginPolicy(autoload=False), environ={})
+
+
+def openai_config(fake: FakeProvider, **fields: object) -> ProviderConfig:
+    values: dict[str, object] = {"identifier": "oa", "provider": "openai", "model": "gpt-test",
+                                 "base_url": fake.openai_base_url, "api_key": SENTINEL_KEY}
+    values.update(fields)
+    return ProviderConfig(**values)  # type: ignore[arg-type]
+
+
+def anthropic_config(fake: FakeProvider, **fields: object) -> ProviderConfig:
+    values: dict[str, object] = {"identifier": "an", "provider": "anthropic", "model": "claude-test",
+                                 "base_url": fake.anthropic_base_url, "api_key": SENTINEL_KEY}
+    values.update(fields)
+    return ProviderConfig(**values)  # type: ignore[arg-type]

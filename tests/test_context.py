@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import pickle
+
+import attrs
+import pytest
+
+from provmw.context import FrozenMap, ProviderCallContext, ProviderOperation
+
+
+def test_correlation_id_is_uuid4_hex_unless_given() -> None:
+    ctx = ProviderCallContext(ProviderOperation.CHAT)
+    assert len(ctx.correlation_id) == 32
+    assert int(ctx.correlation_id, 16) >= 0
+    assert ProviderCallContext(ProviderOperation.CHAT, "given").correlation_id == "given"
+
+
+def test_each_context_gets_its_own_correlation_id() -> None:
+    ids = {ProviderCallContext(ProviderOperation.CHAT).correlation_id for _ in range(100)}
+    assert len(ids) == 100
+
+
+def test_context_is_frozen() -> None:
+    ctx = ProviderCallContext(ProviderOperation.CHAT)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        ctx.correlation_id = "x"  # type: ignore[misc]
+
+
+def test_metadata_is_immutable() -> None:
+    ctx = ProviderCallContext(ProviderOperation.CHAT, metadata={"user": "ada"})
+    with pytest.raises(TypeError):
+        ctx.metadata["user"] = "eve"  # type: ignore[index]
+
+
+def test_with_metadata_merges_into_a_copy() -> None:
+    ctx = ProviderCallContext(ProviderOperation.EMBEDDING, metadata={"user": "ada"})
+    merged = ctx.with_metadata(tenant="acme", user="bob")
+    assert dict(merged.metadata) == {"user": "bob", "tenant": "acme"}
+    assert dict(ctx.metadata) == {"user": "ada"}
+    assert merged.correlation_id == ctx.correlation_id
+
+
+def test_context_pickles_with_its_metadata() -> None:
+    ctx = ProviderCallContext(ProviderOperation.TOOLS, metadata={"user": "ada", "n": 3})
+    assert pickle.loads(pickle.dumps(ctx)) == ctx
+
+
+def test_metadata_given_as_dict_is_copied() -> None:
+    source = {"user": "ada"}
+    ctx = ProviderCallContext(ProviderOperation.CHAT, metadata=source)
+    source["user"] = "eve"
+    assert ctx.metadata["user"] == "ada"
+    assert isinstance(ctx.metadata, FrozenMap)
+
+
+def test_operation_values_are_the_documented_strings() -> None:
+    assert [op.value for op in ProviderOperation] == ["chat", "completion", "embedding", "vision", "tools"]

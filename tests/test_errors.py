@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import provmw.errors as errors
+from provmw.errors import (
+    AuthenticationError,
+    BudgetExceededError,
+    CircuitOpenError,
+    ContentPolicyError,
+    ContextLengthExceededError,
+    FallbackAttempt,
+    FallbackExhaustedError,
+    InvalidRequestError,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    RateLimitError,
+    disposition,
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "retryable", "may_fall_back"),
+    [
+        (RateLimitError("x"), True, True),
+        (RateLimitError("x", code="insufficient_quota"), False, True),
+        (ProviderTimeoutError("x"), True, True),
+        (ProviderUnavailableError("x"), True, True),
+        (ProviderConnectionError("x"), True, True),
+        (AuthenticationError("x"), False, False),
+        (InvalidRequestError("x"), False, False),
+        (ContextLengthExceededError("x"), False, False),
+        (ContentPolicyError("x"), False, False),
+        (CircuitOpenError("b", 1.0), False, True),
+        (BudgetExceededError("u", limit=1, spent=1, reserved=0, period="day"), False, False),
+        (TimeoutError(), True, True),
+        (ValueError(), False, False),
+    ],
+)
+def test_disposition_table(error: BaseException, retryable: bool, may_fall_back: bool) -> None:
+    assert disposition(error) == errors.Disposition(retryable, may_fall_back)
+
+
+def test_should_retry_hint_overrides_the_class() -> None:
+    assert not disposition(ProviderUnavailableError("x", should_retry=False)).retryable
+    assert disposition(InvalidRequestError("x", should_retry=True)).retryable
+
+
+def test_every_error_class_is_in_the_docstring_tree() -> None:
+    doc = errors.__doc__ or ""
+    classes = [v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, errors.ProvmwError)]
+    assert len(classes) > 15
+    for cls in classes:
+        assert cls.__name__ in doc, cls.__name__
+
+
+def test_provider_error_str_names_provider_model_status() -> None:
+    error = RateLimitError("slow down", provider="openai", model="gpt", status=429, retry_after_s=2.0)
+    assert str(error) == "openai/gpt (HTTP 429): slow down"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RateLimitError("x", provider="p", model="m", status=429, retry_after_s=1.5, code="c"),
+        CircuitOpenError("p/m", 3.0),
+        BudgetExceededError("user:ada", limit=1.0, spent=0.9, reserved=0.2, period="day", resets_at="t"),
+        FallbackExhaustedError([FallbackAttempt("a", ProviderTimeoutError("t"))]),
+        errors.UnsupportedOperationError("anthropic", "embedding"),
+    ],
+)
+def test_errors_pickle_with_their_facts(error: errors.ProvmwError) -> None:
+    restored = pickle.loads(pickle.dumps(error))
+    assert type(restored) is type(error)
+    assert str(restored) == str(error)
+    assert vars(restored).keys() == vars(error).keys()
+
+
+def test_fallback_exhausted_lists_every_attempt() -> None:
+    attempts = [FallbackAttempt("a", ProviderTimeoutError("t1")), FallbackAttempt("b", RateLimitError("r"))]
+    error = FallbackExhaustedError(attempts)
+    assert error.attempts == tuple(attempts)
+    assert "a: ProviderTimeoutError" in str(error)
+    assert "b: RateLimitError" in str(error)
+
+
+def test_budget_error_names_bucket_limit_spent_reserved_period() -> None:
+    error = BudgetExceededError("tenant:acme", limit=1.0, spent=0.75, reserved=0.3, period="month",
+                                resets_at="2026-12-01T00:00:00-08:00")
+    for fact in ("tenant:acme", "limit 1", "spent 0.75", "reserved 0.3", "month", "2026-12-01"):
+        assert fact in str(error)
+
+
+def test_provider_errors_are_provmw_errors() -> None:
+    assert issubclass(ProviderError, errors.ProvmwError)
+    assert issubclass(ProviderConnectionError, ProviderUnavailableError)
