@@ -8,7 +8,7 @@ __all__ = ["redact"]
 
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 # International or national numbers: optional +country, 7 to 15 digits with common separators.
-_PHONE = re.compile(r"(?<![\w.])\+?\(?\d(?:[\s().-]{0,2}\d){6,14}(?![\w.])")
+_PHONE = re.compile(r"(?<![\w.])\+?\(?\d(?:[\s().-]{0,2}\d){6,14}(?!\w|\.\d)")
 
 
 def redact(text: str) -> str:
