@@ -243,5 +243,7 @@ class HttpClient:
                 async for chunk in response.content.iter_any():
                     for event in decoder.feed(chunk):
                         yield event
+                for event in decoder.flush():
+                    yield event
         except _MAPPED as exc:
             raise error_for_exception(exc, provider, model) from None

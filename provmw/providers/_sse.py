@@ -51,6 +51,15 @@ class SSEDecoder:
         self._pending = [text[start:]] if start < len(text) else []
         return events
 
+    def flush(self) -> list[SSEEvent]:
+        """End of stream: a held-back final ``\r`` ends its line after all."""
+        tail = "".join(self._pending)
+        self._pending = []
+        if not tail.endswith("\r"):
+            return []
+        events = self.feed(b"\n") if tail[:-1] else []
+        return [*events, *filter(None, [self._line("")])]
+
     def _line(self, line: str) -> SSEEvent | None:
         if not line:
             return self._dispatch()
