@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from provmw.errors import ConfigurationError
+from provmw.settings import find_settings_file, load_settings
+
+GOOD = """
+default = "primary"
+
+[plugins]
+block = ["noisy"]
+
+[configurations.primary]
+provider = "openai"
+model = "gpt-4o-mini"
+api_key_env = "TEST_OPENAI_KEY"
+fallbacks = ["backup"]
+options = { temperature = 0.0, max_tokens = 64 }
+
+[configurations.backup]
+provider = "anthropic"
+model = "claude-haiku"
+context_window = 200000
+
+[middleware.call_log]
+log_text = true
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "provmw.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_loads_configurations_fallbacks_and_sections(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, GOOD), environ={"TEST_OPENAI_KEY": "sk-x"})
+    primary = settings.configuration(None)
+    assert (primary.identifier, primary.fallbacks, primary.options["max_tokens"]) == ("primary", ("backup",), 64)
+    assert primary.api_key is not None and primary.api_key.reveal() == "sk-x"
+    assert settings.configuration("backup").context_window == 200000
+    assert settings.section("call_log")["log_text"] is True
+    assert settings.plugins.block == ("noisy",)
+
+
+def test_missing_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="not found"):
+        load_settings(tmp_path / "nope.toml")
+
+
+def test_bad_toml_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "default = \n")
+    with pytest.raises(ConfigurationError, match=f"{path}: not valid TOML"):
+        load_settings(path)
+
+
+def test_unknown_key_names_file_section_key_and_hint(tmp_path: Path) -> None:
+    path = write(tmp_path, '[configurations.a]\nprovider = "openai"\nmodel = "m"\ntimout_s = 3\n')
+    with pytest.raises(ConfigurationError, match=r"\[configurations.a\].*'timout_s'.*did you mean 'timeout_s'"):
+        load_settings(path, environ={})
+
+
+def test_unknown_top_level_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="unknown key 'configuration'.*did you mean 'configurations'"):
+        load_settings(write(tmp_path, "[configuration.a]\n"), environ={})
+
+
+def test_missing_env_var_for_a_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r"\[configurations.primary\] api_key_env.*TEST_OPENAI_KEY"):
+        load_settings(write(tmp_path, GOOD), environ={})
+
+
+def test_invalid_value_names_section_and_field(tmp_path: Path) -> None:
+    path = write(tmp_path, '[configurations.a]\nprovider = "openai"\nmodel = "m"\ntimeout_s = -1\n')
+    with pytest.raises(ConfigurationError, match=rf"{path}: \[configurations.a\] timeout_s"):
+        load_settings(path, environ={})
+
+
+def test_unknown_fallback_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, '[configurations.a]\nprovider = "openai"\nmodel = "m"\nfallbacks = ["bakup"]\n')
+    with pytest.raises(ConfigurationError, match="'bakup' names no configuration"):
+        load_settings(path, environ={})
+
+
+def test_missing_model_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r"\[configurations.a\] model: missing"):
+        load_settings(write(tmp_path, '[configurations.a]\nprovider = "openai"\n'), environ={})
+
+
+def test_pyproject_tool_section_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, '[tool.provmw.configurations.a]\nprovider = "openai"\nmodel = "m"\n', "pyproject.toml")
+    monkeypatch.chdir(tmp_path)
+    assert find_settings_file(environ={}) == Path("pyproject.toml")
+    assert load_settings(environ={}).configuration(None).model == "m"
+
+
+def test_env_var_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, '[configurations.a]\nprovider = "openai"\nmodel = "m"\n', "custom.toml")
+    assert find_settings_file(environ={"PROVMW_CONFIG": str(path)}) == path
+
+
+def test_no_file_gives_embedded_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(environ={})
+    assert settings.source == "<embedded defaults>"
+    assert len(settings.configurations) == 0
+
+
+def test_unknown_configuration_name_gives_a_hint(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, GOOD), environ={"TEST_OPENAI_KEY": "k"})
+    with pytest.raises(ConfigurationError, match="did you mean 'backup'"):
+        settings.configuration("bakup")

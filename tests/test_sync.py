@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import threading
+
+from provmw.plugins import PluginHost, PluginPolicy
+from provmw.settings import Settings
+from provmw.sync import SyncServiceManager
+from provmw.testing import FakeProvider
+from tests.conftest import openai_config
+
+
+async def test_sync_twin_from_several_threads(fake: FakeProvider) -> None:
+    # The fake runs in this test's loop; the twin runs its own loop in a thread.
+    import asyncio
+
+    settings = Settings(configurations={"oa": openai_config(fake)})
+    twin = SyncServiceManager(settings, host=PluginHost(PluginPolicy(autoload=False), environ={}))
+    answers: list[str] = []
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        for i in range(5):
+            text = twin.chat(f"thread {n} call {i}").text
+            with lock:
+                answers.append(text)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    await asyncio.to_thread(lambda: ([t.start() for t in threads], [t.join() for t in threads]))
+    await asyncio.to_thread(twin.close)
+    assert sorted(answers) == sorted(f"echo: thread {n} call {i}" for n in range(4) for i in range(5))
+    assert fake.count() == 20
+
+
+async def test_sync_twin_streams_and_embeds(fake: FakeProvider) -> None:
+    import asyncio
+
+    settings = Settings(configurations={"oa": openai_config(fake)})
+
+    def use() -> tuple[str, int]:
+        with SyncServiceManager(settings, host=PluginHost(PluginPolicy(autoload=False), environ={})) as twin:
+            streamed = "".join(c.text for c in twin.stream_chat("a b"))
+            return streamed, len(twin.embed(["x", "y"]).vectors)
+
+    streamed, vectors = await asyncio.to_thread(use)
+    assert (streamed.strip(), vectors) == ("echo: a b", 2)
+
+
+def test_close_twice_is_safe() -> None:
+    twin = SyncServiceManager(Settings(), host=PluginHost(PluginPolicy(autoload=False), environ={}))
+    twin.close()
+    twin.close()
