@@ -47,7 +47,8 @@ def _answer(messages: list[Any]) -> str:
 
 
 def _prompt_tokens(messages: list[Any], system: str = "") -> int:
-    return (words(system) if system else 0) + sum(words(_text_of(m.get("content"))) for m in messages) + 85 * _images_in(messages)
+    text_tokens = sum(words(_text_of(m.get("content"))) for m in messages)
+    return (words(system) if system else 0) + text_tokens + 85 * _images_in(messages)
 
 
 def _wants_tool(body: Mapping[str, Any], messages: list[Any]) -> bool:

@@ -29,7 +29,7 @@ def get(data: Mapping[str, Any], key: str, kind: type[T] | tuple[type, ...], whe
         return default  # type: ignore[no-any-return]
     value = data[key]
     if value is None and default is None:
-        return value  # type: ignore[no-any-return]
+        return default  # type: ignore[return-value]
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if list in kinds:
         kinds = (*kinds, tuple)  # to_dict keeps tuples; JSON turns them into lists

@@ -93,7 +93,7 @@ def _optional_url(instance: object, attribute: attrs.Attribute[Any], value: obje
 
 def _positive_seconds(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type]
+    if not ok or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type, operator]
         raise ConfigurationError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
 
 

@@ -44,6 +44,7 @@ class FrozenMap(Mapping[str, Any]):
     """An immutable, hashable-free, picklable mapping."""
 
     __slots__ = ("_data",)
+    _data: dict[str, Any]
 
     def __init__(self, data: Mapping[str, Any] | None = None) -> None:
         object.__setattr__(self, "_data", dict(data or {}))

@@ -75,19 +75,19 @@ class ServiceManager:
         """Close the HTTP session; the manager may not be used afterwards."""
         await self._http.aclose()
 
-    async def chat(self, messages: Messages, *, options: Mapping[str, Any] | None = None,
+    async def chat(self, /, messages: Messages, *, options: Mapping[str, Any] | None = None,
                    **call: Any) -> CompletionResponse:
         """Answer a conversation (a string is one user message)."""
         request = ChatRequest(_messages(messages), options=_options(options))
         return await self._run(ProviderOperation.CHAT, request, _chat, call)
 
-    async def complete(self, prompt: str, *, options: Mapping[str, Any] | None = None,
+    async def complete(self, /, prompt: str, *, options: Mapping[str, Any] | None = None,
                        **call: Any) -> CompletionResponse:
         """Complete a bare prompt."""
         request = CompletionRequest(prompt, options=_options(options))
         return await self._run(ProviderOperation.COMPLETION, request, _complete, call)
 
-    async def embed(self, inputs: str | Sequence[str], *, dimensions: int | None = None,
+    async def embed(self, /, inputs: str | Sequence[str], *, dimensions: int | None = None,
                     **call: Any) -> EmbeddingResponse:
         """Embed one text or several, returning one vector per input in order."""
         texts = (inputs,) if isinstance(inputs, str) else tuple(inputs)
@@ -96,7 +96,7 @@ class ServiceManager:
         request = EmbeddingRequest(texts, dimensions)
         return await self._run(ProviderOperation.EMBEDDING, request, _embed, call)
 
-    async def vision(self, prompt: str, images: Sequence[ImagePart | str], *,
+    async def vision(self, /, prompt: str, images: Sequence[ImagePart | str], *,
                      options: Mapping[str, Any] | None = None, **call: Any) -> VisionResponse:
         """Ask about images (parts, or URLs as strings)."""
         parts: list[ContentPart] = [TextPart(prompt)]
@@ -106,7 +106,7 @@ class ServiceManager:
         request = ChatRequest((Message.user(parts),), options=_options(options))
         return await self._run(ProviderOperation.VISION, request, _vision, call)
 
-    async def chat_with_tools(self, messages: Messages, tools: Sequence[ToolSpec], *,
+    async def chat_with_tools(self, /, messages: Messages, tools: Sequence[ToolSpec], *,
                               options: Mapping[str, Any] | None = None, **call: Any) -> CompletionResponse:
         """Answer a conversation in which the model may call ``tools``."""
         if not tools:

@@ -146,6 +146,10 @@ def _to_parts(value: str | Sequence[ContentPart]) -> tuple[ContentPart, ...]:
     return parts
 
 
+def _tool_calls(value: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(value)
+
+
 def _check_role(instance: Message, attribute: attrs.Attribute[Any], value: object) -> None:
     if value not in _ROLES:
         raise ConfigurationError(f"role must be one of {', '.join(_ROLES)}, got {value!r}")
@@ -157,7 +161,7 @@ class Message:
 
     role: Role = attrs.field(validator=_check_role)
     content: tuple[ContentPart, ...] = attrs.field(default=(), converter=_to_parts)
-    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tool_calls)
     tool_call_id: str | None = None
 
     @classmethod

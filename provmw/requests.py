@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -27,12 +27,24 @@ def _frozen(value: Mapping[str, Any] | None) -> FrozenMap:
     return value if isinstance(value, FrozenMap) else FrozenMap(value)
 
 
+def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    return tuple(value)
+
+
+def _tools(value: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
+    return tuple(value)
+
+
+def _texts(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class ChatRequest:
     """Messages (with any images), optional tools, and per-call options."""
 
-    messages: tuple[Message, ...] = attrs.field(converter=tuple)
-    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=tuple)
+    messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tools)
     options: FrozenMap = attrs.field(factory=FrozenMap, converter=_frozen)
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,7 +70,7 @@ class CompletionRequest:
 class EmbeddingRequest:
     """Texts to embed, in order, and an optional output dimension."""
 
-    inputs: tuple[str, ...] = attrs.field(converter=tuple)
+    inputs: tuple[str, ...] = attrs.field(converter=_texts)
     dimensions: int | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -103,7 +103,7 @@ class Settings:
 
 def options_from(cls: type[T], section: Mapping[str, Any], where: str) -> T:
     """Build an attrs options class from a settings section; unknown keys name a near match."""
-    known = [a.name for a in attrs.fields(cls)]  # type: ignore[misc]
+    known = [a.name for a in attrs.fields(cls)]  # type: ignore[arg-type]
     values = {k: v for k, v in section.items() if k != "enabled"}
     for key in values:
         if key not in known:
@@ -168,7 +168,7 @@ def _config(name: str, table: Mapping[str, Any], source: str, environ: Mapping[s
     _check_keys(table, _CONFIG_KEYS, source, where)
     fields = {k: v for k, v in table.items() if k != "api_key_env"}
     if "api_key_env" in table:
-        variable = _typed(table, "api_key_env", str, source, where)
+        variable = _typed(table, "api_key_env", str, source, where) or ""
         if variable not in environ:
             raise ConfigurationError(
                 f"{source}: {where} api_key_env: environment variable {variable} is not set"
@@ -187,7 +187,7 @@ def _policy(table: Mapping[str, Any], source: str) -> PluginPolicy:
     _check_keys(table, _PLUGIN_KEYS, source, "[plugins]")
     allow = table.get("allow")
     return PluginPolicy(
-        autoload=_typed(table, "autoload", bool, source, "[plugins]", default=True),
+        autoload=_typed(table, "autoload", bool, source, "[plugins]", default=True) is not False,
         allow=None if allow is None else tuple(_str_list(table, "allow", source)),
         block=tuple(_str_list(table, "block", source)),
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -24,12 +24,16 @@ R = TypeVar("R")
 def _blocking(
     method: Callable[Concatenate[ServiceManager, P], Coroutine[Any, Any, R]],
 ) -> Callable[Concatenate[SyncServiceManager, P], R]:
-    def call(self: SyncServiceManager, *args: P.args, **kwargs: P.kwargs) -> R:
+    def call(self: SyncServiceManager, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._wait(method(self.manager, *args, **kwargs))
 
     call.__name__ = method.__name__
     call.__doc__ = f"Blocking ``ServiceManager.{method.__name__}``. {method.__doc__ or ''}"
     return call
+
+
+async def _awaited(awaitable: Awaitable[R]) -> R:
+    return await awaitable
 
 
 class SyncServiceManager:
@@ -58,7 +62,7 @@ class SyncServiceManager:
                 except StopAsyncIteration:
                     return
         finally:
-            self._wait(chunks.aclose())  # type: ignore[attr-defined]
+            self._wait(chunks.aclose())  # type: ignore[attr-defined]  # an async generator
 
     def close(self) -> None:
         """Close the manager and stop the loop thread; safe to call twice."""
@@ -76,9 +80,8 @@ class SyncServiceManager:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _wait(self, coro: Coroutine[Any, Any, R]) -> R:
-        if self._closed and self._loop.is_closed():
-            coro.close()
+    def _wait(self, coro: Awaitable[R]) -> R:
+        if self._loop.is_closed():
             raise RuntimeError("SyncServiceManager is closed")
-        future: Future[R] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        future: Future[R] = asyncio.run_coroutine_threadsafe(_awaited(coro), self._loop)
         return future.result()

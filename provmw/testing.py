@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import json
 import random
 from collections.abc import Iterator, Mapping
@@ -245,9 +246,9 @@ async def _drop_mid_body(request: web.Request, payload: bytes) -> web.StreamResp
 async def serve(host: str, port: int) -> None:
     """Run a fake provider until cancelled, printing where it listens."""
     async with FakeProvider(host, port) as fake:
-        print(f"fake provider listening on {fake.url}", flush=True)  # noqa: T201 - a CLI
-        print(f"  OpenAI base URL:    {fake.openai_base_url}", flush=True)  # noqa: T201
-        print(f"  Anthropic base URL: {fake.anthropic_base_url}", flush=True)  # noqa: T201
+        print(f"fake provider listening on {fake.url}", flush=True)
+        print(f"  OpenAI base URL:    {fake.openai_base_url}", flush=True)
+        print(f"  Anthropic base URL: {fake.anthropic_base_url}", flush=True)
         await asyncio.Event().wait()
 
 
@@ -256,10 +257,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
     args = parser.parse_args(argv)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args.host, args.port))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

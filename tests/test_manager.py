@@ -99,7 +99,8 @@ async def test_named_configuration_can_switch_provider(manager: ServiceManager) 
     assert (response.provider, response.served_by) == ("anthropic", "an")
 
 
-async def test_ad_hoc_call_gets_a_transient_configuration(manager: ServiceManager, spy: Spy, fake: FakeProvider) -> None:
+async def test_ad_hoc_call_gets_a_transient_configuration(
+        manager: ServiceManager, spy: Spy, fake: FakeProvider) -> None:
     async with manager:
         await manager.chat("hi", provider="openai", model="other", base_url=fake.openai_base_url)
     config = spy.calls[0][1]

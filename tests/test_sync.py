@@ -25,7 +25,13 @@ async def test_sync_twin_from_several_threads(fake: FakeProvider) -> None:
                 answers.append(text)
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
-    await asyncio.to_thread(lambda: ([t.start() for t in threads], [t.join() for t in threads]))
+    def run_all() -> None:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    await asyncio.to_thread(run_all)
     await asyncio.to_thread(twin.close)
     assert sorted(answers) == sorted(f"echo: thread {n} call {i}" for n in range(4) for i in range(5))
     assert fake.count() == 20

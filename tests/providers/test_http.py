@@ -21,11 +21,11 @@ from provmw.errors import (
     ProviderUnavailableError,
     RateLimitError,
 )
+from provmw.messages import Message
 from provmw.providers import _http
 from provmw.providers._http import EXCEPTION_ERRORS, STATUS_ERRORS, HttpClient, error_for_exception, retry_hints
 from provmw.providers.openai import OpenAIAdapter
 from provmw.requests import ChatRequest, EmbeddingRequest
-from provmw.messages import Message
 from provmw.testing import FakeProvider, Fault
 from tests.conftest import openai_config
 

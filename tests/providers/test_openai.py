@@ -105,9 +105,9 @@ async def test_stream_error_status_raises_before_any_chunk(fake: FakeProvider, h
     from provmw.errors import RateLimitError
 
     fake.script(Fault(status=429, headers={"retry-after": "3"}))
+    chunks = ADAPTER.stream_chat(http, openai_config(fake), ChatRequest((Message.user("x"),)))
     with pytest.raises(RateLimitError) as caught:
-        async for _ in ADAPTER.stream_chat(http, openai_config(fake), ChatRequest((Message.user("x"),))):
-            pytest.fail("no chunk expected")
+        await anext(chunks)
     assert caught.value.retry_after_s == 3.0
 
 

@@ -4,6 +4,7 @@ import logging
 from typing import Any
 
 import pytest
+from provmw_calllog import CallLogMiddleware, CallLogOptions, redact
 
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
@@ -12,7 +13,6 @@ from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost, PluginPolicy
 from provmw.responses import CompletionResponse
 from provmw.settings import Settings
-from provmw_calllog import CallLogMiddleware, CallLogOptions, redact
 
 CONFIG = ProviderConfig(identifier="main", provider="openai", model="m", api_key="sk-calllog-SECRET")
 
