@@ -32,4 +32,4 @@ def test_lazy_attribute_error_names_the_attribute() -> None:
     import pytest
 
     with pytest.raises(AttributeError, match="no_such_name"):
-        provmw.no_such_name  # type: ignore[attr-defined]  # noqa: B018
+        provmw.no_such_name  # noqa: B018
