@@ -41,6 +41,8 @@ __all__ = [
     "ErrorCodes",
     "HttpClient",
     "error_for_exception",
+    "malformed",
+    "plain_json",
     "error_for_status",
     "retry_hints",
 ]
@@ -183,6 +185,19 @@ def error_for_exception(exc: BaseException, provider: str, model: str) -> Provid
 
 
 _MAPPED = tuple(EXCEPTION_ERRORS)
+
+
+def malformed(provider: str, model: str, exc: BaseException) -> MalformedResponseError:
+    """The error for a 2xx body that is JSON but not of the documented shape."""
+    return MalformedResponseError(
+        f"response does not have the documented shape ({type(exc).__name__}: {exc})",
+        provider=provider, model=model,
+    )
+
+
+def plain_json(value: Any) -> Any:
+    """``value`` (frozen mappings included) as plain JSON types."""
+    return json.loads(json.dumps(value, default=dict))
 
 
 class HttpClient:

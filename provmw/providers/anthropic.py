@@ -18,7 +18,7 @@ from provmw.errors import (
     UnsupportedOperationError,
 )
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
-from provmw.providers._http import COMMON_CODES, ErrorCodes, HttpClient
+from provmw.providers._http import COMMON_CODES, ErrorCodes, HttpClient, malformed, plain_json
 from provmw.providers._sse import SSEEvent
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
@@ -116,8 +116,7 @@ def _tool_choice(value: Any) -> dict[str, Any]:
 
 
 def _tool(tool: ToolSpec) -> dict[str, Any]:
-    schema = json.loads(json.dumps(tool.parameters, default=dict))
-    return {"name": tool.name, "description": tool.description, "input_schema": schema}
+    return {"name": tool.name, "description": tool.description, "input_schema": plain_json(tool.parameters)}
 
 
 def _usage(usage: Mapping[str, Any]) -> Usage:
@@ -154,7 +153,7 @@ class AnthropicAdapter:
         ignored = set(options) - {*_PASSED_OPTIONS, "max_tokens", "tool_choice", "extra_body"}
         if ignored:
             log.debug("anthropic ignores options %s", sorted(ignored))
-        body.update(json.loads(json.dumps(options.get("extra_body", {}), default=dict)))
+        body.update(plain_json(options.get("extra_body", {})))
         return body
 
     async def chat(self, http: HttpClient, config: ProviderConfig,
@@ -173,7 +172,7 @@ class AnthropicAdapter:
                 finish_reason=FINISH_REASONS.get(data.get("stop_reason"), data.get("stop_reason")),
             )
         except (KeyError, TypeError, AttributeError) as exc:
-            raise _malformed(config, exc) from None
+            raise malformed(self.name, config.model, exc) from None
 
     async def complete(self, http: HttpClient, config: ProviderConfig,
                        request: CompletionRequest) -> CompletionResponse:
@@ -195,7 +194,7 @@ class AnthropicAdapter:
             try:
                 data = json.loads(event.data)
             except ValueError as exc:
-                raise _malformed(config, exc) from None
+                raise malformed(self.name, config.model, exc) from None
             if event.event == "error" or data.get("type") == "error":
                 raise _stream_error(config, data)
             if (chunk := _stream_chunk(event, data, usage)) is not None:
@@ -224,9 +223,3 @@ def _stream_error(config: ProviderConfig, data: Mapping[str, Any]) -> ProviderEr
     cls = ERROR_CODES.codes.get(code or "", ProviderUnavailableError)
     return cls(message or "stream error", provider="anthropic", model=config.model, code=code)
 
-
-def _malformed(config: ProviderConfig, exc: BaseException) -> MalformedResponseError:
-    return MalformedResponseError(
-        f"response does not have the documented shape ({type(exc).__name__}: {exc})",
-        provider="anthropic", model=config.model,
-    )

@@ -14,7 +14,7 @@ from typing import Any
 from provmw.config import ProviderConfig
 from provmw.errors import MalformedResponseError
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
-from provmw.providers._http import ErrorCodes, HttpClient
+from provmw.providers._http import ErrorCodes, HttpClient, malformed, plain_json
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
 
@@ -67,12 +67,8 @@ def _message(message: Message) -> dict[str, Any]:
 
 
 def _tool(tool: ToolSpec) -> dict[str, Any]:
-    function = {"name": tool.name, "description": tool.description, "parameters": _plain(tool.parameters)}
+    function = {"name": tool.name, "description": tool.description, "parameters": plain_json(tool.parameters)}
     return {"type": "function", "function": function}
-
-
-def _plain(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=dict))
 
 
 def _with_options(body: dict[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,8 +77,8 @@ def _with_options(body: dict[str, Any], options: Mapping[str, Any]) -> dict[str,
         if name == "response_format" and isinstance(value, str):
             value = {"type": value}
         if name != "extra_body":
-            body[name] = _plain(value)
-    body.update(_plain(extra))
+            body[name] = plain_json(value)
+    body.update(plain_json(extra))
     return body
 
 
@@ -120,7 +116,7 @@ class OpenAIAdapter:
                 tool_calls=_tool_calls(message), finish_reason=choice.get("finish_reason"),
             )
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise _malformed(config, exc) from None
+            raise malformed(self.name, config.model, exc) from None
 
     async def complete(self, http: HttpClient, config: ProviderConfig,
                        request: CompletionRequest) -> CompletionResponse:
@@ -136,7 +132,7 @@ class OpenAIAdapter:
                 finish_reason=choice.get("finish_reason"),
             )
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise _malformed(config, exc) from None
+            raise malformed(self.name, config.model, exc) from None
 
     async def embed(self, http: HttpClient, config: ProviderConfig,
                     request: EmbeddingRequest) -> EmbeddingResponse:
@@ -152,7 +148,7 @@ class OpenAIAdapter:
                 served_by=config.identifier, vectors=[row["embedding"] for row in rows],
             )
         except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise _malformed(config, exc) from None
+            raise malformed(self.name, config.model, exc) from None
 
     async def stream_chat(self, http: HttpClient, config: ProviderConfig,
                           request: ChatRequest) -> AsyncIterator[ChatChunk]:
@@ -168,7 +164,7 @@ class OpenAIAdapter:
                 data = json.loads(event.data)
                 yield _chunk(data)
             except (ValueError, KeyError, IndexError, TypeError) as exc:
-                raise _malformed(config, exc) from None
+                raise malformed(self.name, config.model, exc) from None
         raise MalformedResponseError("stream ended before [DONE]", provider=self.name, model=config.model)
 
     def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
@@ -197,9 +193,3 @@ def _chunk(data: Mapping[str, Any]) -> ChatChunk:
     delta = choice.get("delta") or {}
     return ChatChunk(text=delta.get("content") or "", finish_reason=choice.get("finish_reason"), usage=usage)
 
-
-def _malformed(config: ProviderConfig, exc: BaseException) -> MalformedResponseError:
-    return MalformedResponseError(
-        f"response does not have the documented shape ({type(exc).__name__}: {exc})",
-        provider="openai", model=config.model,
-    )
