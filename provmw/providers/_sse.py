@@ -56,9 +56,9 @@ class SSEDecoder:
         tail = "".join(self._pending)
         self._pending = []
         if not tail.endswith("\r"):
-            return []
-        events = self.feed(b"\n") if tail[:-1] else []
-        return [*events, *filter(None, [self._line("")])]
+            return []  # an unterminated line or event at EOF is dropped, as the spec says
+        event = self._line(tail[:-1])
+        return [event] if event is not None else []
 
     def _line(self, line: str) -> SSEEvent | None:
         if not line:

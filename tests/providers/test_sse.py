@@ -46,6 +46,10 @@ def test_very_long_line_survives() -> None:
     assert len(events[0].data) == 5_000_000
 
 
+def test_event_without_blank_line_at_eof_is_dropped() -> None:
+    assert decode(b"data: a\r") == []
+
+
 def test_incomplete_event_is_not_dispatched() -> None:
     assert decode(b"data: partial\n") == []
 
