@@ -13,16 +13,19 @@ from typing import TYPE_CHECKING, Any
 from provmw.config import ProviderConfig, Secret
 from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.errors import (
+    AttemptTimeoutError,
     AuthenticationError,
     BudgetExceededError,
     CircuitOpenError,
     ConfigurationError,
     ContentPolicyError,
     ContextLengthExceededError,
+    DeadlineExceededError,
     DuplicateMiddlewareError,
     FallbackExhaustedError,
     InvalidDataError,
     InvalidRequestError,
+    LocalRateLimitError,
     MalformedResponseError,
     PluginError,
     PluginLoadError,
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttemptTimeoutError",
     "AuthenticationError",
     "BudgetExceededError",
     "ChatChunk",
@@ -62,12 +66,14 @@ __all__ = [
     "ConfigurationError",
     "ContentPolicyError",
     "ContextLengthExceededError",
+    "DeadlineExceededError",
     "DuplicateMiddlewareError",
     "EmbeddingResponse",
     "FallbackExhaustedError",
     "ImagePart",
     "InvalidDataError",
     "InvalidRequestError",
+    "LocalRateLimitError",
     "MalformedResponseError",
     "Message",
     "Middleware",

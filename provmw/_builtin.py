@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 @hookimpl
 def provmw_middleware(settings: Settings) -> Iterable[Middleware]:
     """The built-in middleware; each reads its own ``[middleware.<name>]`` section."""
-    return ()
+    from provmw.middleware import builtin_middleware
+
+    return builtin_middleware(settings)
 
 
 @hookimpl

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import difflib
 import hmac
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from provmw._checks import number
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
 
@@ -91,19 +91,6 @@ def _optional_url(instance: object, attribute: attrs.Attribute[Any], value: obje
         raise ConfigurationError(f"base_url must be an http(s) URL, got {value!r}")
 
 
-def _positive_seconds(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type, operator]
-        raise ConfigurationError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
-
-
-def _optional_positive_int(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigurationError(f"{attribute.name} must be a positive integer, got {value!r}")
-
-
 def _bool(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, bool):
         raise ConfigurationError(f"{attribute.name} must be true or false, got {value!r}")
@@ -160,12 +147,12 @@ class ProviderConfig:
     api_key: Secret | None = attrs.field(default=None, converter=_to_secret)
     options: FrozenMap = attrs.field(factory=FrozenMap, converter=_to_frozen, validator=_validate_options)
     fallbacks: tuple[str, ...] = attrs.field(default=(), converter=_to_str_tuple)
-    timeout_s: float = attrs.field(default=60.0, validator=_positive_seconds)
+    timeout_s: float = attrs.field(default=60.0, validator=number(gt=0))
     active: bool = attrs.field(default=True, validator=_bool)
     headers: FrozenMap = attrs.field(
         factory=FrozenMap, converter=_to_frozen, validator=_validate_headers, repr=_repr_headers
     )
-    context_window: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    context_window: int | None = attrs.field(default=None, validator=number(gt=0, integer=True, optional=True))
 
     @property
     def is_ad_hoc(self) -> bool:

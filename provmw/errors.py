@@ -11,7 +11,9 @@
     │   └── DuplicateMiddlewareError       two middleware share a name
     ├── ProviderError                      provider, model, status, retry_after_s
     │   ├── RateLimitError                 429 (quota_exhausted for insufficient_quota)
+    │   │   └── LocalRateLimitError        our own rate_limit refused; nothing was sent
     │   ├── ProviderTimeoutError           408, 504, read timeout
+    │   │   └── AttemptTimeoutError        the timeout middleware's per-attempt limit fired
     │   ├── ProviderUnavailableError       409, 5xx, 529 overloaded
     │   │   └── ProviderConnectionError    refused, reset, DNS failure
     │   ├── MalformedResponseError         a body that is not the documented JSON
@@ -20,11 +22,14 @@
     │       ├── ContextLengthExceededError the prompt does not fit the model
     │       └── ContentPolicyError         refused by the provider's content filter
     ├── CircuitOpenError                   a breaker is open; retry_after_s
+    ├── DeadlineExceededError              the logical call's total time limit fired
     ├── FallbackExhaustedError             every attempt and its error
     └── BudgetExceededError                bucket, limit, spent, reserved, period
 
 ``disposition(exc)`` is the single answer to "retry it?" and "try the next
-configuration?". A server's ``x-should-retry`` hint overrides the retry answer.
+configuration?". A server's ``x-should-retry`` hint overrides the retry answer. A
+context-length error may fall back only to a larger context window; the fallback
+middleware checks that itself.
 No error message ever contains an API key: configurations mask theirs by type, and
 adapters never put request headers into errors.
 """
@@ -39,16 +44,19 @@ import attrs
 __all__ = [
     "AuthenticationError",
     "BudgetExceededError",
+    "AttemptTimeoutError",
     "CircuitOpenError",
     "ConfigurationError",
     "ContentPolicyError",
     "ContextLengthExceededError",
+    "DeadlineExceededError",
     "Disposition",
     "DuplicateMiddlewareError",
     "FallbackAttempt",
     "FallbackExhaustedError",
     "InvalidDataError",
     "InvalidRequestError",
+    "LocalRateLimitError",
     "MalformedResponseError",
     "PluginError",
     "PluginLoadError",
@@ -161,11 +169,49 @@ class RateLimitError(ProviderError):
         return self.code == "insufficient_quota"
 
 
+class LocalRateLimitError(RateLimitError):
+    """The ``rate_limit`` middleware refused the call after waiting; nothing reached the provider.
+
+    ``limit`` names the limit that refused (``requests_per_minute``, ``tokens_per_minute``
+    or ``max_concurrency``). Not retried (the middleware already waited); may fall back.
+    """
+
+    retryable = False
+
+    def __init__(self, message: str, *, limit: str, config_id: str, **fields: object) -> None:
+        super().__init__(message, **fields)  # type: ignore[arg-type]
+        self.limit = limit
+        self.config_id = config_id
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_local_rate_limit, (self.message, self.limit, self.config_id, self._fields()))
+
+
+def _rebuild_local_rate_limit(message: str, limit: str, config_id: str,
+                              fields: dict[str, object]) -> LocalRateLimitError:
+    return LocalRateLimitError(message, limit=limit, config_id=config_id, **fields)
+
+
 class ProviderTimeoutError(ProviderError):
     """The provider did not answer in time; it may still have processed (and billed) the call."""
 
     retryable = True
     fallback_eligible = True
+
+
+class AttemptTimeoutError(ProviderTimeoutError):
+    """One attempt ran past the ``timeout`` middleware's limit (``limit_s``) and was cancelled."""
+
+    def __init__(self, message: str, *, limit_s: float, **fields: object) -> None:
+        super().__init__(message, **fields)  # type: ignore[arg-type]
+        self.limit_s = limit_s
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_attempt_timeout, (self.message, self.limit_s, self._fields()))
+
+
+def _rebuild_attempt_timeout(message: str, limit_s: float, fields: dict[str, object]) -> AttemptTimeoutError:
+    return AttemptTimeoutError(message, limit_s=limit_s, **fields)
 
 
 class ProviderUnavailableError(ProviderError):
@@ -212,6 +258,18 @@ class CircuitOpenError(ProvmwError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.breaker, self.retry_after_s))
+
+
+class DeadlineExceededError(ProvmwError, TimeoutError):
+    """The logical call (every attempt and fallback) ran past its total time limit ``limit_s``."""
+
+    def __init__(self, limit_s: float, elapsed_s: float) -> None:
+        super().__init__(f"deadline of {limit_s:g}s for the whole call exceeded after {elapsed_s:.3g}s")
+        self.limit_s = limit_s
+        self.elapsed_s = elapsed_s
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.limit_s, self.elapsed_s))
 
 
 @attrs.frozen
@@ -288,6 +346,8 @@ def disposition(exc: BaseException) -> Disposition:
         return Disposition(retryable=retryable, may_fall_back=type(exc).fallback_eligible)
     if isinstance(exc, CircuitOpenError):
         return Disposition(retryable=False, may_fall_back=True)
+    if isinstance(exc, DeadlineExceededError):  # the whole call is out of time
+        return Disposition(retryable=False, may_fall_back=False)
     if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError since 3.11
         return Disposition(retryable=True, may_fall_back=True)
     return Disposition(retryable=False, may_fall_back=False)

@@ -18,7 +18,14 @@ from provmw.plugins import PluginHost
 from provmw.providers import ProviderAdapter
 from provmw.providers._http import HttpClient
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, ProviderRequest, cache_key
-from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, ProviderResponse, VisionResponse
+from provmw.responses import (
+    Attempt,
+    ChatChunk,
+    CompletionResponse,
+    EmbeddingResponse,
+    ProviderResponse,
+    VisionResponse,
+)
 from provmw.settings import Settings, load_settings
 
 __all__ = ["ServiceManager", "StackEntry"]
@@ -55,6 +62,8 @@ class ServiceManager:
         plugins = {c.middleware.name: c.plugin for c in contributions}
         self.stack = tuple(StackEntry(m.name, m.priority, plugins.get(m.name, "(application)"))
                            for m in self.pipeline.middlewares)
+        self.controls: frozenset[str] = frozenset().union(
+            *(getattr(m, "controls", ()) for m in self.pipeline.middlewares))
         self.providers: Mapping[str, ProviderAdapter] = self.host.collect_providers()
         for config in self.settings.configurations.values():
             self._adapter(config.provider, where=f"[configurations.{config.identifier}] provider")
@@ -151,21 +160,37 @@ class ServiceManager:
         config = self.resolve(**target)
         ctx = self._context(operation, config, request, people)
         adapters, http = self.providers, self._http
+        attempts: list[Attempt] = []
 
+        # The terminal is the one place that sees every request that reached a provider.
         async def terminal(chosen: ProviderConfig) -> R:
-            return await call_adapter(adapters[chosen.provider], http, chosen, request)
+            try:
+                response = await call_adapter(adapters[chosen.provider], http, chosen, request)
+            except BaseException as exc:
+                attempts.append(Attempt(config_id=chosen.identifier, error_type=type(exc).__name__,
+                                        status=getattr(exc, "status", None)))
+                raise
+            attempts.append(Attempt(config_id=chosen.identifier))
+            return response
 
-        return await self.pipeline.run(ctx, config, terminal)
+        response = await self.pipeline.run(ctx, config, terminal)
+        return attrs.evolve(response, attempts=tuple(attempts)) if attempts else response
 
     def _context(self, operation: ProviderOperation, config: ProviderConfig,
                  request: ProviderRequest, call: Mapping[str, Any]) -> ProviderCallContext:
         user, tenant = call.get("user"), call.get("tenant")
+        controls = call.get("controls") or {}
+        for name in controls:
+            if name not in self.controls:
+                known = sorted(self.controls)
+                raise ConfigurationError(f"controls: no installed middleware reads {name!r}"
+                                         f"{did_you_mean(name, known)}; known: {', '.join(known) or 'none'}")
         metadata: dict[str, Any] = {
             "user": user,
             "tenant": tenant,
             "cache_key": cache_key(operation, config, request, json.dumps([tenant, user])),
             "estimated_input_tokens": _estimate_tokens(request),
-            "call_options": FrozenMap(call.get("controls") or {}),
+            "call_options": FrozenMap(controls),
         }
         options = getattr(request, "options", {})
         if "max_tokens" in options or "max_tokens" in config.options:

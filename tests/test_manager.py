@@ -14,13 +14,14 @@ from provmw.plugins import PluginHost
 from provmw.responses import CompletionResponse, EmbeddingResponse, VisionResponse
 from provmw.settings import Settings
 from provmw.testing import FakeProvider
-from tests.conftest import anthropic_config, openai_config
+from tests.conftest import BUILTIN_MIDDLEWARE_OFF, anthropic_config, openai_config
 
 
 class Spy:
     """Records each context and configuration that enters the pipeline."""
 
     name, priority = "spy", 1
+    controls = frozenset({"no_cache"})
 
     def __init__(self) -> None:
         self.calls: list[tuple[ProviderCallContext, ProviderConfig]] = []
@@ -38,7 +39,7 @@ def spy() -> Spy:
 @pytest.fixture
 def manager(fake: FakeProvider, builtin_only: PluginHost, spy: Spy) -> ServiceManager:
     settings = Settings(configurations={"oa": openai_config(fake, fallbacks=("an",)), "an": anthropic_config(fake)},
-                        default="oa")
+                        default="oa", middleware=BUILTIN_MIDDLEWARE_OFF)
     return ServiceManager(settings, host=builtin_only, middleware=[spy])
 
 

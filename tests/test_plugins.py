@@ -88,7 +88,7 @@ def test_builtin_plugin_registers_the_providers(builtin_only: PluginHost) -> Non
 def test_disabled_middleware_section_drops_the_middleware(site: Path) -> None:
     host = PluginHost(PluginPolicy(allow=("stamp",)), environ={}).load()
     settings = Settings(middleware={"stamp": {"enabled": False}})
-    assert [c.middleware.name for c in host.collect_middleware(settings)] == []
+    assert "stamp" not in [c.middleware.name for c in host.collect_middleware(settings)]
 
 
 def test_section_for_unknown_middleware_is_an_error_with_a_hint(site: Path) -> None:

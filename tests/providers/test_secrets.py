@@ -60,6 +60,6 @@ async def test_manager_failure_and_reprs_do_not_contain_the_key(
     fake.script(Fault(status=500, message="internal"))
     async with ServiceManager(settings, host=builtin_only) as manager:
         with pytest.raises(ProviderError) as caught:
-            await manager.chat("hi")
+            await manager.chat("hi", controls={"max_attempts": 1})
         assert SENTINEL_KEY not in repr(manager.settings) + repr(manager.resolve())
     assert_clean(caught.value, caplog)

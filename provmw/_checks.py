@@ -1,0 +1,34 @@
+"""attrs validators for numbers in settings; each error names the field and the bad value."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from provmw.errors import ConfigurationError
+
+__all__ = ["number"]
+
+Validator = Callable[[object, "attrs.Attribute[Any]", Any], None]
+
+
+def number(*, gt: float | None = None, ge: float | None = None, le: float | None = None,
+           integer: bool = False, optional: bool = False) -> Validator:
+    """A validator for a finite number (an int when ``integer``) within the given bounds."""
+    kind = "an integer" if integer else "a number"
+    bounds = [f"> {gt:g}" if gt is not None else "", f">= {ge:g}" if ge is not None else "",
+              f"<= {le:g}" if le is not None else ""]
+    wanted = " ".join([kind, *filter(None, bounds)])
+
+    def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is None and optional:
+            return
+        ok = not isinstance(value, bool) and isinstance(value, int if integer else int | float)
+        ok = ok and math.isfinite(value) and (gt is None or value > gt) and (ge is None or value >= ge)
+        if not ok or (le is not None and value > le):
+            raise ConfigurationError(f"{attribute.name} must be {wanted}, got {value!r}")
+
+    return check

@@ -1,0 +1,79 @@
+"""provmw's built-in middleware, one module each, and the builder that reads their settings.
+
+========== ================= ==================================================
+priority   name              job
+========== ================= ==================================================
+650        ``deadline``      total time of the logical call
+600        ``fallback``      walk the configuration's fallback chain
+550        ``rate_limit``    requests/tokens per minute and concurrency
+500        ``retry``         retries with backoff, hints and a retry budget
+400        ``circuit_breaker`` stop calling a failing endpoint, then probe it
+200        ``timeout``       per-attempt time limit
+========== ================= ==================================================
+
+ADR 0007 explains the order. Each reads its own ``[middleware.<name>]`` section; unknown
+keys are errors that name a near match.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeVar
+
+import attrs
+
+from provmw.config import did_you_mean
+from provmw.errors import ConfigurationError
+from provmw.middleware.circuit_breaker import CircuitBreakerMiddleware
+from provmw.middleware.deadline import DeadlineMiddleware, DeadlineOptions
+from provmw.middleware.fallback import FallbackMiddleware
+from provmw.middleware.rate_limit import RateLimitMiddleware, RateLimitOptions
+from provmw.middleware.retry import RetryMiddleware, RetryOptions
+from provmw.middleware.timeout import TimeoutMiddleware
+from provmw.settings import options_from
+from provmw.stores.breakers import BreakerPolicy
+
+if TYPE_CHECKING:
+    from provmw.pipeline import Middleware
+    from provmw.settings import Settings
+
+__all__ = [
+    "CircuitBreakerMiddleware",
+    "DeadlineMiddleware",
+    "FallbackMiddleware",
+    "RateLimitMiddleware",
+    "RetryMiddleware",
+    "TimeoutMiddleware",
+    "builtin_middleware",
+]
+
+T = TypeVar("T")
+
+
+@attrs.frozen
+class _NoOptions:
+    """A section that takes no keys but ``enabled``."""
+
+
+def builtin_middleware(settings: Settings) -> list[Middleware]:
+    """The built-in middleware, configured from ``settings`` (disabled ones are dropped later)."""
+
+    def options(cls: type[T], name: str) -> T:
+        return options_from(cls, settings.section(name), f"{settings.source}: [middleware.{name}]")
+
+    rate_limits = options(RateLimitOptions, "rate_limit")
+    known = [*settings.configurations, "*"]
+    for identifier in rate_limits.limits:
+        if identifier not in known:
+            raise ConfigurationError(
+                f"{settings.source}: [middleware.rate_limit.limits] {identifier!r} names no configuration"
+                f"{did_you_mean(identifier, known)}")
+    options(_NoOptions, "fallback")
+    options(_NoOptions, "timeout")
+    return [
+        DeadlineMiddleware(options(DeadlineOptions, "deadline")),
+        FallbackMiddleware(settings.configurations),
+        RateLimitMiddleware(rate_limits),
+        RetryMiddleware(options(RetryOptions, "retry")),
+        CircuitBreakerMiddleware(options(BreakerPolicy, "circuit_breaker")),
+        TimeoutMiddleware(),
+    ]

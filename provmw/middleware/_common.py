@@ -1,0 +1,41 @@
+"""What several built-in middleware share: injectable time, per-call controls, breaker keys."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
+
+from provmw.config import ProviderConfig
+from provmw.context import ProviderCallContext
+from provmw.errors import ConfigurationError
+
+__all__ = ["Clock", "Sleep", "endpoint_key", "monotonic", "seconds_control"]
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+monotonic: Clock = time.monotonic
+
+
+def seconds_control(ctx: ProviderCallContext, name: str) -> float | None:
+    """The per-call control ``name`` as a positive number of seconds, if the caller gave one."""
+    value = ctx.metadata.get("call_options", {}).get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(f"controls[{name!r}] must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def endpoint_key(config: ProviderConfig) -> str:
+    """``provider|scheme://host/path|model``: the endpoint a breaker or limiter guards.
+
+    User info and query strings are dropped so that no credential ends up in a key.
+    """
+    url = ""
+    if config.base_url:
+        parts = urlsplit(config.base_url)
+        url = f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{parts.path}"
+    return f"{config.provider}|{url}|{config.model}"

@@ -1,0 +1,65 @@
+"""``circuit_breaker``: stop calling an endpoint that keeps failing, then probe it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from provmw.config import ProviderConfig
+from provmw.context import ProviderCallContext
+from provmw.errors import CircuitOpenError, disposition
+from provmw.middleware._common import Clock, endpoint_key, monotonic
+from provmw.pipeline import Next, R
+from provmw.stores.breakers import BreakerPolicy, BreakerState, BreakerStore, MemoryBreakerStore, Transition
+
+__all__ = ["CircuitBreakerMiddleware"]
+
+log = logging.getLogger(__name__)
+
+
+class CircuitBreakerMiddleware:
+    """One breaker per provider + base URL + model; open raises ``CircuitOpenError`` at once.
+
+    Fallback-eligible errors (rate limits, timeouts, 5xx, connection failures, bad bodies)
+    count as failures; other errors say nothing about the endpoint's health, so they,
+    like a cancelled call, give their permit back uncounted.
+    """
+
+    name = "circuit_breaker"
+    priority = 400
+
+    def __init__(self, policy: BreakerPolicy | None = None, *, store: BreakerStore | None = None,
+                 clock: Clock = monotonic) -> None:
+        self.policy = policy or BreakerPolicy()
+        self.store: BreakerStore = store if store is not None else MemoryBreakerStore()
+        self._clock = clock
+
+    async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
+        key, store, policy, clock = endpoint_key(config), self.store, self.policy, self._clock
+        admission = await store.admit(key, policy, clock())
+        _log(admission.transition)
+        if not admission.admitted:
+            raise CircuitOpenError(key, admission.retry_after_s)
+        started = clock()
+        try:
+            response = await next(config)
+        except Exception as exc:
+            if disposition(exc).may_fall_back:
+                _log(await store.record(key, admission, policy, failed=True, slow=False, now=clock()))
+            else:
+                await store.release(key, admission)
+            raise
+        except asyncio.CancelledError:
+            await store.release(key, admission)
+            raise
+        now = clock()
+        slow = policy.slow_call_s is not None and now - started >= policy.slow_call_s
+        _log(await store.record(key, admission, policy, failed=False, slow=slow, now=now))
+        return response
+
+
+def _log(transition: Transition | None) -> None:
+    if transition is None:
+        return
+    level = logging.WARNING if transition.after is BreakerState.OPEN else logging.INFO
+    log.log(level, "circuit %s: %s -> %s", transition.key, transition.before.value, transition.after.value)

@@ -1,0 +1,53 @@
+"""``deadline``: one time limit for the whole logical call, across attempts and fallbacks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import attrs
+
+from provmw._checks import number
+from provmw.config import ProviderConfig
+from provmw.context import ProviderCallContext
+from provmw.errors import DeadlineExceededError
+from provmw.middleware._common import Clock, monotonic, seconds_control
+from provmw.pipeline import Next, R
+
+__all__ = ["DeadlineMiddleware", "DeadlineOptions"]
+
+
+@attrs.frozen
+class DeadlineOptions:
+    """``[middleware.deadline]``: ``default_s`` applies to calls that set no ``deadline_s``."""
+
+    default_s: float | None = attrs.field(default=None, validator=number(gt=0, optional=True))
+
+
+class DeadlineMiddleware:
+    """Cancel everything inside (retries, waits, fallbacks) once the call's deadline passes.
+
+    The limit is ``controls={"deadline_s": x}`` or the configured ``default_s``; with
+    neither, the call passes through untouched. Raises ``DeadlineExceededError``, which
+    nothing retries or falls back on.
+    """
+
+    name = "deadline"
+    priority = 650
+    controls = frozenset({"deadline_s"})
+
+    def __init__(self, options: DeadlineOptions | None = None, *, clock: Clock = monotonic) -> None:
+        self.options = options or DeadlineOptions()
+        self._clock = clock
+
+    async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
+        limit_s = seconds_control(ctx, "deadline_s") or self.options.default_s
+        if limit_s is None:
+            return await next(config)
+        started, scope = self._clock(), asyncio.timeout(limit_s)
+        try:
+            async with scope:
+                return await next(config)
+        except TimeoutError:
+            if not scope.expired():  # an inner layer's own TimeoutError
+                raise
+            raise DeadlineExceededError(limit_s, self._clock() - started) from None

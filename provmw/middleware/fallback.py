@@ -1,0 +1,83 @@
+"""``fallback``: walk a configuration's fallback chain on errors that another one may fix."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from provmw.config import ProviderConfig
+from provmw.context import ProviderCallContext
+from provmw.errors import (
+    ConfigurationError,
+    ContextLengthExceededError,
+    FallbackAttempt,
+    FallbackExhaustedError,
+    disposition,
+)
+from provmw.pipeline import Next, R
+
+__all__ = ["FallbackMiddleware"]
+
+log = logging.getLogger(__name__)
+
+
+class FallbackMiddleware:
+    """Try the configuration, then each of its ``fallbacks`` in order, on fallback-eligible errors.
+
+    Inactive and unknown entries are skipped, and so is the configuration's own identifier
+    in its chain. A non-eligible error (authentication, invalid request, budget) propagates
+    unchanged at once. A context-length error moves on only to a configuration whose
+    ``context_window`` is known and larger. With nothing left to try, a chain of one
+    re-raises its error unchanged; a longer one raises ``FallbackExhaustedError`` listing
+    every attempt, with the primary's error as the cause. The response's ``served_by``
+    names the configuration that answered.
+    """
+
+    name = "fallback"
+    priority = 600
+
+    def __init__(self, configurations: Mapping[str, ProviderConfig]) -> None:
+        self._configurations = dict(configurations)
+
+    async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
+        if not config.fallbacks and config.active:  # the common case: no chain, no bookkeeping
+            return await next(config)
+        attempts: list[FallbackAttempt] = []
+        min_window = 0  # after a context-length error: the window a candidate must exceed
+        for candidate in self.chain(config):
+            if min_window and (candidate.context_window or 0) <= min_window:
+                continue
+            try:
+                return await next(candidate)
+            except Exception as exc:
+                if not _eligible(exc, candidate):
+                    raise
+                log.info("fallback: %s failed with %s; trying the next configuration",
+                         candidate.identifier, type(exc).__name__)
+                attempts.append(FallbackAttempt(candidate.identifier, exc))
+                if isinstance(exc, ContextLengthExceededError):
+                    min_window = max(min_window, candidate.context_window or 0)
+        if not attempts:
+            raise ConfigurationError(f"configuration {config.identifier!r} is inactive and its "
+                                     "fallback chain has no active configuration")
+        if len(attempts) == 1:
+            raise attempts[0].error
+        raise FallbackExhaustedError(attempts) from attempts[0].error
+
+    def chain(self, config: ProviderConfig) -> list[ProviderConfig]:
+        """The configurations a call on ``config`` may try, in order."""
+        chain = [config] if config.active else []
+        for identifier in dict.fromkeys(config.fallbacks):
+            candidate = self._configurations.get(identifier)
+            if identifier == config.identifier or candidate is None or not candidate.active:
+                log.debug("fallback: skipping %r in the chain of %r", identifier, config.identifier)
+                continue
+            chain.append(candidate)
+        return chain
+
+
+def _eligible(exc: Exception, failed: ProviderConfig) -> bool:
+    """May the walk go on after ``exc``? A context-length error only from a known window."""
+    if isinstance(exc, ContextLengthExceededError):
+        return failed.context_window is not None
+    return disposition(exc).may_fall_back
