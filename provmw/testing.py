@@ -13,6 +13,16 @@ talk real HTTP without a key or a network::
         assert fake.count(model="primary-model") == 2
 
 Run it standalone with ``python -m provmw.testing --port 8765`` or ``provmw fake-provider``.
+
+For middleware unit tests, ``ScriptedNext`` stands in for the inner layers (each call
+returns or raises the next scripted outcome) and ``FakeClock`` is a clock whose ``sleep``
+advances time instead of waiting::
+
+    clock = FakeClock()
+    retry = RetryMiddleware(sleep=clock.sleep)
+    inner = ScriptedNext(ProviderUnavailableError("busy", status=503))
+    response = await retry.handle(ProviderCallContext(ProviderOperation.CHAT), config, inner)
+    assert len(inner.calls) == 2 and len(clock.sleeps) == 1
 """
 
 from __future__ import annotations
@@ -30,9 +40,11 @@ import attrs
 from aiohttp import web
 
 from provmw import _fake_wire as wire
+from provmw.config import ProviderConfig
 from provmw.context import FrozenMap
+from provmw.responses import CompletionResponse, ProviderResponse
 
-__all__ = ["ROUTES", "Fault", "FakeProvider", "RecordedRequest"]
+__all__ = ["ROUTES", "FakeClock", "Fault", "FakeProvider", "RecordedRequest", "ScriptedNext"]
 
 ROUTES = ("chat", "completion", "embedding", "messages")
 _ANY = "*"
@@ -60,6 +72,41 @@ class RecordedRequest:
     model: str
     body: Any
     headers: FrozenMap
+
+
+class ScriptedNext:
+    """A ``next`` callable that returns or raises its scripted outcomes in order, then answers "ok"."""
+
+    def __init__(self, *outcomes: ProviderResponse | BaseException) -> None:
+        self._outcomes = collections.deque(outcomes)
+        self.calls: list[ProviderConfig] = []
+
+    async def __call__(self, config: ProviderConfig) -> Any:
+        self.calls.append(config)
+        outcome = self._outcomes.popleft() if self._outcomes else None
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome or CompletionResponse(provider=config.provider, model=config.model,
+                                             served_by=config.identifier, text="ok")
+
+
+class FakeClock:
+    """A monotonic clock for tests: ``clock()`` reads it, ``await clock.sleep(s)`` advances it."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)  # still let other tasks run, as a real sleep would
 
 
 @attrs.define
@@ -101,7 +148,8 @@ class FakeProvider:
         app.router.add_post("/v1/completions", self._handler("completion"))
         app.router.add_post("/v1/embeddings", self._handler("embedding"))
         app.router.add_post("/v1/messages", self._handler("messages"))
-        self._runner = web.AppRunner(app, access_log=None)
+        # A client that gave up (a timeout) cancels its handler, as a real server's would stop.
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
         await site.start()
