@@ -21,7 +21,7 @@ def number(*, gt: float | None = None, ge: float | None = None, le: float | None
     kind = "an integer" if integer else "a number"
     bounds = [f"> {gt:g}" if gt is not None else "", f">= {ge:g}" if ge is not None else "",
               f"<= {le:g}" if le is not None else ""]
-    wanted = " ".join([kind, *filter(None, bounds)])
+    wanted = " ".join([kind, " and ".join(filter(None, bounds))]).strip()
 
     def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value is None and optional:

@@ -110,7 +110,7 @@ def options_from(cls: type[T], section: Mapping[str, Any], where: str) -> T:
             raise ConfigurationError(f"{where}: unknown key {key!r}{did_you_mean(key, known)}")
     try:
         return cls(**values)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, ConfigurationError) as exc:
         raise ConfigurationError(f"{where}: {exc}") from exc
 
 
