@@ -46,7 +46,8 @@ def test_an_unknown_key_in_a_section_names_file_section_and_a_near_match(builtin
 
 def test_a_bad_value_in_a_section_names_the_key(builtin_only: PluginHost) -> None:
     settings = parse_settings({"middleware": {"circuit_breaker": {"failure_rate": 2}}}, "provmw.toml", {})
-    with pytest.raises(ConfigurationError, match=r"\[middleware.circuit_breaker\]: failure_rate must be a number > 0 and <= 1, got 2"):
+    expected = r"\[middleware.circuit_breaker\]: failure_rate must be a number > 0 and <= 1, got 2"
+    with pytest.raises(ConfigurationError, match=expected):
         ServiceManager(settings, host=builtin_only)
 
 
