@@ -75,6 +75,9 @@ class _Story:
             shown = ", ".join(f"{c.name}({c.arguments})" for c in calls)
         self.say(f"   -> {shown}  [served_by={response.served_by} cached={response.cached} "
                  f"tokens={response.usage.total_tokens}]")
+        if len(response.attempts) > 1:
+            tried = ", ".join(f"{a.config_id}:{a.status or a.error_type or 'ok'}" for a in response.attempts)
+            self.say(f"      attempts: {tried}")
 
 
 async def run_demo(out: TextIO, host: PluginHost | None = None) -> int:
@@ -109,19 +112,20 @@ async def _tell(story: _Story) -> None:
     chunks = [c.text async for c in m.stream_chat("stream this answer", configuration="backup")]
     story.say(f"   -> {len(chunks)} chunks: {''.join(chunks).strip()!r}")
 
-    story.step("4. The primary fails with 503 and a Retry-After of 1s")
-    story.fake.script(Fault(status=503, message="primary overloaded", headers={"retry-after": "1"}),
-                      model="fast-model")
+    story.step("4. Failover: the primary is down (503, three times in a row)")
+    story.fake.script(*[Fault(status=503, message="primary overloaded")] * 3, model="fast-model")
     if story.needs("fallback"):
-        story.say("   the fallback middleware walks primary -> backup:")
-    else:
-        story.say("   the typed error reaches the caller with the server's retry hint:")
+        story.say("   retry tries the primary again, then the fallback walks primary -> backup:")
     await story.call(lambda: m.chat("Are you there?"))
 
-    story.step("5. A retry honouring Retry-After")
+    story.step("5. Retry-After: a short hint is honoured, a long one swaps providers")
     if story.needs("retry"):
         story.fake.script(Fault(status=429, headers={"retry-after-ms": "50"}), model="fast-model")
+        story.say("   429 with retry-after-ms: 50 -> wait 50 ms, same provider:")
         await story.call(lambda: m.chat("Try me twice"))
+        story.fake.script(Fault(status=429, headers={"retry-after": "120"}), model="fast-model")
+        story.say("   429 with retry-after: 120 (over the 8 s cap) -> no waiting, straight to the backup:")
+        await story.call(lambda: m.chat("No time to wait"))
     story.step("6. The same deterministic question twice")
     if story.needs("cache"):
         for _ in range(2):

@@ -33,9 +33,10 @@ class CircuitBreakerMiddleware:
         self.policy = policy or BreakerPolicy()
         self.store: BreakerStore = store if store is not None else MemoryBreakerStore()
         self._clock = clock
+        self._keys: dict[tuple[str, str | None, str], str] = {}
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
-        key, store, policy, clock = endpoint_key(config), self.store, self.policy, self._clock
+        key, store, policy, clock = self._key(config), self.store, self.policy, self._clock
         admission = await store.admit(key, policy, clock())
         _log(admission.transition)
         if not admission.admitted:
@@ -56,6 +57,16 @@ class CircuitBreakerMiddleware:
         slow = policy.slow_call_s is not None and now - started >= policy.slow_call_s
         _log(await store.record(key, admission, policy, failed=False, slow=slow, now=now))
         return response
+
+    def _key(self, config: ProviderConfig) -> str:
+        # Parsing the URL costs more than the rest of the happy path; remember the answer.
+        where = (config.provider, config.base_url, config.model)
+        key = self._keys.get(where)
+        if key is None:
+            if len(self._keys) >= 4096:  # ad-hoc configurations could otherwise grow it forever
+                self._keys.clear()
+            key = self._keys[where] = endpoint_key(config)
+        return key
 
 
 def _log(transition: Transition | None) -> None:

@@ -95,6 +95,8 @@ class _Breaker:
     state: BreakerState = BreakerState.CLOSED
     generation: int = 0
     window: collections.deque[tuple[bool, bool]] = attrs.Factory(collections.deque)
+    failures: int = 0  # running counts over the window, so no call sums it
+    slow_calls: int = 0
     opened_at: float = 0.0
     probes_out: int = 0
     probes_passed: int = 0
@@ -141,8 +143,14 @@ class MemoryBreakerStore:
             if b.probes_passed >= policy.half_open_probes:
                 return _move(key, b, BreakerState.CLOSED, now)
             return None
+        if len(b.window) == b.window.maxlen:
+            old_failed, old_slow = b.window[0]
+            b.failures -= old_failed
+            b.slow_calls -= old_slow
         b.window.append((failed, slow))
-        if len(b.window) >= policy.min_calls and _tripped(b.window, policy):
+        b.failures += failed
+        b.slow_calls += slow
+        if len(b.window) >= policy.min_calls and _tripped(b, policy):
             return _move(key, b, BreakerState.OPEN, now)
         return None
 
@@ -152,18 +160,17 @@ class MemoryBreakerStore:
             b.probes_out -= 1
 
 
-def _tripped(window: collections.deque[tuple[bool, bool]], policy: BreakerPolicy) -> bool:
+def _tripped(b: _Breaker, policy: BreakerPolicy) -> bool:
     # Divide rather than multiply the threshold: 3/10 >= 0.3 holds, 3 >= 0.3*10 does not.
-    if sum(failed for failed, _ in window) / len(window) >= policy.failure_rate:
-        return True
-    return sum(slow for _, slow in window) / len(window) >= policy.slow_call_rate
+    calls = len(b.window)
+    return b.failures / calls >= policy.failure_rate or b.slow_calls / calls >= policy.slow_call_rate
 
 
 def _move(key: str, b: _Breaker, to: BreakerState, now: float) -> Transition:
     transition = Transition(key, b.state, to)
     b.state, b.generation = to, b.generation + 1
     b.window.clear()
-    b.probes_out = b.probes_passed = 0
+    b.failures = b.slow_calls = b.probes_out = b.probes_passed = 0
     if to is BreakerState.OPEN:
         b.opened_at = now
     return transition
