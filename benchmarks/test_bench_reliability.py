@@ -51,7 +51,8 @@ def served(loop: asyncio.AbstractEventLoop) -> Iterator[tuple[FakeProvider, Serv
     configurations = {
         "primary": ProviderConfig(identifier="primary", provider="openai", model="p", base_url=fake.openai_base_url,
                                   fallbacks=("backup",)),
-        "backup": ProviderConfig(identifier="backup", provider="anthropic", model="b", base_url=fake.anthropic_base_url),
+        "backup": ProviderConfig(identifier="backup", provider="anthropic", model="b",
+                                 base_url=fake.anthropic_base_url),
     }
     manager = ServiceManager(Settings(configurations=configurations, default="primary"),
                              host=PluginHost(PluginPolicy(autoload=False), environ={}))

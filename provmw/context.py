@@ -7,7 +7,12 @@ absent; plugins may add their own, preferably prefixed with the plugin's name):
     Who the call is for; budgets and usage group by them, the cache scopes keys by them.
 ``cache_key``
     Hex digest of the canonical request (operation, provider, model, base URL, payload,
-    options) and the caller's scope; see :func:`provmw.requests.cache_key`.
+    options) bound to the caller's ``[tenant, user]`` scope; see
+    :func:`provmw.requests.cache_key`.
+``shared_cache_key``
+    The same digest without the scope; only for cache namespaces marked shared.
+``deterministic``
+    True for embeddings, and for generation with temperature 0 or a seed.
 ``idempotency_key``
     The caller's idempotency key, when given.
 ``estimated_input_tokens``, ``max_output_tokens``

@@ -17,7 +17,15 @@ from provmw.pipeline import Middleware, MiddlewarePipeline
 from provmw.plugins import PluginHost
 from provmw.providers import ProviderAdapter
 from provmw.providers._http import HttpClient
-from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, ProviderRequest, cache_key
+from provmw.requests import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    ProviderRequest,
+    cache_key,
+    is_deterministic,
+    request_digest,
+)
 from provmw.responses import (
     Attempt,
     ChatChunk,
@@ -179,6 +187,7 @@ class ServiceManager:
     def _context(self, operation: ProviderOperation, config: ProviderConfig,
                  request: ProviderRequest, call: Mapping[str, Any]) -> ProviderCallContext:
         user, tenant = call.get("user"), call.get("tenant")
+        digest = request_digest(operation, config, request)
         controls = call.get("controls") or {}
         for name in controls:
             if name not in self.controls:
@@ -188,7 +197,9 @@ class ServiceManager:
         metadata: dict[str, Any] = {
             "user": user,
             "tenant": tenant,
-            "cache_key": cache_key(operation, config, request, json.dumps([tenant, user])),
+            "cache_key": cache_key(digest, json.dumps([tenant, user])),
+            "shared_cache_key": digest,
+            "deterministic": is_deterministic(config, request),
             "estimated_input_tokens": _estimate_tokens(request),
             "call_options": FrozenMap(controls),
         }

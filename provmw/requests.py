@@ -19,7 +19,9 @@ __all__ = [
     "EmbeddingRequest",
     "ProviderRequest",
     "cache_key",
+    "is_deterministic",
     "merged_options",
+    "request_digest",
 ]
 
 
@@ -85,18 +87,18 @@ def merged_options(config: ProviderConfig, request_options: Mapping[str, Any]) -
     return {**config.options, **request_options}
 
 
-def cache_key(operation: ProviderOperation, config: ProviderConfig, request: ProviderRequest,
-              scope: str) -> str:
-    """A stable hex digest of everything that changes the answer, and who may see it.
+def request_digest(operation: ProviderOperation, config: ProviderConfig, request: ProviderRequest) -> str:
+    """A stable hex digest of everything that changes the answer, for nobody in particular.
 
-    Canonical JSON (sorted keys, no whitespace) hashed with SHA-256: the same in every
-    process and Python version, unlike ``hash()``.
+    Canonical JSON (sorted keys, no whitespace) of the operation, provider, model, base URL
+    and the request with its merged options, hashed with SHA-256: the same in every
+    process and Python version, unlike ``hash()``. Only namespaces marked shared use it
+    bare; every other cache key is ``cache_key(digest, scope)``.
     """
     body = request.to_dict()
     if "options" in body:
         body["options"] = _plain(merged_options(config, body["options"]))
     canonical = {
-        "scope": scope,
         "operation": operation.value,
         "provider": config.provider,
         "model": config.model,
@@ -105,6 +107,19 @@ def cache_key(operation: ProviderOperation, config: ProviderConfig, request: Pro
     }
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def cache_key(digest: str, scope: str) -> str:
+    """The request digest bound to who may see the answer (the caller's tenant and user)."""
+    return hashlib.sha256(f"{scope}\n{digest}".encode()).hexdigest()
+
+
+def is_deterministic(config: ProviderConfig, request: ProviderRequest) -> bool:
+    """Whether the same request should give the same answer: temperature 0 or a seed."""
+    if isinstance(request, EmbeddingRequest):
+        return True
+    options = merged_options(config, request.options)
+    return options.get("temperature") == 0 or options.get("seed") is not None
 
 
 def _plain(value: Any) -> Any:

@@ -3,6 +3,7 @@
 ========== ================= ==================================================
 priority   name              job
 ========== ================= ==================================================
+800        ``cache``         tenant-scoped answers, single-flight misses
 650        ``deadline``      total time of the logical call
 600        ``fallback``      walk the configuration's fallback chain
 550        ``rate_limit``    requests/tokens per minute and concurrency
@@ -11,7 +12,7 @@ priority   name              job
 200        ``timeout``       per-attempt time limit
 ========== ================= ==================================================
 
-ADR 0007 explains the order. Each reads its own ``[middleware.<name>]`` section; unknown
+ADR 0007 explains the order, ADR 0010 the cache. Each reads its own ``[middleware.<name>]`` section; unknown
 keys are errors that name a near match.
 """
 
@@ -23,6 +24,7 @@ import attrs
 
 from provmw.config import did_you_mean
 from provmw.errors import ConfigurationError
+from provmw.middleware.cache import CacheMiddleware, CacheOptions
 from provmw.middleware.circuit_breaker import CircuitBreakerMiddleware
 from provmw.middleware.deadline import DeadlineMiddleware, DeadlineOptions
 from provmw.middleware.fallback import FallbackMiddleware
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from provmw.settings import Settings
 
 __all__ = [
+    "CacheMiddleware",
     "CircuitBreakerMiddleware",
     "DeadlineMiddleware",
     "FallbackMiddleware",
@@ -70,6 +73,7 @@ def builtin_middleware(settings: Settings) -> list[Middleware]:
     options(_NoOptions, "fallback")
     options(_NoOptions, "timeout")
     return [
+        CacheMiddleware(options(CacheOptions, "cache")),
         DeadlineMiddleware(options(DeadlineOptions, "deadline")),
         FallbackMiddleware(settings.configurations),
         RateLimitMiddleware(rate_limits),

@@ -1,0 +1,192 @@
+"""``cache``: answer repeated requests from a store, scoped to who asked, one upstream call at a time.
+
+The key comes from the manager (``ctx.metadata["cache_key"]``: the canonical request bound
+to the caller's tenant and user), so two tenants never share an entry; a namespace listed
+in ``shared_namespaces`` uses the unscoped digest on purpose. Per-call controls:
+``no_cache`` (do not read), ``no_store`` (do not write), ``ttl_s``, ``namespace``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from provmw._checks import number
+from provmw.config import ProviderConfig
+from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.errors import ConfigurationError, InvalidDataError
+from provmw.middleware._common import Clock, monotonic, seconds_control
+from provmw.pipeline import Next, R
+from provmw.responses import (
+    CompletionResponse,
+    EmbeddingResponse,
+    ProviderResponse,
+    VisionResponse,
+    response_from_dict,
+)
+from provmw.stores.cache import CacheStore, MemoryCacheStore
+
+__all__ = ["CacheMiddleware", "CacheOptions"]
+
+log = logging.getLogger(__name__)
+
+_OPERATIONS = [op.value for op in ProviderOperation]
+_COMPLETE = frozenset({"stop", "tool_calls"})  # finish reasons of a whole answer
+
+
+def _operations(value: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise ConfigurationError(f"operations must be a list, got the string {value!r}")
+    for name in value:
+        if name not in _OPERATIONS:
+            raise ConfigurationError(f"operations: {name!r} is not one of {', '.join(_OPERATIONS)}")
+    return tuple(value)
+
+
+def _names(value: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise ConfigurationError(f"shared_namespaces must be a list, got the string {value!r}")
+    return tuple(value)
+
+
+@attrs.frozen
+class CacheOptions:
+    """``[middleware.cache]``: which operations, how long, how much, which namespaces are shared."""
+
+    operations: tuple[str, ...] = attrs.field(default=("embedding",), converter=_operations)
+    ttl_s: float = attrs.field(default=3600.0, validator=number(gt=0))
+    max_entries: int = attrs.field(default=10_000, validator=number(ge=1, integer=True))
+    max_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=number(ge=1, integer=True))
+    shared_namespaces: tuple[str, ...] = attrs.field(default=(), converter=_names)
+
+
+class CacheMiddleware:
+    """Serve hits marked ``cached=True``; store only whole answers; coalesce identical misses.
+
+    Chat-like operations are cached only when listed in ``operations`` and deterministic
+    (temperature 0 or a seed). Errors, answers cut by length or a content filter, and
+    anything unreadable in the store are never served or kept. Concurrent identical misses
+    make one upstream call: its answer (marked cached) or its error reaches every waiter.
+    """
+
+    name = "cache"
+    priority = 800
+    controls = frozenset({"no_cache", "no_store", "ttl_s", "namespace"})
+
+    def __init__(self, options: CacheOptions | None = None, *, store: CacheStore | None = None,
+                 timer: Clock = monotonic) -> None:
+        self.options = o = options or CacheOptions()
+        self.store: CacheStore = store if store is not None else MemoryCacheStore(
+            max_entries=o.max_entries, max_bytes=o.max_bytes, timer=timer)
+        self._operations = frozenset(ProviderOperation(name) for name in o.operations)
+        self._in_flight: dict[str, asyncio.Future[Any]] = {}
+        self._store_failing = False
+
+    async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
+        key = self._key(ctx)
+        if key is None:
+            return await next(config)
+        controls = ctx.metadata.get("call_options", {})
+        if controls.get("no_cache"):
+            return await self._fill(key, ctx, config, next, controls)
+        while True:
+            hit = await self._read(key, ctx.operation)
+            if hit is not None:
+                return hit  # type: ignore[return-value]
+            leader = self._in_flight.get(key)
+            if leader is None:
+                return await self._fill(key, ctx, config, next, controls)
+            try:
+                response = await asyncio.shield(leader)
+            except asyncio.CancelledError:
+                if leader.cancelled():  # the leader was cancelled, not us: try again
+                    continue
+                raise
+            return attrs.evolve(response, cached=True)  # type: ignore[no-any-return]
+
+    def _key(self, ctx: ProviderCallContext) -> str | None:
+        if ctx.operation not in self._operations:
+            return None
+        metadata = ctx.metadata
+        if not metadata.get("deterministic"):
+            return None
+        namespace = metadata.get("call_options", {}).get("namespace", "default")
+        if not isinstance(namespace, str) or not namespace:
+            raise ConfigurationError(f"controls['namespace'] must be a non-empty string, got {namespace!r}")
+        key = metadata.get("shared_cache_key" if namespace in self.options.shared_namespaces else "cache_key")
+        return None if key is None else f"{namespace}:{key}"
+
+    async def _fill(self, key: str, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R],
+                    controls: Any) -> R:
+        ttl_s = seconds_control(ctx, "ttl_s") or self.options.ttl_s
+        leader: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._in_flight.setdefault(key, leader)
+        try:
+            response = await next(config)
+        except BaseException as exc:
+            self._done(key, leader)
+            if isinstance(exc, asyncio.CancelledError):
+                leader.cancel()  # waiters go again rather than fail with our cancellation
+            else:
+                leader.set_exception(exc)
+                leader.exception()  # retrieved: no "never retrieved" warning when nobody waited
+            raise
+        leader.set_result(response)
+        try:
+            if not controls.get("no_store") and _whole(response):
+                await self._write(key, response, ttl_s)
+        finally:  # stay joinable until the entry is written, so no newcomer goes upstream
+            self._done(key, leader)
+        return response
+
+    def _done(self, key: str, leader: asyncio.Future[Any]) -> None:
+        if self._in_flight.get(key) is leader:
+            del self._in_flight[key]
+
+    async def _read(self, key: str, operation: ProviderOperation) -> ProviderResponse | None:
+        try:
+            text = await self.store.get(key)
+        except Exception as exc:
+            self._failing(exc)
+            return None
+        self._store_failing = False
+        if text is None:
+            return None
+        try:
+            response = response_from_dict(json.loads(text))
+            if type(response) is not _TYPES.get(operation, CompletionResponse):
+                raise InvalidDataError(f"a {type(response).__name__} under a {operation.value} key")
+        except (ValueError, InvalidDataError) as exc:  # JSONDecodeError is a ValueError
+            log.warning("cache: dropping an unreadable entry %s (%s)", key[:24], exc)
+            await self.store.delete(key)
+            return None
+        return attrs.evolve(response, cached=True)
+
+    async def _write(self, key: str, response: ProviderResponse, ttl_s: float) -> None:
+        try:
+            await self.store.set(key, json.dumps(response.to_dict(), separators=(",", ":")), ttl_s)
+        except Exception as exc:
+            self._failing(exc)
+
+    def _failing(self, exc: Exception) -> None:
+        if not self._store_failing:  # once per outage, not once per call
+            log.warning("cache: the store failed (%s: %s); serving misses", type(exc).__name__, exc)
+        self._store_failing = True
+
+
+_TYPES: dict[ProviderOperation, type[ProviderResponse]] = {
+    ProviderOperation.EMBEDDING: EmbeddingResponse,
+    ProviderOperation.VISION: VisionResponse,
+}
+
+
+def _whole(response: ProviderResponse) -> bool:
+    """Only complete answers are kept: not cut by length, not filtered, not empty."""
+    if isinstance(response, EmbeddingResponse):
+        return bool(response.vectors)
+    return isinstance(response, CompletionResponse) and response.finish_reason in _COMPLETE

@@ -1,0 +1,88 @@
+"""Response cache storage: the store interface and the bounded in-memory store.
+
+Stores hold JSON text (``response.to_dict()`` serialized), never pickles, so a poisoned
+entry can at worst fail to decode; the cache middleware treats that as a miss.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import cachetools
+
+__all__ = ["CacheStore", "MemoryCacheStore"]
+
+
+class CacheStore(Protocol):
+    """Where cached answers live, keyed by the cache middleware's full key."""
+
+    async def get(self, key: str) -> str | None:
+        """The JSON text stored under ``key``, or None when absent or expired."""
+        ...
+
+    async def set(self, key: str, value: str, ttl_s: float) -> None:
+        """Store ``value`` under ``key`` for ``ttl_s`` seconds."""
+        ...
+
+    async def delete(self, key: str) -> None:
+        """Forget ``key`` (a corrupt entry, for instance)."""
+        ...
+
+
+class MemoryCacheStore:
+    """A thread-safe TTL cache bounded by entry count and by the size of its JSON text.
+
+    Least recently used entries go first when either bound is reached; an entry past its
+    TTL is never returned. ``timer`` is injectable for tests.
+    """
+
+    def __init__(self, *, max_entries: int = 10_000, max_bytes: int = 64 * 1024 * 1024,
+                 timer: Callable[[], float] = time.monotonic) -> None:
+        self.max_entries = max_entries
+        self._lock = threading.Lock()
+        self._entries: cachetools.TLRUCache[str, tuple[str, float]] = cachetools.TLRUCache(
+            maxsize=max_bytes, ttu=_expires, timer=timer, getsizeof=_size)
+
+    async def get(self, key: str) -> str | None:
+        with self._lock:
+            found = self._entries.get(key)
+        return None if found is None else found[0]
+
+    async def set(self, key: str, value: str, ttl_s: float) -> None:
+        if _size((value, ttl_s)) > self._entries.maxsize:
+            return  # larger than the whole cache: not worth evicting everything for
+        with self._lock:
+            self._entries[key] = (value, ttl_s)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem()
+
+    async def delete(self, key: str) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+    @property
+    def entries(self) -> int:
+        with self._lock:
+            self._entries.expire()
+            return len(self._entries)
+
+    @property
+    def bytes(self) -> int:
+        with self._lock:
+            self._entries.expire()
+            return int(self._entries.currsize)
+
+
+def _expires(key: str, value: tuple[str, float], now: float) -> float:
+    return now + value[1]
+
+
+_ENTRY_OVERHEAD = 128  # the key (a 64-character digest and a prefix) and bookkeeping
+
+
+def _size(value: tuple[str, float]) -> int:
+    # The middleware stores ASCII-only JSON, so characters are bytes.
+    return len(value[0]) + _ENTRY_OVERHEAD
