@@ -23,8 +23,9 @@ def test_the_resolved_built_in_order_is_pinned(builtin_only: PluginHost) -> None
     manager = ServiceManager(Settings(), host=builtin_only)
     assert manager.pipeline.order == BUILTIN_MIDDLEWARE
     assert [(e.name, e.priority, e.plugin) for e in manager.stack] == [
-        ("cache", 800, "provmw"), ("deadline", 650, "provmw"), ("fallback", 600, "provmw"), ("rate_limit", 550, "provmw"),
-        ("retry", 500, "provmw"), ("circuit_breaker", 400, "provmw"), ("timeout", 200, "provmw")]
+        ("cache", 800, "provmw"), ("deadline", 650, "provmw"), ("fallback", 600, "provmw"),
+        ("rate_limit", 550, "provmw"), ("retry", 500, "provmw"), ("circuit_breaker", 400, "provmw"),
+        ("timeout", 200, "provmw")]
 
 
 def test_the_first_party_call_log_plugin_sits_outermost() -> None:
