@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -23,6 +22,7 @@ from provmw.requests import (
     EmbeddingRequest,
     ProviderRequest,
     cache_key,
+    caller_scope,
     is_deterministic,
     request_digest,
 )
@@ -197,7 +197,7 @@ class ServiceManager:
         metadata: dict[str, Any] = {
             "user": user,
             "tenant": tenant,
-            "cache_key": cache_key(digest, json.dumps([tenant, user])),
+            "cache_key": cache_key(digest, caller_scope(tenant, user)),
             "shared_cache_key": digest,
             "deterministic": is_deterministic(config, request),
             "estimated_input_tokens": _estimate_tokens(request),

@@ -19,6 +19,7 @@ __all__ = [
     "EmbeddingRequest",
     "ProviderRequest",
     "cache_key",
+    "caller_scope",
     "is_deterministic",
     "merged_options",
     "request_digest",
@@ -107,6 +108,11 @@ def request_digest(operation: ProviderOperation, config: ProviderConfig, request
     }
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def caller_scope(tenant: str | None, user: str | None) -> str:
+    """Who a cached answer belongs to; JSON, so no tenant/user pair can collide with another."""
+    return json.dumps([tenant, user])
 
 
 def cache_key(digest: str, scope: str) -> str:

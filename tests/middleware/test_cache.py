@@ -1,0 +1,247 @@
+"""The cache middleware: scoped hits, controls, what is never kept, single-flight, bad entries."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from provmw.config import ProviderConfig
+from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.errors import ConfigurationError, ContentPolicyError, ProviderError, ProviderUnavailableError
+from provmw.manager import ServiceManager
+from provmw.middleware.cache import CacheMiddleware, CacheOptions
+from provmw.plugins import PluginHost
+from provmw.responses import CompletionResponse, EmbeddingResponse
+from provmw.settings import Settings
+from provmw.stores.cache import MemoryCacheStore
+from provmw.testing import FakeProvider, Fault, ScriptedNext
+from tests.conftest import BUILTIN_MIDDLEWARE_OFF, openai_config
+
+CONFIG = ProviderConfig(identifier="p", provider="openai", model="m")
+ANSWER = CompletionResponse(provider="openai", model="m", text="42", finish_reason="stop")
+
+
+def ctx(key: str = "k1", operation: ProviderOperation = ProviderOperation.CHAT, deterministic: bool = True,
+        **controls: Any) -> ProviderCallContext:
+    return ProviderCallContext(operation, metadata={"cache_key": key, "shared_cache_key": "shared-" + key[-1],
+                                                    "deterministic": deterministic, "call_options": controls})
+
+
+def cache(**options: Any) -> CacheMiddleware:
+    return CacheMiddleware(CacheOptions(**{"operations": ("chat", "embedding"), **options}))
+
+
+def entries(middleware: CacheMiddleware) -> int:
+    assert isinstance(middleware.store, MemoryCacheStore)
+    return middleware.store.entries
+
+
+async def test_a_repeat_is_a_hit_marked_cached_and_skips_the_provider() -> None:
+    middleware, inner = cache(), ScriptedNext(ANSWER, ANSWER)
+    first = await middleware.handle(ctx(), CONFIG, inner)
+    second = await middleware.handle(ctx(), CONFIG, inner)
+    assert (first.cached, second.cached, len(inner.calls)) == (False, True, 1)
+    assert (second.text, second.finish_reason) == ("42", "stop")
+
+
+async def test_another_scope_is_a_miss() -> None:
+    middleware, inner = cache(), ScriptedNext(ANSWER, ANSWER)
+    await middleware.handle(ctx("tenant-a"), CONFIG, inner)
+    assert not (await middleware.handle(ctx("tenant-b"), CONFIG, inner)).cached
+
+
+async def test_a_shared_namespace_uses_the_unscoped_key() -> None:
+    middleware, inner = cache(shared_namespaces=["public"]), ScriptedNext(ANSWER)
+    await middleware.handle(ctx("tenant-a1", namespace="public"), CONFIG, inner)
+    hit = await middleware.handle(ctx("tenant-b1", namespace="public"), CONFIG, inner)
+    assert hit.cached and len(inner.calls) == 1
+
+
+async def test_namespaces_do_not_share_entries() -> None:
+    middleware, inner = cache(), ScriptedNext(ANSWER, ANSWER)
+    await middleware.handle(ctx(namespace="a"), CONFIG, inner)
+    assert not (await middleware.handle(ctx(namespace="b"), CONFIG, inner)).cached
+
+
+async def test_chat_is_cached_only_when_listed_and_deterministic() -> None:
+    for middleware, context in ((cache(), ctx(deterministic=False)), (cache(operations=["embedding"]), ctx())):
+        inner = ScriptedNext(ANSWER, ANSWER)
+        await middleware.handle(context, CONFIG, inner)
+        await middleware.handle(context, CONFIG, inner)
+        assert len(inner.calls) == 2
+
+
+def test_the_default_caches_embeddings_only() -> None:
+    assert CacheOptions().operations == ("embedding",)
+
+
+async def test_no_cache_skips_the_read_but_stores_the_fresh_answer() -> None:
+    middleware = cache()
+    await middleware.handle(ctx(), CONFIG, ScriptedNext(ANSWER))
+    inner = ScriptedNext(CompletionResponse(provider="openai", model="m", text="fresh", finish_reason="stop"))
+    assert (await middleware.handle(ctx(no_cache=True), CONFIG, inner)).text == "fresh"
+    assert (await middleware.handle(ctx(), CONFIG, ScriptedNext())).text == "fresh"
+
+
+async def test_no_store_skips_the_write() -> None:
+    middleware = cache()
+    await middleware.handle(ctx(no_store=True), CONFIG, ScriptedNext(ANSWER))
+    assert entries(middleware) == 0
+
+
+async def test_the_ttl_control_sets_the_entry_lifetime() -> None:
+    now = [0.0]
+    middleware = CacheMiddleware(CacheOptions(operations=("chat",)), timer=lambda: now[0])
+    await middleware.handle(ctx(ttl_s=5), CONFIG, ScriptedNext(ANSWER))
+    now[0] = 4.9
+    assert (await middleware.handle(ctx(), CONFIG, ScriptedNext())).cached
+    now[0] = 5.0
+    assert not (await middleware.handle(ctx(), CONFIG, ScriptedNext(ANSWER))).cached
+
+
+@pytest.mark.parametrize("outcome", [
+    ProviderUnavailableError("500", status=500),
+    ContentPolicyError("filtered", status=400),
+    CompletionResponse(provider="openai", model="m", text="cut sh", finish_reason="length"),
+    CompletionResponse(provider="openai", model="m", text="", finish_reason="content_filter"),
+    CompletionResponse(provider="openai", model="m", text="?", finish_reason=None),
+    EmbeddingResponse(provider="openai", model="m", vectors=[]),
+], ids=["500", "content-policy", "length", "content-filter-finish", "unknown-finish", "no-vectors"])
+async def test_failures_and_partial_answers_leave_no_entry(outcome: Any) -> None:
+    middleware = cache()
+    with contextlib.suppress(ProviderError):
+        await middleware.handle(ctx(), CONFIG, ScriptedNext(outcome))
+    assert entries(middleware) == 0
+
+
+@pytest.mark.parametrize("value", ["", 3, None])
+async def test_a_bad_namespace_control_names_itself(value: object) -> None:
+    with pytest.raises(ConfigurationError, match="namespace"):
+        await cache().handle(ctx(namespace=value), CONFIG, ScriptedNext())
+
+
+@pytest.mark.parametrize("raw", ["{not json", json.dumps({"type": "completion"}), json.dumps([1, 2]),
+                                 json.dumps({**EmbeddingResponse(provider="o", model="m", vectors=[[1.0]]).to_dict()}),
+                                 "\x80\x04\x95pickle"], ids=["bad-json", "missing-fields", "a-list", "wrong-type",
+                                                             "pickle-bytes"])
+async def test_a_corrupt_entry_is_a_miss_logged_once(raw: str, caplog: pytest.LogCaptureFixture) -> None:
+    middleware = cache()
+    await middleware.store.set("default:k1", raw, 60)
+    first = await middleware.handle(ctx(no_store=True), CONFIG, ScriptedNext(ANSWER))
+    second = await middleware.handle(ctx(), CONFIG, ScriptedNext(ANSWER))
+    assert not first.cached and not second.cached
+    assert caplog.text.count("dropping an unreadable entry") == 1
+
+
+async def test_a_failing_store_degrades_to_misses_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    class BrokenStore:
+        async def get(self, key: str) -> str | None:
+            raise ConnectionError("store down")
+
+        async def set(self, key: str, value: str, ttl_s: float) -> None:
+            raise ConnectionError("store down")
+
+        async def delete(self, key: str) -> None:
+            raise ConnectionError("store down")
+
+    middleware = CacheMiddleware(CacheOptions(operations=("chat",)), store=BrokenStore())
+    for _ in range(3):
+        assert (await middleware.handle(ctx(), CONFIG, ScriptedNext(ANSWER))).text == "42"
+    assert caplog.text.count("the store failed") == 1
+
+
+async def test_concurrent_identical_misses_make_one_upstream_call() -> None:
+    middleware, gate, calls = cache(), asyncio.Event(), []
+
+    async def slow(config: ProviderConfig) -> CompletionResponse:
+        calls.append(config)
+        await gate.wait()
+        return ANSWER
+
+    tasks = [asyncio.create_task(middleware.handle(ctx(), CONFIG, slow)) for _ in range(50)]
+    await asyncio.sleep(0)
+    gate.set()
+    results = await asyncio.gather(*tasks)
+    assert len(calls) == 1 and sum(not r.cached for r in results) == 1
+
+
+async def test_a_failing_leader_fails_every_waiter_and_caches_nothing() -> None:
+    middleware, gate = cache(), asyncio.Event()
+    error = ProviderUnavailableError("down", status=503)
+
+    async def failing(config: ProviderConfig) -> CompletionResponse:
+        await gate.wait()
+        raise error
+
+    tasks = [asyncio.create_task(middleware.handle(ctx(), CONFIG, failing)) for _ in range(20)]
+    await asyncio.sleep(0)
+    gate.set()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(r is error for r in results) and entries(middleware) == 0
+    inner = ScriptedNext(ANSWER)
+    await middleware.handle(ctx(), CONFIG, inner)
+    assert len(inner.calls) == 1
+
+
+async def test_a_cancelled_leader_lets_a_waiter_go_upstream() -> None:
+    middleware, gate = cache(), asyncio.Event()
+
+    async def hang(config: ProviderConfig) -> CompletionResponse:
+        await gate.wait()
+        return ANSWER
+
+    leader = asyncio.create_task(middleware.handle(ctx(), CONFIG, hang))
+    await asyncio.sleep(0)
+    waiter = asyncio.create_task(middleware.handle(ctx(), CONFIG, ScriptedNext(ANSWER)))
+    await asyncio.sleep(0)
+    leader.cancel()
+    assert (await waiter).text == "42"
+
+
+async def test_stampede_over_real_http_makes_one_upstream_call(fake: FakeProvider, builtin_only: PluginHost) -> None:
+    fake.script(Fault(delay_s=0.05), route="embedding")
+    async with ServiceManager(_settings(fake), host=builtin_only) as manager:
+        results = await asyncio.gather(*(manager.embed("same text", tenant="acme") for _ in range(500)))
+    assert fake.count(route="embedding") == 1
+    assert len({r.vectors for r in results}) == 1 and sum(not r.cached for r in results) == 1
+
+
+async def test_stampede_with_a_failing_leader_over_real_http(fake: FakeProvider, builtin_only: PluginHost) -> None:
+    fake.script(Fault(status=500, delay_s=0.05), route="embedding")
+    async with ServiceManager(_settings(fake), host=builtin_only) as manager:
+        results = await asyncio.gather(*(manager.embed("same", tenant="acme") for _ in range(500)),
+                                       return_exceptions=True)
+        assert all(isinstance(r, ProviderUnavailableError) for r in results)
+        assert not (await manager.embed("same", tenant="acme")).cached
+    assert fake.count(route="embedding") == 2
+
+
+async def test_two_tenants_over_real_http_never_see_each_others_entry(
+        fake: FakeProvider, builtin_only: PluginHost) -> None:
+    async with ServiceManager(_settings(fake), host=builtin_only) as manager:
+        first = await manager.embed("x", tenant="a")
+        other = await manager.embed("x", tenant="b")
+        again = await manager.embed("x", tenant="a")
+    assert (first.cached, other.cached, again.cached) == (False, False, True)
+    assert again.attempts == () and fake.count() == 2
+
+
+async def test_deterministic_chat_is_cached_when_enabled(fake: FakeProvider, builtin_only: PluginHost,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    settings = _settings(fake, operations=["chat"])
+    async with ServiceManager(settings, host=builtin_only) as manager:
+        await manager.chat("2 + 2?", options={"temperature": 0})
+        hit = await manager.chat("2 + 2?", options={"temperature": 0})
+        miss = await manager.chat("2 + 2?", options={"temperature": 0.9})
+    assert (hit.cached, miss.cached, fake.count()) == (True, False, 2)
+
+
+def _settings(fake: FakeProvider, **cache_options: Any) -> Settings:
+    middleware: dict[str, Any] = {**BUILTIN_MIDDLEWARE_OFF, "cache": cache_options}
+    return Settings(configurations={"oa": openai_config(fake)}, middleware=middleware)

@@ -1,0 +1,104 @@
+"""Cache keys: everything that changes the answer changes the key, and the caller's scope always does."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import attrs
+from hypothesis import given
+from hypothesis import strategies as st
+
+from provmw.config import ProviderConfig
+from provmw.context import ProviderOperation
+from provmw.messages import ImagePart, Message, TextPart, ToolSpec
+from provmw.requests import (
+    ChatRequest,
+    EmbeddingRequest,
+    cache_key,
+    caller_scope,
+    is_deterministic,
+    request_digest,
+)
+
+CONFIG = ProviderConfig(identifier="p", provider="openai", model="gpt-test", base_url="https://api.test/v1")
+CHAT = ChatRequest((Message.system("be brief"), Message.user("hello")), options={"temperature": 0})
+OP = ProviderOperation.CHAT
+names = st.one_of(st.none(), st.text(max_size=12))
+
+
+@given(first=st.tuples(names, names), second=st.tuples(names, names), text=st.text(max_size=40))
+def test_two_callers_never_share_a_key(first: tuple[str | None, str | None], second: tuple[str | None, str | None],
+                                       text: str) -> None:
+    digest = request_digest(OP, CONFIG, ChatRequest((Message.user(text),)))
+    same = cache_key(digest, caller_scope(*first)) == cache_key(digest, caller_scope(*second))
+    assert same == (first == second)
+
+
+@given(tenant=names, user=names, text=st.text(max_size=40))
+def test_the_same_request_and_caller_give_the_same_key(tenant: str | None, user: str | None, text: str) -> None:
+    def key() -> str:
+        request = ChatRequest((Message.user(text),), options={"temperature": 0, "seed": 1})
+        return cache_key(request_digest(OP, CONFIG, request), caller_scope(tenant, user))
+
+    assert key() == key()
+
+
+MUTATIONS: dict[str, Any] = {
+    "operation": lambda: request_digest(ProviderOperation.TOOLS, CONFIG, CHAT),
+    "provider": lambda: request_digest(OP, attrs.evolve(CONFIG, provider="anthropic"), CHAT),
+    "model": lambda: request_digest(OP, attrs.evolve(CONFIG, model="gpt-other"), CHAT),
+    "base_url": lambda: request_digest(OP, attrs.evolve(CONFIG, base_url="https://other.test/v1"), CHAT),
+    "config option": lambda: request_digest(OP, attrs.evolve(CONFIG, options={"max_tokens": 5}), CHAT),
+    "message text": lambda: _chat(messages=(Message.system("be brief"), Message.user("hello!"))),
+    "message role": lambda: _chat(messages=(Message.user("be brief"), Message.user("hello"))),
+    "message order": lambda: _chat(messages=(Message.user("hello"), Message.system("be brief"))),
+    "image part": lambda: _chat(messages=(Message.system("be brief"),
+                                          Message.user([TextPart("hello"), ImagePart(url="https://x.test/a.png")]))),
+    "image bytes": lambda: _chat(messages=(Message.system("be brief"),
+                                           Message.user([TextPart("hello"), ImagePart(data=b"\x89PNG")]))),
+    "tool": lambda: _chat(tools=(ToolSpec(name="weather"),)),
+    "tool parameters": lambda: _chat(tools=(ToolSpec(name="weather", parameters={"type": "object"}),)),
+    "temperature": lambda: _chat(options={"temperature": 0.5}),
+    "seed": lambda: _chat(options={"temperature": 0, "seed": 7}),
+    "max_tokens": lambda: _chat(options={"temperature": 0, "max_tokens": 10}),
+    "response_format": lambda: _chat(options={"temperature": 0, "response_format": {"type": "json_object"}}),
+    "stop": lambda: _chat(options={"temperature": 0, "stop": ["\n"]}),
+}
+
+
+def _chat(**changes: Any) -> str:
+    return request_digest(OP, CONFIG, attrs.evolve(CHAT, **changes))
+
+
+@given(mutation=st.sampled_from(sorted(MUTATIONS)))
+def test_every_single_parameter_mutation_changes_the_key(mutation: str) -> None:
+    assert MUTATIONS[mutation]() != request_digest(OP, CONFIG, CHAT)
+
+
+@given(inputs=st.lists(st.text(max_size=10), min_size=1, max_size=4), dimensions=st.integers(1, 4096))
+def test_embedding_inputs_and_dimensions_change_the_key(inputs: list[str], dimensions: int) -> None:
+    base = request_digest(ProviderOperation.EMBEDDING, CONFIG, EmbeddingRequest(inputs))
+    assert base != request_digest(ProviderOperation.EMBEDDING, CONFIG, EmbeddingRequest(inputs, dimensions))
+    assert base != request_digest(ProviderOperation.EMBEDDING, CONFIG, EmbeddingRequest([*inputs, "more"]))
+
+
+def test_the_api_key_and_identifier_do_not_change_the_key() -> None:
+    other = attrs.evolve(CONFIG, identifier="q", api_key="sk-other", timeout_s=5)
+    assert request_digest(OP, other, CHAT) == request_digest(OP, CONFIG, CHAT)
+
+
+def test_keys_are_pinned_so_they_are_stable_across_processes_and_versions() -> None:
+    # A change here means every deployed shared cache silently goes cold: do it on purpose.
+    digest = request_digest(OP, CONFIG, CHAT)
+    assert digest == "06c3f2960af900f0ab7fead190793ddf593f7bb908a8d03b141453651da4c189"
+    assert cache_key(digest, caller_scope("acme", "ada")) == hashlib.sha256(
+        f'["acme", "ada"]\n{digest}'.encode()).hexdigest()
+
+
+def test_determinism_is_temperature_zero_or_a_seed() -> None:
+    assert is_deterministic(CONFIG, CHAT)
+    assert is_deterministic(CONFIG, attrs.evolve(CHAT, options={"temperature": 0.7, "seed": 3}))
+    assert not is_deterministic(CONFIG, attrs.evolve(CHAT, options={"temperature": 0.7}))
+    assert not is_deterministic(CONFIG, attrs.evolve(CHAT, options={}))
+    assert is_deterministic(CONFIG, EmbeddingRequest(["x"]))
