@@ -36,6 +36,10 @@ def demo_settings(fake: FakeProvider) -> Settings:
                                      base_url=fake.anthropic_base_url, api_key="sk-demo-not-a-real-key"),
         },
         default="primary",
+        # The story injects five failures into a dozen calls; a larger window keeps the
+        # breaker closed so that each step shows its own middleware at work.
+        middleware={"cache": {"operations": ["embedding", "chat"]},
+                    "circuit_breaker": {"window_size": 50, "min_calls": 20}},
         source="<demo settings>",
     )
 
@@ -126,10 +130,11 @@ async def _tell(story: _Story) -> None:
         story.fake.script(Fault(status=429, headers={"retry-after": "120"}), model="fast-model")
         story.say("   429 with retry-after: 120 (over the 8 s cap) -> no waiting, straight to the backup:")
         await story.call(lambda: m.chat("No time to wait"))
-    story.step("6. The same deterministic question twice")
+    story.step("6. The same deterministic question twice, then from another tenant")
     if story.needs("cache"):
-        for _ in range(2):
-            await story.call(lambda: m.chat("What is 2 + 2?", tenant="acme"))
+        for tenant in ("acme", "acme", "globex"):
+            story.say(f"   tenant={tenant}:")
+            await story.call(lambda t=tenant: m.chat("What is 2 + 2?", tenant=t))
     story.step("7. A call over budget")
     if story.needs("budget"):
         await story.call(lambda: m.chat("Spend it all", user="mallory"))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import subprocess
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from provmw.cli import main
+from provmw.demo import run_demo
+from provmw.plugins import PluginHost, PluginPolicy
 from provmw.testing import FakeProvider
 
 
@@ -63,3 +66,14 @@ def test_demo_runs_end_to_end_and_exits_0(tmp_path: Path) -> None:
     assert "== The stack, outermost first" in done.stdout
     assert "echo: Say hello to provmw" in done.stdout
     assert "Usage by configuration" in done.stdout
+
+
+def test_the_demo_shows_failover_retry_after_and_a_cache_hit() -> None:
+    out = io.StringIO()
+    assert asyncio.run(run_demo(out, PluginHost(PluginPolicy(autoload=False), environ={}))) == 0
+    text = out.getvalue()
+    assert "attempts: primary:503, primary:503, primary:503, backup:ok" in text
+    assert "attempts: primary:429, primary:ok" in text
+    assert "attempts: primary:429, backup:ok" in text
+    assert "served_by=primary cached=True" in text
+    assert "skipped: no `fallback`" not in text and "skipped: no `cache`" not in text
