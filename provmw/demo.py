@@ -8,6 +8,7 @@ needs a middleware that is not there.
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
@@ -134,7 +135,7 @@ async def _tell(story: _Story) -> None:
     if story.needs("cache"):
         for tenant in ("acme", "acme", "globex"):
             story.say(f"   tenant={tenant}:")
-            await story.call(lambda t=tenant: m.chat("What is 2 + 2?", tenant=t))
+            await story.call(functools.partial(m.chat, "What is 2 + 2?", tenant=tenant))
     story.step("7. A call over budget")
     if story.needs("budget"):
         await story.call(lambda: m.chat("Spend it all", user="mallory"))
