@@ -9,6 +9,7 @@ in ``shared_namespaces`` uses the unscoped digest on purpose. Per-call controls:
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 
 _OPERATIONS = [op.value for op in ProviderOperation]
 _COMPLETE = frozenset({"stop", "tool_calls"})  # finish reasons of a whole answer
+_DECODED_MAX = 1024
 
 
 def _operations(value: Sequence[str]) -> tuple[str, ...]:
@@ -86,6 +88,9 @@ class CacheMiddleware:
         self._operations = frozenset(ProviderOperation(name) for name in o.operations)
         self._in_flight: dict[str, asyncio.Future[Any]] = {}
         self._store_failing = False
+        # Decoding a stored answer costs more than the rest of a hit; remember the last few
+        # decodings, each valid only while the store returns the very same text.
+        self._decoded: collections.OrderedDict[str, tuple[str, ProviderResponse]] = collections.OrderedDict()
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         key = self._key(ctx)
@@ -157,6 +162,10 @@ class CacheMiddleware:
         self._store_failing = False
         if text is None:
             return None
+        known = self._decoded.get(key)
+        if known is not None and known[0] == text:
+            self._decoded.move_to_end(key)
+            return known[1]
         try:
             response = response_from_dict(json.loads(text))
             if type(response) is not _TYPES.get(operation, CompletionResponse):
@@ -165,13 +174,24 @@ class CacheMiddleware:
             log.warning("cache: dropping an unreadable entry %s (%s)", key[:24], exc)
             await self.store.delete(key)
             return None
-        return attrs.evolve(response, cached=True)
+        return self._remember(key, text, response)
 
     async def _write(self, key: str, response: ProviderResponse, ttl_s: float) -> None:
+        text = json.dumps(response.to_dict(), separators=(",", ":"))
         try:
-            await self.store.set(key, json.dumps(response.to_dict(), separators=(",", ":")), ttl_s)
+            await self.store.set(key, text, ttl_s)
         except Exception as exc:
             self._failing(exc)
+            return
+        self._remember(key, text, response)
+
+    def _remember(self, key: str, text: str, response: ProviderResponse) -> ProviderResponse:
+        hit = attrs.evolve(response, cached=True)
+        self._decoded[key] = (text, hit)
+        self._decoded.move_to_end(key)
+        if len(self._decoded) > _DECODED_MAX:
+            self._decoded.popitem(last=False)
+        return hit
 
     def _failing(self, exc: Exception) -> None:
         if not self._store_failing:  # once per outage, not once per call
