@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -29,6 +30,16 @@ def ctx(tokens: int = 10, max_output: int | None = None) -> ProviderCallContext:
 
 def answer(total_tokens: int) -> CompletionResponse:
     return CompletionResponse(provider="openai", model="m", usage=Usage(input_tokens=total_tokens))
+
+
+def held_until(gate: asyncio.Event) -> Callable[[ProviderConfig], Awaitable[CompletionResponse]]:
+    """An inner layer that holds its concurrency slot until ``gate`` is set."""
+
+    async def held(config: ProviderConfig) -> CompletionResponse:
+        await gate.wait()
+        return answer(1)
+
+    return held
 
 
 async def test_calls_within_the_limits_pass_without_waiting() -> None:
@@ -96,9 +107,7 @@ async def test_concurrency_over_the_limit_is_refused_without_waiting_room() -> N
     middleware = limiter(clock, max_wait_s=0, max_concurrency=2)
     gate = asyncio.Event()
 
-    async def held(config: ProviderConfig) -> CompletionResponse:
-        await gate.wait()
-        return answer(1)
+    held = held_until(gate)
 
     running = [asyncio.create_task(middleware.handle(ctx(), CONFIG, held)) for _ in range(2)]
     await asyncio.sleep(0)
@@ -113,9 +122,7 @@ async def test_a_waiting_call_goes_when_a_slot_frees() -> None:
     middleware = limiter(clock, max_wait_s=10, max_concurrency=1)
     gate = asyncio.Event()
 
-    async def held(config: ProviderConfig) -> CompletionResponse:
-        await gate.wait()
-        return answer(1)
+    held = held_until(gate)
 
     first = asyncio.create_task(middleware.handle(ctx(), CONFIG, held))
     await asyncio.sleep(0)
