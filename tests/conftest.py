@@ -11,7 +11,7 @@ from provmw.testing import FakeProvider
 
 SENTINEL_KEY = "sk-SENTINEL-7f3a9c-do-not-print"
 
-BUILTIN_MIDDLEWARE = ("cache", "deadline", "fallback", "rate_limit", "retry", "circuit_breaker", "timeout")
+BUILTIN_MIDDLEWARE = ("deadline", "cache", "fallback", "rate_limit", "retry", "circuit_breaker", "timeout")
 # Settings sections that switch every built-in middleware off: for tests of the bare wiring.
 BUILTIN_MIDDLEWARE_OFF = {name: {"enabled": False} for name in BUILTIN_MIDDLEWARE}
 

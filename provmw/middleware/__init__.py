@@ -3,8 +3,8 @@
 ========== ================= ==================================================
 priority   name              job
 ========== ================= ==================================================
+850        ``deadline``      total time of the logical call, cache waits included
 800        ``cache``         tenant-scoped answers, single-flight misses
-650        ``deadline``      total time of the logical call
 600        ``fallback``      walk the configuration's fallback chain
 550        ``rate_limit``    requests/tokens per minute and concurrency
 500        ``retry``         retries with backoff, hints and a retry budget

@@ -32,7 +32,7 @@ class DeadlineMiddleware:
     """
 
     name = "deadline"
-    priority = 650
+    priority = 850
     controls = frozenset({"deadline_s"})
 
     def __init__(self, options: DeadlineOptions | None = None, *, clock: Clock = monotonic) -> None:

@@ -245,3 +245,15 @@ async def test_deterministic_chat_is_cached_when_enabled(fake: FakeProvider, bui
 def _settings(fake: FakeProvider, **cache_options: Any) -> Settings:
     middleware: dict[str, Any] = {**BUILTIN_MIDDLEWARE_OFF, "cache": cache_options}
     return Settings(configurations={"oa": openai_config(fake)}, middleware=middleware)
+
+
+async def test_a_waiter_on_a_slow_leader_is_bound_by_its_own_deadline(
+        fake: FakeProvider, builtin_only: PluginHost) -> None:
+    fake.script(Fault(delay_s=5), route="embedding")
+    settings = Settings(configurations={"oa": openai_config(fake)}, middleware={"retry": {"enabled": False}})
+    async with ServiceManager(settings, host=builtin_only) as manager:
+        leader = asyncio.create_task(manager.embed("slow"))
+        await asyncio.sleep(0.01)
+        with pytest.raises(TimeoutError, match="deadline of 0.05s"):
+            await manager.embed("slow", controls={"deadline_s": 0.05})
+        leader.cancel()
