@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.errors import ConfigurationError
 
-__all__ = ["Clock", "Sleep", "endpoint_key", "monotonic", "seconds_control"]
+__all__ = ["Clock", "Sleep", "endpoint_key", "monotonic", "run_within", "seconds_control"]
+
+T = TypeVar("T")
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -27,6 +31,22 @@ def seconds_control(ctx: ProviderCallContext, name: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise ConfigurationError(f"controls[{name!r}] must be a positive number of seconds, got {value!r}")
     return float(value)
+
+
+async def run_within(limit_s: float, call: Awaitable[T], expired: Callable[[], Exception]) -> T:
+    """Await ``call`` for at most ``limit_s``; past it, raise ``expired()`` instead.
+
+    A ``TimeoutError`` raised by something inside (another layer's own limit) is not
+    mistaken for this one: it propagates unchanged.
+    """
+    scope = asyncio.timeout(limit_s)
+    try:
+        async with scope:
+            return await call
+    except TimeoutError:
+        if not scope.expired():
+            raise
+        raise expired() from None
 
 
 def endpoint_key(config: ProviderConfig) -> str:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import attrs
 
 from provmw._checks import number
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.errors import DeadlineExceededError
-from provmw.middleware._common import Clock, monotonic, seconds_control
+from provmw.middleware._common import Clock, monotonic, run_within, seconds_control
 from provmw.pipeline import Next, R
 
 __all__ = ["DeadlineMiddleware", "DeadlineOptions"]
@@ -43,11 +41,6 @@ class DeadlineMiddleware:
         limit_s = seconds_control(ctx, "deadline_s") or self.options.default_s
         if limit_s is None:
             return await next(config)
-        started, scope = self._clock(), asyncio.timeout(limit_s)
-        try:
-            async with scope:
-                return await next(config)
-        except TimeoutError:
-            if not scope.expired():  # an inner layer's own TimeoutError
-                raise
-            raise DeadlineExceededError(limit_s, self._clock() - started) from None
+        started = self._clock()
+        return await run_within(limit_s, next(config),
+                                lambda: DeadlineExceededError(limit_s, self._clock() - started))

@@ -70,10 +70,6 @@ class RetryBudget:
         self.refusals_in_a_row = 0
         return True
 
-    @property
-    def tokens(self) -> float:
-        return self._tokens
-
 
 def full_jitter(attempt: int, base_s: float, max_wait_s: float, rng: random.Random) -> float:
     """The wait before retry number ``attempt`` (1-based): uniform in [0, min(cap, base * 2**(n-1))]."""

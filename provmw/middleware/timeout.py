@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.errors import AttemptTimeoutError
-from provmw.middleware._common import seconds_control
+from provmw.middleware._common import run_within, seconds_control
 from provmw.pipeline import Next, R
 
 __all__ = ["TimeoutMiddleware"]
@@ -27,14 +25,6 @@ class TimeoutMiddleware:
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         limit_s = seconds_control(ctx, "attempt_timeout_s") or config.timeout_s
-        scope = asyncio.timeout(limit_s)
-        try:
-            async with scope:
-                return await next(config)
-        except TimeoutError:
-            if not scope.expired():  # some inner layer's own TimeoutError
-                raise
-            raise AttemptTimeoutError(
-                f"attempt on {config.identifier!r} exceeded its timeout of {limit_s:g}s",
-                limit_s=limit_s, provider=config.provider, model=config.model,
-            ) from None
+        return await run_within(limit_s, next(config), lambda: AttemptTimeoutError(
+            f"attempt on {config.identifier!r} exceeded its timeout of {limit_s:g}s",
+            limit_s=limit_s, provider=config.provider, model=config.model))
