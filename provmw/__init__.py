@@ -36,6 +36,7 @@ from provmw.errors import (
     ProvmwError,
     RateLimitError,
     UnsupportedOperationError,
+    UsageLedgerUnavailableError,
 )
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
 from provmw.pipeline import Middleware, MiddlewarePipeline
@@ -100,6 +101,7 @@ __all__ = [
     "ToolSpec",
     "UnsupportedOperationError",
     "Usage",
+    "UsageLedgerUnavailableError",
     "VisionResponse",
     "hookimpl",
     "load_settings",

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
 from provmw.errors import ConfigurationError
 
-__all__ = ["number"]
+__all__ = ["did_you_mean", "number", "one_of"]
 
 Validator = Callable[[object, "attrs.Attribute[Any]", Any], None]
 
@@ -30,5 +31,21 @@ def number(*, gt: float | None = None, ge: float | None = None, le: float | None
         ok = ok and math.isfinite(value) and (gt is None or value > gt) and (ge is None or value >= ge)
         if not ok or (le is not None and value > le):
             raise ConfigurationError(f"{attribute.name} must be {wanted}, got {value!r}")
+
+    return check
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """Return a ' (did you mean 'x'?)' hint, or '' when nothing is close."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def one_of(choices: tuple[str, ...]) -> Validator:
+    """A validator for a value among ``choices``."""
+
+    def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value not in choices:
+            raise ConfigurationError(f"{attribute.name} must be one of {', '.join(choices)}; got {value!r}")
 
     return check

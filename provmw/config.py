@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import difflib
 import hmac
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from provmw._checks import number
+from provmw._checks import did_you_mean, number
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
+from provmw.pricing import Price, to_price
 
-__all__ = ["KNOWN_OPTIONS", "ProviderConfig", "Secret", "check_options", "did_you_mean"]
+__all__ = ["KNOWN_OPTIONS", "ProviderConfig", "Secret", "check_options", "did_you_mean", "fallback_chain"]
 
 _MASK = "**********"
 
@@ -65,12 +65,6 @@ class Secret:
 
     def __bool__(self) -> bool:
         return bool(self._value)
-
-
-def did_you_mean(name: str, known: Sequence[str]) -> str:
-    """Return a ' (did you mean 'x'?)' hint, or '' when nothing is close."""
-    close = difflib.get_close_matches(name, list(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _to_secret(value: str | Secret | None) -> Secret | None:
@@ -153,6 +147,7 @@ class ProviderConfig:
         factory=FrozenMap, converter=_to_frozen, validator=_validate_headers, repr=_repr_headers
     )
     context_window: int | None = attrs.field(default=None, validator=number(gt=0, integer=True, optional=True))
+    price: Price | None = attrs.field(default=None, converter=to_price)
 
     @property
     def is_ad_hoc(self) -> bool:
@@ -164,3 +159,14 @@ class ProviderConfig:
         """A transient configuration for a call that named provider and model directly."""
         return cls(identifier=f"ad-hoc:{provider}/{model}", provider=provider, model=model,
                    **{**fields, "fallbacks": ()})
+
+
+def fallback_chain(config: ProviderConfig, configurations: Mapping[str, ProviderConfig]) -> list[ProviderConfig]:
+    """The configurations a call on ``config`` may try, in order: itself if active, then each
+    active, known, distinct fallback (its own identifier in its chain is skipped)."""
+    chain = [config] if config.active else []
+    for identifier in dict.fromkeys(config.fallbacks):
+        candidate = configurations.get(identifier)
+        if identifier != config.identifier and candidate is not None and candidate.active:
+            chain.append(candidate)
+    return chain

@@ -18,7 +18,9 @@ absent; plugins may add their own, preferably prefixed with the plugin's name):
 ``estimated_input_tokens``, ``max_output_tokens``
     What the call may consume, for budgets and token rate limits.
 ``planned_cost_usd``
-    The worst-case cost of the call, once pricing knows the model.
+    The worst case in USD over the configuration's fallback chain: the prompt estimate
+    plus ``max_tokens`` (else the model's own output ceiling) at each one's price; None
+    when any configuration in the chain has no price (see :mod:`provmw.pricing`).
 ``call_options``
     Per-call middleware controls (``no_cache``, ``ttl_s`` ...), an immutable mapping.
 """

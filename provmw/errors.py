@@ -24,7 +24,8 @@
     ├── CircuitOpenError                   a breaker is open; retry_after_s
     ├── DeadlineExceededError              the logical call's total time limit fired
     ├── FallbackExhaustedError             every attempt and its error
-    └── BudgetExceededError                bucket, limit, spent, reserved, period
+    ├── BudgetExceededError                bucket, dimension, limit, spent, reserved, period
+    └── UsageLedgerUnavailableError        fail-closed: the ledger cannot take more records
 
 ``disposition(exc)`` is the single answer to "retry it?" and "try the next
 configuration?". A server's ``x-should-retry`` hint overrides the retry answer. A
@@ -67,6 +68,7 @@ __all__ = [
     "ProvmwError",
     "RateLimitError",
     "UnsupportedOperationError",
+    "UsageLedgerUnavailableError",
     "disposition",
 ]
 
@@ -293,7 +295,11 @@ class FallbackExhaustedError(ProvmwError):
 
 
 class BudgetExceededError(ProvmwError):
-    """A budget bucket refused the call before it reached a provider."""
+    """A budget bucket refused the call before it reached a provider.
+
+    ``dimension`` is what ran out: ``cost_usd``, ``tokens`` or ``requests``; ``resets_at``
+    is an ISO 8601 time in the budget's time zone, or None for a total.
+    """
 
     def __init__(
         self,
@@ -304,10 +310,11 @@ class BudgetExceededError(ProvmwError):
         reserved: float,
         period: str,
         resets_at: str | None = None,
+        dimension: str = "cost_usd",
     ) -> None:
         resets = f", resets at {resets_at}" if resets_at else ""
         super().__init__(
-            f"budget {bucket!r} ({period}) exceeded: limit {limit:g}, spent {spent:g}, "
+            f"budget {bucket!r} ({period}) exceeded on {dimension}: limit {limit:g}, spent {spent:g}, "
             f"reserved {reserved:g}{resets}"
         )
         self.bucket = bucket
@@ -316,15 +323,21 @@ class BudgetExceededError(ProvmwError):
         self.reserved = reserved
         self.period = period
         self.resets_at = resets_at
+        self.dimension = dimension
 
     def __reduce__(self) -> tuple[object, ...]:
         kwargs = {"limit": self.limit, "spent": self.spent, "reserved": self.reserved,
-                  "period": self.period, "resets_at": self.resets_at}
+                  "period": self.period, "resets_at": self.resets_at, "dimension": self.dimension}
         return (_rebuild_budget_error, (self.bucket, kwargs))
 
 
 def _rebuild_budget_error(bucket: str, kwargs: dict[str, object]) -> BudgetExceededError:
     return BudgetExceededError(bucket, **kwargs)  # type: ignore[arg-type]
+
+
+class UsageLedgerUnavailableError(ProvmwError):
+    """The usage store is failing and its journal is full: a fail-closed ledger refuses the call
+    before it reaches a provider, rather than lose the record."""
 
 
 @attrs.frozen

@@ -8,12 +8,13 @@ from typing import Any, TypeVar
 
 import attrs
 
-from provmw.config import ProviderConfig, Secret, check_options, did_you_mean
+from provmw.config import ProviderConfig, Secret, check_options, did_you_mean, fallback_chain
 from provmw.context import FrozenMap, ProviderCallContext, ProviderOperation
 from provmw.errors import ConfigurationError
 from provmw.messages import ContentPart, ImagePart, Message, TextPart, ToolSpec
 from provmw.pipeline import Middleware, MiddlewarePipeline
 from provmw.plugins import PluginHost
+from provmw.pricing import PriceTable
 from provmw.providers import ProviderAdapter
 from provmw.providers._http import HttpClient
 from provmw.requests import (
@@ -75,6 +76,7 @@ class ServiceManager:
         self.providers: Mapping[str, ProviderAdapter] = self.host.collect_providers()
         for config in self.settings.configurations.values():
             self._adapter(config.provider, where=f"[configurations.{config.identifier}] provider")
+        self.prices = PriceTable()
         self._http = HttpClient()
 
     @classmethod
@@ -89,8 +91,13 @@ class ServiceManager:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the HTTP session; the manager may not be used afterwards."""
+        """Close the HTTP session, then let each middleware that has ``aclose`` finish its work
+        (the usage ledger writes what it still holds); the manager may not be used afterwards."""
         await self._http.aclose()
+        for middleware in self.pipeline.middlewares:
+            close = getattr(middleware, "aclose", None)
+            if close is not None:
+                await close()
 
     async def chat(self, /, messages: Messages, *, options: Mapping[str, Any] | None = None,
                    **call: Any) -> CompletionResponse:
@@ -167,10 +174,11 @@ class ServiceManager:
             raise ConfigurationError(f"unknown argument {name!r}{did_you_mean(name, _ALL_KEYS)}")
         config = self.resolve(**target)
         ctx = self._context(operation, config, request, people)
-        adapters, http = self.providers, self._http
+        adapters, http, prices = self.providers, self._http, self.prices
         attempts: list[Attempt] = []
 
-        # The terminal is the one place that sees every request that reached a provider.
+        # The terminal is the one place that sees every request that reached a provider:
+        # it records each attempt and prices each answer.
         async def terminal(chosen: ProviderConfig) -> R:
             try:
                 response = await call_adapter(adapters[chosen.provider], http, chosen, request)
@@ -179,7 +187,10 @@ class ServiceManager:
                                         status=getattr(exc, "status", None)))
                 raise
             attempts.append(Attempt(config_id=chosen.identifier))
-            return response
+            price = prices.price_for(chosen)
+            if price is None or response.usage.cost_usd is not None:
+                return response
+            return attrs.evolve(response, usage=attrs.evolve(response.usage, cost_usd=price.cost_usd(response.usage)))
 
         response = await self.pipeline.run(ctx, config, terminal)
         return attrs.evolve(response, attempts=tuple(attempts)) if attempts else response
@@ -206,6 +217,9 @@ class ServiceManager:
         options = getattr(request, "options", {})
         if "max_tokens" in options or "max_tokens" in config.options:
             metadata["max_output_tokens"] = options.get("max_tokens", config.options.get("max_tokens"))
+        chain = fallback_chain(config, self.settings.configurations) if config.fallbacks else (config,)
+        metadata["planned_cost_usd"] = self.prices.planned_cost_usd(
+            chain, metadata["estimated_input_tokens"], metadata.get("max_output_tokens"))
         if call.get("idempotency_key") is not None:
             metadata["idempotency_key"] = call["idempotency_key"]
         if call.get("correlation_id") is not None:

@@ -45,7 +45,7 @@ T = TypeVar("T")
 _TOP_KEYS = ("default", "configurations", "middleware", "plugins")
 _PLUGIN_KEYS = ("autoload", "allow", "block")
 _CONFIG_KEYS = ("provider", "model", "base_url", "api_key_env", "options", "fallbacks",
-                "timeout_s", "active", "headers", "context_window")
+                "timeout_s", "active", "headers", "context_window", "price")
 
 
 @attrs.frozen

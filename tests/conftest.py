@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -11,9 +12,17 @@ from provmw.testing import FakeProvider
 
 SENTINEL_KEY = "sk-SENTINEL-7f3a9c-do-not-print"
 
-BUILTIN_MIDDLEWARE = ("deadline", "cache", "fallback", "rate_limit", "retry", "circuit_breaker", "timeout")
+BUILTIN_MIDDLEWARE = ("deadline", "usage_hits", "cache", "budget", "fallback", "rate_limit", "retry",
+                      "circuit_breaker", "usage", "timeout")
 # Settings sections that switch every built-in middleware off: for tests of the bare wiring.
 BUILTIN_MIDDLEWARE_OFF = {name: {"enabled": False} for name in BUILTIN_MIDDLEWARE}
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run each test in its own folder: the embedded usage ledger and budgets write
+    ``provmw.sqlite3`` in the working directory."""
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture

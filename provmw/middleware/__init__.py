@@ -4,26 +4,32 @@
 priority   name              job
 ========== ================= ==================================================
 850        ``deadline``      total time of the logical call, cache waits included
+810        ``usage_hits``    ledger records for the calls the cache answered
 800        ``cache``         tenant-scoped answers, single-flight misses
+700        ``budget``        reserve the worst case, settle the real cost, refuse the rest
 600        ``fallback``      walk the configuration's fallback chain
 550        ``rate_limit``    requests/tokens per minute and concurrency
 500        ``retry``         retries with backoff, hints and a retry budget
 400        ``circuit_breaker`` stop calling a failing endpoint, then probe it
+300        ``usage``         one priced ledger record per attempt that reached a provider
 200        ``timeout``       per-attempt time limit
 ========== ================= ==================================================
 
-ADR 0007 explains the order, ADR 0010 the cache. Each reads its own ``[middleware.<name>]`` section; unknown
-keys are errors that name a near match.
+ADR 0007 explains the order, ADR 0010 the cache, ADR 0011 budgets and usage. Each reads its
+own ``[middleware.<name>]`` section (``usage_hits`` writes to ``usage``'s ledger and takes only
+``enabled``); unknown keys are errors that name a near match.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
 from provmw.config import did_you_mean
 from provmw.errors import ConfigurationError
+from provmw.middleware.budget import BudgetMiddleware, BudgetOptions
 from provmw.middleware.cache import CacheMiddleware, CacheOptions
 from provmw.middleware.circuit_breaker import CircuitBreakerMiddleware
 from provmw.middleware.deadline import DeadlineMiddleware, DeadlineOptions
@@ -31,6 +37,7 @@ from provmw.middleware.fallback import FallbackMiddleware
 from provmw.middleware.rate_limit import RateLimitMiddleware, RateLimitOptions
 from provmw.middleware.retry import RetryMiddleware, RetryOptions
 from provmw.middleware.timeout import TimeoutMiddleware
+from provmw.middleware.usage import UsageHitsMiddleware, UsageMiddleware, UsageOptions
 from provmw.settings import options_from
 from provmw.stores.breakers import BreakerPolicy
 
@@ -39,6 +46,7 @@ if TYPE_CHECKING:
     from provmw.settings import Settings
 
 __all__ = [
+    "BudgetMiddleware",
     "CacheMiddleware",
     "CircuitBreakerMiddleware",
     "DeadlineMiddleware",
@@ -46,6 +54,8 @@ __all__ = [
     "RateLimitMiddleware",
     "RetryMiddleware",
     "TimeoutMiddleware",
+    "UsageHitsMiddleware",
+    "UsageMiddleware",
     "builtin_middleware",
 ]
 
@@ -64,20 +74,31 @@ def builtin_middleware(settings: Settings) -> list[Middleware]:
         return options_from(cls, settings.section(name), f"{settings.source}: [middleware.{name}]")
 
     rate_limits = options(RateLimitOptions, "rate_limit")
-    known = [*settings.configurations, "*"]
-    for identifier in rate_limits.limits:
-        if identifier not in known:
-            raise ConfigurationError(
-                f"{settings.source}: [middleware.rate_limit.limits] {identifier!r} names no configuration"
-                f"{did_you_mean(identifier, known)}")
+    _check_names(settings, "[middleware.rate_limit.limits]", rate_limits.limits)
+    budget = options(BudgetOptions, "budget")
+    _check_names(settings, "[middleware.budget] limits: match",
+                 [b.match for b in budget.limits if b.scope == "configuration"])
     options(_NoOptions, "fallback")
     options(_NoOptions, "timeout")
+    options(_NoOptions, "usage_hits")
+    journal = options(UsageOptions, "usage").journal()
     return [
         CacheMiddleware(options(CacheOptions, "cache")),
         DeadlineMiddleware(options(DeadlineOptions, "deadline")),
+        BudgetMiddleware(budget),
         FallbackMiddleware(settings.configurations),
         RateLimitMiddleware(rate_limits),
         RetryMiddleware(options(RetryOptions, "retry")),
         CircuitBreakerMiddleware(options(BreakerPolicy, "circuit_breaker")),
         TimeoutMiddleware(),
+        UsageMiddleware(journal),
+        UsageHitsMiddleware(journal),
     ]
+
+
+def _check_names(settings: Settings, where: str, names: Iterable[str]) -> None:
+    known = [*settings.configurations, "*"]
+    for identifier in names:
+        if identifier not in known:
+            raise ConfigurationError(f"{settings.source}: {where} {identifier!r} names no configuration"
+                                     f"{did_you_mean(identifier, known)}")

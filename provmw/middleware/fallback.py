@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from provmw.config import ProviderConfig
+from provmw.config import ProviderConfig, fallback_chain
 from provmw.context import ProviderCallContext
 from provmw.errors import (
     ConfigurationError,
@@ -66,14 +66,7 @@ class FallbackMiddleware:
 
     def chain(self, config: ProviderConfig) -> list[ProviderConfig]:
         """The configurations a call on ``config`` may try, in order."""
-        chain = [config] if config.active else []
-        for identifier in dict.fromkeys(config.fallbacks):
-            candidate = self._configurations.get(identifier)
-            if identifier == config.identifier or candidate is None or not candidate.active:
-                log.debug("fallback: skipping %r in the chain of %r", identifier, config.identifier)
-                continue
-            chain.append(candidate)
-        return chain
+        return fallback_chain(config, self._configurations)
 
 
 def _eligible(exc: Exception, failed: ProviderConfig) -> bool:

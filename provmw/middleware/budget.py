@@ -1,0 +1,241 @@
+"""``budget``: reserve before the call, settle with the real cost after, refuse what does not fit.
+
+Limits are declared per scope (``user``, ``tenant``, ``configuration``, ``global``) and
+period (``day``, ``week``, ``month`` in the configured time zone, or ``total``)::
+
+    [middleware.budget]
+    timezone = "America/Los_Angeles"
+
+    [[middleware.budget.limits]]
+    scope = "user"            # each user has a bucket of their own ...
+    match = "*"               # ... or name one user
+    period = "day"
+    max_cost_usd = 5.0
+    max_requests = 1000
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, get_args
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import attrs
+
+from provmw._checks import number, one_of
+from provmw.config import ProviderConfig
+from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.errors import BudgetExceededError, ConfigurationError
+from provmw.middleware._common import Clock
+from provmw.periods import PERIODS, Period, window
+from provmw.pipeline import Next, R
+from provmw.stores.budgets import Amounts, BucketId, BudgetStore, Charge, Limits, Refusal
+
+__all__ = ["BudgetLimit", "BudgetMiddleware", "BudgetOptions"]
+
+log = logging.getLogger(__name__)
+
+Scope = Literal["user", "tenant", "configuration", "global"]
+SCOPES: tuple[str, ...] = get_args(Scope)
+ANONYMOUS = "(none)"
+
+
+@attrs.frozen(kw_only=True)
+class BudgetLimit:
+    """One ``[[middleware.budget.limits]]`` entry: whose bucket, which period, how much."""
+
+    scope: Scope = attrs.field(validator=one_of(SCOPES))
+    period: Period = attrs.field(default="month", validator=one_of(PERIODS))
+    match: str = "*"
+    max_cost_usd: float | None = attrs.field(default=None, validator=number(ge=0, optional=True))
+    max_tokens: int | None = attrs.field(default=None, validator=number(ge=0, integer=True, optional=True))
+    max_requests: int | None = attrs.field(default=None, validator=number(ge=0, integer=True, optional=True))
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_cost_usd is None and self.max_tokens is None and self.max_requests is None:
+            raise ConfigurationError(f"a {self.scope} limit needs max_cost_usd, max_tokens or max_requests")
+
+    @property
+    def limits(self) -> Limits:
+        cost = None if self.max_cost_usd is None else round(self.max_cost_usd * 1e6)
+        return Limits(cost, self.max_tokens, self.max_requests)
+
+    def subject(self, ctx: ProviderCallContext, config: ProviderConfig) -> str | None:
+        """The bucket's subject for this call, or None when the limit does not apply to it."""
+        if self.scope == "global":
+            subject = "*"
+        elif self.scope == "configuration":
+            subject = config.identifier
+        else:
+            subject = ctx.metadata.get(self.scope) or ANONYMOUS
+        return subject if self.match in ("*", subject) else None
+
+
+def _limits(value: Sequence[BudgetLimit | Mapping[str, Any]]) -> tuple[BudgetLimit, ...]:
+    if not isinstance(value, list | tuple):
+        raise ConfigurationError(f"limits must be a list of tables ([[middleware.budget.limits]]), got {value!r}")
+    result = []
+    for i, item in enumerate(value):
+        try:
+            result.append(item if isinstance(item, BudgetLimit) else BudgetLimit(**item))
+        except TypeError as exc:
+            raise ConfigurationError(f"limits[{i}]: {exc}") from None
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"limits[{i}]: {exc}") from None
+    return tuple(result)
+
+
+def _zone(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    try:
+        ZoneInfo(str(value))
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigurationError(f"timezone: unknown time zone {value!r} (an IANA name such as 'Europe/Paris')")\
+            from None
+
+
+@attrs.frozen(kw_only=True)
+class BudgetOptions:
+    """``[middleware.budget]``: the limits, how to reserve, and where spend is kept."""
+
+    limits: tuple[BudgetLimit, ...] = attrs.field(default=(), converter=_limits)
+    mode: Literal["strict", "estimate"] = attrs.field(default="strict", validator=one_of(("strict", "estimate")))
+    timezone: str = attrs.field(default="UTC", validator=_zone)
+    lease_s: float = attrs.field(default=60.0, validator=number(gt=0))
+    store: Literal["sqlite", "memory"] = attrs.field(default="sqlite", validator=one_of(("sqlite", "memory")))
+    path: str = "provmw.sqlite3"
+    busy_timeout_s: float = attrs.field(default=5.0, validator=number(ge=0))
+
+
+class BudgetMiddleware:
+    """Reserve against every bucket a call touches, all or nothing, before it goes out.
+
+    In ``strict`` mode the reservation is the worst case (``planned_cost_usd``: the most
+    expensive configuration in the fallback chain at prompt estimate plus ``max_tokens``),
+    so concurrent calls can never push a bucket past its limit; a call whose worst case
+    cannot be known is refused with ``ConfigurationError``. ``estimate`` reserves what is
+    known and never refuses for want of a price. After the call the real amounts are
+    settled (the response's priced usage, one request); on any failure the reservation is
+    released. Leases expire if this process dies, and are renewed while a call runs.
+    Cache hits never reach this layer, so they are never charged.
+    """
+
+    name = "budget"
+    priority = 700
+
+    def __init__(self, options: BudgetOptions | None = None, *, store: BudgetStore | None = None,
+                 wall_clock: Clock = time.time) -> None:
+        self.options = options or BudgetOptions()
+        self._zone = ZoneInfo(self.options.timezone)
+        self._store = store
+        self._clock = wall_clock
+
+    @property
+    def store(self) -> BudgetStore:
+        """The budget store, opened on first use (a stack without limits never opens one)."""
+        if self._store is None:
+            from provmw.stores.budgets import MemoryBudgetStore, SqliteBudgetStore
+
+            options = self.options
+            self._store = MemoryBudgetStore() if options.store == "memory" else \
+                SqliteBudgetStore(options.path, busy_timeout_s=options.busy_timeout_s)
+        return self._store
+
+    async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
+        if not self.options.limits:
+            return await next(config)
+        now = self._clock()
+        charges = self.charges(ctx, config, now)
+        if not charges:
+            return await next(config)
+        reservation = uuid.uuid4().hex
+        refusal = await self.store.reserve(reservation, charges, now=now, lease_s=self.options.lease_s)
+        if refusal is not None:
+            raise _error(refusal)
+        renewal = _Renewal(self.store, reservation, self.options.lease_s, self._clock)
+        try:
+            response = await next(config)
+        except BaseException:
+            renewal.stop()
+            await self._settle(reservation, Amounts())  # release: nothing was spent
+            raise
+        renewal.stop()
+        await self._settle(reservation, _actual(response))
+        return response
+
+    async def _settle(self, reservation: str, actual: Amounts) -> None:
+        # The call is over either way: a store that fails now must not turn an answer into an
+        # error. The lease frees the reservation; the usage ledger still has the spend.
+        try:
+            await self.store.settle(reservation, actual)
+        except Exception:
+            log.exception("budget: could not settle reservation %s; its lease will expire", reservation)
+
+    def charges(self, ctx: ProviderCallContext, config: ProviderConfig, now: float) -> list[Charge]:
+        """What the call reserves against each bucket it touches."""
+        charges = []
+        for limit in self.options.limits:
+            subject = limit.subject(ctx, config)
+            if subject is None:
+                continue
+            span = window(limit.period, self._zone, now)
+            bucket = BucketId(limit.scope, subject, limit.period, span.label, span.resets_at)
+            charges.append(Charge(bucket, limit.limits, self._worst_case(ctx, config, limit)))
+        return charges
+
+    def _worst_case(self, ctx: ProviderCallContext, config: ProviderConfig, limit: BudgetLimit) -> Amounts:
+        strict = self.options.mode == "strict"
+        planned = ctx.metadata.get("planned_cost_usd")
+        if planned is None and strict and limit.max_cost_usd is not None:
+            raise ConfigurationError(
+                f"budget: the worst-case cost of a call on {config.identifier!r} is unknown (a configuration in "
+                "its chain has no price, or the call sets no max_tokens and the model's ceiling is unknown); "
+                "strict cost limits need it: add [configurations.<name>.price] or options.max_tokens")
+        output = ctx.metadata.get("max_output_tokens")
+        if output is None and ctx.operation is not ProviderOperation.EMBEDDING:
+            if strict and limit.max_tokens is not None:
+                raise ConfigurationError(
+                    f"budget: a call on {config.identifier!r} sets no max_tokens; strict token limits need it")
+            output = 0
+        tokens = ctx.metadata.get("estimated_input_tokens", 0) + (output or 0)
+        return Amounts(math.ceil((planned or 0.0) * 1e6), tokens, 1)
+
+
+def _actual(response: Any) -> Amounts:
+    usage = response.usage
+    cost = 0 if usage.cost_usd is None else round(usage.cost_usd * 1e6)
+    return Amounts(cost, usage.total_tokens, 1)
+
+
+def _error(refusal: Refusal) -> BudgetExceededError:
+    bucket = refusal.bucket
+    scale = 1e6 if refusal.dimension == "cost_micro_usd" else 1.0
+    dimension = "cost_usd" if refusal.dimension == "cost_micro_usd" else refusal.dimension
+    return BudgetExceededError(
+        f"{bucket.scope}:{bucket.subject}", limit=refusal.limit / scale, spent=refusal.spent / scale,
+        reserved=refusal.reserved / scale, period=f"{bucket.period} {bucket.window}",
+        resets_at=bucket.resets_at, dimension=dimension)
+
+
+class _Renewal:
+    """Extends a reservation's lease every half lease while its call runs (a loop timer, no task
+    unless the call is long)."""
+
+    def __init__(self, store: BudgetStore, reservation: str, lease_s: float, clock: Clock) -> None:
+        self._store, self._reservation, self._lease_s, self._clock = store, reservation, lease_s, clock
+        self._loop = asyncio.get_running_loop()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._timer = self._loop.call_later(lease_s / 2, self._renew)
+
+    def _renew(self) -> None:
+        task = self._loop.create_task(self._store.renew(self._reservation, now=self._clock(), lease_s=self._lease_s))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self._timer = self._loop.call_later(self._lease_s / 2, self._renew)
+
+    def stop(self) -> None:
+        self._timer.cancel()

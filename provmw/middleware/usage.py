@@ -1,0 +1,135 @@
+"""``usage``: one ledger record per attempt that reached a provider, and one per cache hit.
+
+``usage`` sits just outside ``timeout`` (300), so it sees every attempt the retry and
+fallback layers make, and sees a timed-out one as a timeout (billed ``unknown``: the
+provider may have done the work). ``usage_hits`` sits just outside ``cache`` (810) and
+records the calls a cache answered, which never reach a provider and cost nothing.
+Attempts of one logical call are numbered from 1 under its correlation id; a cache hit
+is attempt 0. Records go through a :class:`~provmw.stores.journal.UsageJournal`, so the
+call never waits on the store and a store outage loses nothing (ADR 0011)::
+
+    [middleware.usage]
+    store = "sqlite"                  # or "memory"
+    path = "provmw.sqlite3"
+    failure_policy = "fail_open"      # or "fail_closed"
+    max_journal_records = 50000
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import time
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import attrs
+
+from provmw._checks import number, one_of
+from provmw.config import ProviderConfig
+from provmw.context import ProviderCallContext
+from provmw.middleware._common import Clock, monotonic
+from provmw.pipeline import Next, R
+from provmw.stores.journal import FailurePolicy, UsageJournal
+from provmw.stores.usage import Billed, MemoryUsageStore, SqliteUsageStore, UsageRecord
+
+__all__ = ["UsageHitsMiddleware", "UsageMiddleware", "UsageOptions"]
+
+# (correlation id, attempt counter) of the logical call running in this task: every
+# attempt of one call runs in the caller's task, one after another.
+_ATTEMPTS: contextvars.ContextVar[tuple[str, Iterator[int]]] = contextvars.ContextVar("provmw_usage_attempts")
+
+
+@attrs.frozen(kw_only=True)
+class UsageOptions:
+    """``[middleware.usage]``: where the ledger lives and what a store outage means."""
+
+    store: Literal["sqlite", "memory"] = attrs.field(default="sqlite", validator=one_of(("sqlite", "memory")))
+    path: str = "provmw.sqlite3"
+    failure_policy: FailurePolicy = attrs.field(default="fail_open",
+                                                validator=one_of(("fail_open", "fail_closed")))
+    max_journal_records: int = attrs.field(default=50_000, validator=number(gt=0, integer=True))
+    busy_timeout_s: float = attrs.field(default=5.0, validator=number(ge=0))
+
+    def journal(self) -> UsageJournal:
+        """A journal over the configured store (the SQLite file is created on the first write)."""
+        store = MemoryUsageStore() if self.store == "memory" else \
+            SqliteUsageStore(self.path, busy_timeout_s=self.busy_timeout_s)
+        return UsageJournal(store, max_records=self.max_journal_records, policy=self.failure_policy)
+
+
+def _next_attempt(correlation_id: str) -> int:
+    current = _ATTEMPTS.get(None)
+    if current is None or current[0] != correlation_id:
+        current = (correlation_id, itertools.count(1))
+        _ATTEMPTS.set(current)
+    return next(current[1])
+
+
+def _billed(exc: BaseException) -> Billed:
+    """An error the provider answered with a status was not billed; anything else may have been."""
+    return "no" if getattr(exc, "status", None) is not None else "unknown"
+
+
+class UsageMiddleware:
+    """Record every attempt that reached a provider: tokens, cost, latency, outcome."""
+
+    name = "usage"
+    priority = 300
+
+    def __init__(self, journal: UsageJournal, *, wall_clock: Clock = time.time, clock: Clock = monotonic) -> None:
+        self.journal = journal
+        self._wall_clock = wall_clock
+        self._clock = clock
+
+    async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
+        self.journal.admit()
+        attempt = _next_attempt(ctx.correlation_id)
+        started, start = self._wall_clock(), self._clock()
+        try:
+            response = await next(config)
+        except BaseException as exc:
+            self.journal.record(_record(ctx, config, attempt, started, self._clock() - start,
+                                        status="error", error_type=type(exc).__name__, billed=_billed(exc),
+                                        cost_usd=0.0 if _billed(exc) == "no" else None))
+            raise
+        usage = response.usage
+        self.journal.record(_record(ctx, config, attempt, started, self._clock() - start, model=response.model,
+                                    input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                                    cached_input_tokens=usage.cached_input_tokens, cost_usd=usage.cost_usd))
+        return response
+
+    async def aclose(self) -> None:
+        """Write what the journal still holds, then close the store."""
+        await self.journal.aclose()
+
+
+class UsageHitsMiddleware:
+    """Record the calls the cache answered (attempt 0, nothing billed); shares ``usage``'s journal."""
+
+    name = "usage_hits"
+    priority = 810
+
+    def __init__(self, journal: UsageJournal, *, wall_clock: Clock = time.time, clock: Clock = monotonic) -> None:
+        self.journal = journal
+        self._wall_clock = wall_clock
+        self._clock = clock
+
+    async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
+        started, start = self._wall_clock(), self._clock()
+        response = await next(config)
+        if response.cached:
+            self.journal.record(_record(ctx, config, 0, started, self._clock() - start,
+                                        config_id=response.served_by or config.identifier,
+                                        provider=response.provider, model=response.model,
+                                        status="cache_hit", billed="no", cost_usd=0.0))
+        return response
+
+
+def _record(ctx: ProviderCallContext, config: ProviderConfig, attempt: int, started: float, latency_s: float,
+            **fields: Any) -> UsageRecord:
+    values: dict[str, Any] = {"config_id": config.identifier, "provider": config.provider,
+                              "model": config.model, **fields}
+    return UsageRecord(correlation_id=ctx.correlation_id, attempt=attempt, timestamp=started,
+                       operation=ctx.operation.value, user=ctx.metadata.get("user"),
+                       tenant=ctx.metadata.get("tenant"), latency_s=latency_s, **values)

@@ -1,0 +1,279 @@
+"""Budget state: what each bucket has spent, and the reservations held against it.
+
+Amounts are integers (micro-dollars, tokens, requests), so no rounding drifts. A
+reservation is all-or-nothing across the buckets a call touches, and carries a lease:
+once ``expires_at`` passes, it no longer counts against its buckets (the process holding
+it has died, or forgot it). Settling adds the real amounts to ``spent`` and removes the
+reservation; settling it again, or settling one unknown to the store, changes nothing.
+An expired reservation can still be settled, and counts once.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import attrs
+
+from provmw.stores._sqlite import SqliteDatabase, transaction
+
+__all__ = [
+    "Amounts",
+    "BucketId",
+    "BucketState",
+    "BudgetStore",
+    "Charge",
+    "Limits",
+    "MemoryBudgetStore",
+    "Refusal",
+    "SqliteBudgetStore",
+]
+
+DIMENSIONS = ("cost_micro_usd", "tokens", "requests")
+_KEEP_EXPIRED_S = 86_400.0  # an expired reservation may still be settled for a day
+
+
+@attrs.frozen
+class Amounts:
+    """Micro-dollars, tokens and requests."""
+
+    cost_micro_usd: int = 0
+    tokens: int = 0
+    requests: int = 0
+
+    def __add__(self, other: Amounts) -> Amounts:
+        return Amounts(*(a + b for a, b in zip(attrs.astuple(self), attrs.astuple(other), strict=True)))
+
+
+@attrs.frozen
+class Limits:
+    """The most a bucket may hold per dimension; None is no limit."""
+
+    cost_micro_usd: int | None = None
+    tokens: int | None = None
+    requests: int | None = None
+
+
+@attrs.frozen
+class BucketId:
+    """Whose bucket (scope and subject), for which period and calendar window."""
+
+    scope: str
+    subject: str
+    period: str
+    window: str
+    resets_at: str | None = None
+
+    @property
+    def key(self) -> str:
+        return "\x1f".join((self.scope, self.subject, self.period, self.window))
+
+
+@attrs.frozen
+class Charge:
+    """What a call reserves against one bucket, and that bucket's limits."""
+
+    bucket: BucketId
+    limits: Limits
+    amount: Amounts
+
+
+@attrs.frozen
+class Refusal:
+    """Why a reservation was refused: the first bucket and dimension that would overflow."""
+
+    bucket: BucketId
+    dimension: str
+    limit: int
+    spent: int
+    reserved: int
+
+
+@attrs.frozen
+class BucketState:
+    """A bucket's spend and its live (unexpired) reservations."""
+
+    bucket: BucketId
+    spent: Amounts
+    reserved: Amounts
+
+
+def check(charge: Charge, spent: Amounts, reserved: Amounts) -> Refusal | None:
+    """The refusal for ``charge`` given what its bucket holds, or None when it fits."""
+    for dimension in DIMENSIONS:
+        limit = getattr(charge.limits, dimension)
+        held = getattr(spent, dimension) + getattr(reserved, dimension)
+        if limit is not None and held + getattr(charge.amount, dimension) > limit:
+            return Refusal(charge.bucket, dimension, limit, getattr(spent, dimension), getattr(reserved, dimension))
+    return None
+
+
+class BudgetStore(Protocol):
+    """Reserve, renew, settle, release; served by memory and SQLite here, Redis by its plugin."""
+
+    async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
+                      lease_s: float) -> Refusal | None: ...
+
+    async def renew(self, reservation_id: str, *, now: float, lease_s: float) -> None: ...
+
+    async def settle(self, reservation_id: str, actual: Amounts) -> None: ...
+
+    async def states(self, *, now: float) -> list[BucketState]: ...
+
+    async def aclose(self) -> None: ...
+
+
+@attrs.define
+class _Held:
+    bucket: BucketId
+    amount: Amounts
+    expires_at: float
+
+
+class MemoryBudgetStore:
+    """One process's budgets; every operation is atomic under one lock."""
+
+    def __init__(self) -> None:
+        self._spent: dict[str, Amounts] = {}
+        self._buckets: dict[str, BucketId] = {}
+        self._held: dict[str, list[_Held]] = {}
+        self._lock = threading.Lock()
+
+    async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
+                      lease_s: float) -> Refusal | None:
+        with self._lock:
+            self._forget_expired(now)
+            reserved = self._reserved(now)
+            for charge in charges:
+                key = charge.bucket.key
+                refusal = check(charge, self._spent.get(key, Amounts()), reserved.get(key, Amounts()))
+                if refusal is not None:
+                    return refusal
+            for charge in charges:
+                self._buckets.setdefault(charge.bucket.key, charge.bucket)
+            self._held[reservation_id] = [_Held(c.bucket, c.amount, now + lease_s) for c in charges]
+            return None
+
+    async def renew(self, reservation_id: str, *, now: float, lease_s: float) -> None:
+        with self._lock:
+            for held in self._held.get(reservation_id, ()):
+                held.expires_at = max(held.expires_at, now + lease_s)
+
+    async def settle(self, reservation_id: str, actual: Amounts) -> None:
+        with self._lock:
+            for held in self._held.pop(reservation_id, ()):
+                key = held.bucket.key
+                self._spent[key] = self._spent.get(key, Amounts()) + actual
+
+    async def states(self, *, now: float) -> list[BucketState]:
+        with self._lock:
+            reserved = self._reserved(now)
+            return [BucketState(bucket, self._spent.get(key, Amounts()), reserved.get(key, Amounts()))
+                    for key, bucket in self._buckets.items()]
+
+    async def aclose(self) -> None:
+        return None
+
+    def _reserved(self, now: float) -> dict[str, Amounts]:
+        totals: dict[str, Amounts] = {}
+        for holds in self._held.values():
+            for held in holds:
+                if held.expires_at > now:
+                    key = held.bucket.key
+                    totals[key] = totals.get(key, Amounts()) + held.amount
+        return totals
+
+    def _forget_expired(self, now: float) -> None:
+        stale = [rid for rid, holds in self._held.items()
+                 if all(h.expires_at < now - _KEEP_EXPIRED_S for h in holds)]
+        for rid in stale:
+            del self._held[rid]
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS budget_buckets (
+    key TEXT PRIMARY KEY, scope TEXT NOT NULL, subject TEXT NOT NULL, period TEXT NOT NULL,
+    window TEXT NOT NULL, resets_at TEXT,
+    cost_micro_usd INTEGER NOT NULL DEFAULT 0, tokens INTEGER NOT NULL DEFAULT 0,
+    requests INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS budget_reservations (
+    id TEXT NOT NULL, key TEXT NOT NULL, cost_micro_usd INTEGER NOT NULL, tokens INTEGER NOT NULL,
+    requests INTEGER NOT NULL, expires_at REAL NOT NULL, PRIMARY KEY (id, key)
+);
+CREATE INDEX IF NOT EXISTS budget_reservations_live ON budget_reservations (key, expires_at);
+"""
+_SUMS = ", ".join(f"COALESCE(SUM({d}), 0)" for d in DIMENSIONS)
+
+
+class SqliteBudgetStore:
+    """Budgets in a SQLite file shared by every process that opens it; one transaction per step."""
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0) -> None:
+        self.db = SqliteDatabase(path, _SCHEMA, busy_timeout_s=busy_timeout_s)
+
+    async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
+                      lease_s: float) -> Refusal | None:
+        def work(connection: sqlite3.Connection) -> Refusal | None:
+            with transaction(connection):
+                connection.execute("DELETE FROM budget_reservations WHERE expires_at < ?", (now - _KEEP_EXPIRED_S,))
+                for charge in charges:
+                    refusal = check(charge, *self._held(connection, charge.bucket.key, now))
+                    if refusal is not None:
+                        return refusal
+                for charge in charges:
+                    b = charge.bucket
+                    connection.execute(
+                        "INSERT OR IGNORE INTO budget_buckets (key, scope, subject, period, window, resets_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?)", (b.key, b.scope, b.subject, b.period, b.window, b.resets_at))
+                    connection.execute("INSERT OR REPLACE INTO budget_reservations VALUES (?, ?, ?, ?, ?, ?)",
+                                       (reservation_id, b.key, *attrs.astuple(charge.amount), now + lease_s))
+                return None
+
+        return await self.db.run(work)
+
+    async def renew(self, reservation_id: str, *, now: float, lease_s: float) -> None:
+        def work(connection: sqlite3.Connection) -> None:
+            connection.execute("UPDATE budget_reservations SET expires_at = MAX(expires_at, ?) WHERE id = ?",
+                               (now + lease_s, reservation_id))
+
+        await self.db.run(work)
+
+    async def settle(self, reservation_id: str, actual: Amounts) -> None:
+        def work(connection: sqlite3.Connection) -> None:
+            with transaction(connection):
+                keys = [k for (k,) in connection.execute(
+                    "SELECT key FROM budget_reservations WHERE id = ?", (reservation_id,))]
+                for key in keys:
+                    connection.execute(
+                        "UPDATE budget_buckets SET cost_micro_usd = cost_micro_usd + ?, tokens = tokens + ?, "
+                        "requests = requests + ? WHERE key = ?", (*attrs.astuple(actual), key))
+                connection.execute("DELETE FROM budget_reservations WHERE id = ?", (reservation_id,))
+
+        await self.db.run(work)
+
+    async def states(self, *, now: float) -> list[BucketState]:
+        return await self.db.run(lambda connection: self.select_states(connection, now))
+
+    def states_sync(self, *, now: float) -> list[BucketState]:
+        """The same, for synchronous callers such as the CLI."""
+        return self.db.run_sync(lambda connection: self.select_states(connection, now))
+
+    @classmethod
+    def select_states(cls, connection: sqlite3.Connection, now: float) -> list[BucketState]:
+        rows = connection.execute("SELECT key, scope, subject, period, window, resets_at FROM budget_buckets")
+        return [BucketState(BucketId(*row[1:]), *cls._held(connection, row[0], now)) for row in list(rows)]
+
+    async def aclose(self) -> None:
+        self.db.close()
+
+    @staticmethod
+    def _held(connection: sqlite3.Connection, key: str, now: float) -> tuple[Amounts, Amounts]:
+        spent = connection.execute(
+            f"SELECT {', '.join(DIMENSIONS)} FROM budget_buckets WHERE key = ?", (key,)).fetchone()
+        reserved = connection.execute(
+            f"SELECT {_SUMS} FROM budget_reservations WHERE key = ? AND expires_at > ?", (key, now)).fetchone()
+        return Amounts(*(spent or (0, 0, 0))), Amounts(*reserved)

@@ -1,0 +1,128 @@
+"""The usage ledger: one record per attempt that reached a provider, and one per cache hit.
+
+A record's key is ``(correlation_id, attempt)``; writing the same key again changes
+nothing, so a replayed batch never counts twice. Cache hits use attempt 0.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, Protocol
+
+import attrs
+
+from provmw.stores._sqlite import SqliteDatabase, transaction
+
+__all__ = ["Billed", "MemoryUsageStore", "SqliteUsageStore", "UsageRecord", "UsageStore"]
+
+Billed = Literal["yes", "no", "unknown"]
+
+
+@attrs.frozen(kw_only=True)
+class UsageRecord:
+    """One attempt (or cache hit) of one logical call, priced when the model is."""
+
+    correlation_id: str
+    attempt: int
+    timestamp: float
+    operation: str
+    config_id: str
+    provider: str
+    model: str
+    user: str | None = None
+    tenant: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cost_usd: float | None = None
+    latency_s: float = 0.0
+    status: Literal["ok", "error", "cache_hit"] = "ok"
+    error_type: str | None = None
+    billed: Billed = "yes"
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.correlation_id, self.attempt)
+
+
+_FIELDS = tuple(a.name for a in attrs.fields(UsageRecord))
+
+
+class UsageStore(Protocol):
+    """Where records go; ``write`` is idempotent per key and all-or-nothing per batch."""
+
+    async def write(self, records: Sequence[UsageRecord]) -> None: ...
+
+    async def records(self, since: float | None = None) -> list[UsageRecord]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryUsageStore:
+    """Records in a dict, for tests and processes that keep no ledger on disk."""
+
+    def __init__(self) -> None:
+        self._records: dict[tuple[str, int], UsageRecord] = {}
+        self._lock = threading.Lock()
+
+    async def write(self, records: Sequence[UsageRecord]) -> None:
+        with self._lock:
+            for record in records:
+                self._records.setdefault(record.key, record)
+
+    async def records(self, since: float | None = None) -> list[UsageRecord]:
+        with self._lock:
+            return [r for r in self._records.values() if since is None or r.timestamp >= since]
+
+    async def aclose(self) -> None:
+        return None
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS usage (
+    correlation_id TEXT NOT NULL, attempt INTEGER NOT NULL, timestamp REAL NOT NULL,
+    operation TEXT NOT NULL, config_id TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,
+    user TEXT, tenant TEXT, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,
+    cached_input_tokens INTEGER NOT NULL, cost_usd REAL, latency_s REAL NOT NULL,
+    status TEXT NOT NULL, error_type TEXT, billed TEXT NOT NULL,
+    PRIMARY KEY (correlation_id, attempt)
+);
+CREATE INDEX IF NOT EXISTS usage_by_time ON usage (timestamp);
+"""
+_INSERT = (f"INSERT INTO usage ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))}) "
+           "ON CONFLICT (correlation_id, attempt) DO NOTHING")
+
+
+class SqliteUsageStore:
+    """The embedded default: a table in a SQLite file (WAL, ``synchronous=FULL``)."""
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0) -> None:
+        self.db = SqliteDatabase(path, _SCHEMA, busy_timeout_s=busy_timeout_s)
+
+    async def write(self, records: Sequence[UsageRecord]) -> None:
+        rows = [attrs.astuple(r) for r in records]
+
+        def insert(connection: sqlite3.Connection) -> None:
+            with transaction(connection):
+                connection.executemany(_INSERT, rows)
+
+        await self.db.run(insert)
+
+    async def records(self, since: float | None = None) -> list[UsageRecord]:
+        return await self.db.run(lambda connection: self.select(connection, since))
+
+    def records_sync(self, since: float | None = None) -> list[UsageRecord]:
+        """The same, for synchronous callers such as the CLI."""
+        return self.db.run_sync(lambda connection: self.select(connection, since))
+
+    @staticmethod
+    def select(connection: sqlite3.Connection, since: float | None) -> list[UsageRecord]:
+        query = f"SELECT {', '.join(_FIELDS)} FROM usage WHERE timestamp >= ? ORDER BY timestamp, attempt"
+        rows = connection.execute(query, (since if since is not None else float("-inf"),))
+        return [UsageRecord(**dict(zip(_FIELDS, row, strict=True))) for row in rows]
+
+    async def aclose(self) -> None:
+        self.db.close()

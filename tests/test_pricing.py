@@ -1,0 +1,97 @@
+"""Pricing: the bundled table, overrides, costs and worst cases."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+import pytest
+
+from provmw.config import ProviderConfig
+from provmw.errors import ConfigurationError
+from provmw.manager import ServiceManager
+from provmw.plugins import PluginHost
+from provmw.pricing import Price, PriceTable
+from provmw.responses import Usage
+from provmw.settings import Settings
+from provmw.testing import FakeProvider
+from tests.conftest import BUILTIN_MIDDLEWARE_OFF, openai_config
+
+
+def config(model: str, **fields: object) -> ProviderConfig:
+    return ProviderConfig(identifier="c", provider="openai", model=model, **fields)  # type: ignore[arg-type]
+
+
+def test_the_bundled_table_says_when_it_was_taken() -> None:
+    assert isinstance(PriceTable().taken, datetime.date)
+
+
+def test_a_dated_snapshot_is_priced_by_its_longest_known_prefix() -> None:
+    table = PriceTable()
+    assert table.price_for(config("gpt-4o-mini-2024-07-18")) == table.price_for(config("gpt-4o-mini"))
+    assert table.price_for(config("gpt-4o-2024-08-06")) == table.price_for(config("gpt-4o"))
+    assert table.price_for(config("gpt-4o-mini")) != table.price_for(config("gpt-4o"))
+
+
+def test_common_anthropic_and_embedding_models_are_priced() -> None:
+    table = PriceTable()
+    sonnet = ProviderConfig(identifier="a", provider="anthropic", model="claude-sonnet-4-20250514")
+    assert table.price_for(sonnet) is not None
+    assert table.price_for(config("text-embedding-3-small")) is not None
+
+
+def test_an_unknown_model_has_no_price_and_warns_once(caplog: pytest.LogCaptureFixture) -> None:
+    table = PriceTable()
+    with caplog.at_level(logging.WARNING, logger="provmw.pricing"):
+        assert table.price_for(config("mystery-model")) is None
+        assert table.price_for(config("mystery-model")) is None
+    assert [r.getMessage().count("mystery-model") for r in caplog.records] == [1]
+
+
+def test_a_configuration_price_overrides_the_table() -> None:
+    own = config("gpt-4o", price={"input_usd_per_mtok": 9.0, "output_usd_per_mtok": 9.0})
+    assert PriceTable().price_for(own) == Price(input_usd_per_mtok=9.0, output_usd_per_mtok=9.0)
+
+
+def test_a_misspelt_price_key_names_a_near_match() -> None:
+    with pytest.raises(ConfigurationError, match="did you mean 'output_usd_per_mtok'"):
+        config("m", price={"input_usd_per_mtok": 1.0, "outpt_usd_per_mtok": 1.0})
+
+
+def test_a_negative_price_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="input_usd_per_mtok must be a number >= 0"):
+        config("m", price={"input_usd_per_mtok": -1.0})
+
+
+def test_cached_input_tokens_are_charged_at_the_cached_rate() -> None:
+    price = Price(input_usd_per_mtok=2.0, cached_input_usd_per_mtok=0.5, output_usd_per_mtok=8.0)
+    usage = Usage(input_tokens=1_000_000, cached_input_tokens=400_000, output_tokens=100_000)
+    assert price.cost_usd(usage) == pytest.approx(0.6 * 2.0 + 0.4 * 0.5 + 0.1 * 8.0)
+
+
+def test_the_worst_case_uses_max_tokens_else_the_model_ceiling() -> None:
+    price = Price(input_usd_per_mtok=1.0, output_usd_per_mtok=10.0, max_output_tokens=1000)
+    assert price.worst_case_usd(100, 50) == pytest.approx((100 * 1.0 + 50 * 10.0) / 1e6)
+    assert price.worst_case_usd(100, None) == pytest.approx((100 * 1.0 + 1000 * 10.0) / 1e6)
+    assert Price(input_usd_per_mtok=1.0).worst_case_usd(100, None) is None
+
+
+def test_the_planned_cost_is_the_most_expensive_configuration_in_the_chain() -> None:
+    cheap = config("a", price={"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 1.0})
+    dear = config("b", price={"input_usd_per_mtok": 5.0, "output_usd_per_mtok": 5.0})
+    assert PriceTable().planned_cost_usd([cheap, dear], 100, 100) == pytest.approx((100 + 100) * 5.0 / 1e6)
+
+
+def test_one_unpriced_configuration_leaves_the_plan_unknown() -> None:
+    cheap = config("a", price={"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 1.0})
+    assert PriceTable().planned_cost_usd([cheap, config("unknown-model")], 100, 100) is None
+
+
+async def test_a_response_carries_its_cost_over_real_http(fake: FakeProvider, builtin_only: PluginHost) -> None:
+    priced = openai_config(fake, price={"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0})
+    settings = Settings(configurations={"oa": priced}, middleware=BUILTIN_MIDDLEWARE_OFF)
+    async with ServiceManager(settings, host=builtin_only) as manager:
+        response = await manager.chat("one two three")
+    usage = response.usage
+    assert usage.input_tokens > 0
+    assert usage.cost_usd == pytest.approx((usage.input_tokens * 1.0 + usage.output_tokens * 2.0) / 1e6)
