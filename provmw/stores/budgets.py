@@ -45,7 +45,8 @@ class Amounts:
     requests: int = 0
 
     def __add__(self, other: Amounts) -> Amounts:
-        return Amounts(*(a + b for a, b in zip(attrs.astuple(self), attrs.astuple(other), strict=True)))
+        return Amounts(self.cost_micro_usd + other.cost_micro_usd, self.tokens + other.tokens,
+                       self.requests + other.requests)
 
 
 @attrs.frozen
@@ -139,58 +140,51 @@ class MemoryBudgetStore:
     def __init__(self) -> None:
         self._spent: dict[str, Amounts] = {}
         self._buckets: dict[str, BucketId] = {}
-        self._held: dict[str, list[_Held]] = {}
+        self._held: dict[str, dict[str, _Held]] = {}  # bucket key -> reservation id -> hold
         self._lock = threading.Lock()
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None:
         with self._lock:
-            self._forget_expired(now)
-            reserved = self._reserved(now)
             for charge in charges:
                 key = charge.bucket.key
-                refusal = check(charge, self._spent.get(key, Amounts()), reserved.get(key, Amounts()))
+                refusal = check(charge, self._spent.get(key, Amounts()), self._reserved(key, now))
                 if refusal is not None:
                     return refusal
             for charge in charges:
-                self._buckets.setdefault(charge.bucket.key, charge.bucket)
-            self._held[reservation_id] = [_Held(c.bucket, c.amount, now + lease_s) for c in charges]
+                key = charge.bucket.key
+                self._buckets.setdefault(key, charge.bucket)
+                self._held.setdefault(key, {})[reservation_id] = _Held(charge.bucket, charge.amount, now + lease_s)
             return None
 
     async def renew(self, reservation_id: str, *, now: float, lease_s: float) -> None:
         with self._lock:
-            for held in self._held.get(reservation_id, ()):
-                held.expires_at = max(held.expires_at, now + lease_s)
+            for holds in self._held.values():
+                held = holds.get(reservation_id)
+                if held is not None:
+                    held.expires_at = max(held.expires_at, now + lease_s)
 
     async def settle(self, reservation_id: str, actual: Amounts) -> None:
         with self._lock:
-            for held in self._held.pop(reservation_id, ()):
-                key = held.bucket.key
-                self._spent[key] = self._spent.get(key, Amounts()) + actual
+            for key, holds in self._held.items():
+                if holds.pop(reservation_id, None) is not None:
+                    self._spent[key] = self._spent.get(key, Amounts()) + actual
 
     async def states(self, *, now: float) -> list[BucketState]:
         with self._lock:
-            reserved = self._reserved(now)
-            return [BucketState(bucket, self._spent.get(key, Amounts()), reserved.get(key, Amounts()))
+            return [BucketState(bucket, self._spent.get(key, Amounts()), self._reserved(key, now))
                     for key, bucket in self._buckets.items()]
 
     async def aclose(self) -> None:
         return None
 
-    def _reserved(self, now: float) -> dict[str, Amounts]:
-        totals: dict[str, Amounts] = {}
-        for holds in self._held.values():
-            for held in holds:
-                if held.expires_at > now:
-                    key = held.bucket.key
-                    totals[key] = totals.get(key, Amounts()) + held.amount
-        return totals
-
-    def _forget_expired(self, now: float) -> None:
-        stale = [rid for rid, holds in self._held.items()
-                 if all(h.expires_at < now - _KEEP_EXPIRED_S for h in holds)]
-        for rid in stale:
-            del self._held[rid]
+    def _reserved(self, key: str, now: float) -> Amounts:
+        holds = self._held.get(key, {})
+        for rid in [rid for rid, h in holds.items() if h.expires_at < now - _KEEP_EXPIRED_S]:
+            del holds[rid]
+        live = [h.amount for h in holds.values() if h.expires_at > now]
+        return Amounts(sum(a.cost_micro_usd for a in live), sum(a.tokens for a in live),
+                       sum(a.requests for a in live))
 
 
 _SCHEMA = """

@@ -1,0 +1,115 @@
+"""The usage ledger over real HTTP: one record per attempt, exactly once, through outages."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provmw.errors import UsageLedgerUnavailableError
+from provmw.manager import ServiceManager
+from provmw.middleware.usage import UsageMiddleware
+from provmw.plugins import PluginHost
+from provmw.settings import Settings
+from provmw.stores.usage import SqliteUsageStore, UsageRecord
+from provmw.testing import FakeProvider, Fault
+from tests.conftest import anthropic_config, openai_config
+from tests.stores.test_journal import LockedLedger
+
+PRICE = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
+
+
+def settings(fake: FakeProvider, ledger: Path, **middleware: dict[str, Any]) -> Settings:
+    return Settings(
+        configurations={"oa": openai_config(fake, fallbacks=("an",), timeout_s=0.3, price=PRICE),
+                        "an": anthropic_config(fake, price=PRICE)},
+        default="oa",
+        middleware={"retry": {"base_s": 0.001, "max_wait_s": 0.01, "max_attempts": 2},
+                    "usage": {"path": str(ledger), "busy_timeout_s": 0.01}, **middleware})
+
+
+def ledger_of(manager: ServiceManager) -> UsageMiddleware:
+    [usage] = [m for m in manager.pipeline.middlewares if isinstance(m, UsageMiddleware)]
+    return usage
+
+
+async def records(path: Path) -> list[UsageRecord]:
+    store = SqliteUsageStore(path)
+    found = await store.records()
+    await store.aclose()
+    return found
+
+
+async def test_503_then_timeout_then_fallback_gives_three_records_of_one_call(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    fake.script(Fault(status=503), Fault(delay_s=1.0), model="gpt-test")
+    async with ServiceManager(settings(fake, tmp_path / "u.db"), host=builtin_only) as manager:
+        response = await manager.chat("hello there")
+    found = await records(tmp_path / "u.db")
+    assert [(r.attempt, r.config_id, r.status, r.error_type, r.billed) for r in found] == [
+        (1, "oa", "error", "ProviderUnavailableError", "no"),
+        (2, "oa", "error", "ProviderTimeoutError", "unknown"),  # the fake did process it
+        (3, "an", "ok", None, "yes")]
+    assert len({r.correlation_id for r in found}) == 1
+    assert found[2].cost_usd == response.usage.cost_usd is not None
+    assert fake.count(model="gpt-test") == 2
+
+
+async def test_replaying_the_writes_changes_nothing(fake: FakeProvider, builtin_only: PluginHost,
+                                                   tmp_path: Path) -> None:
+    fake.script(Fault(status=503), model="gpt-test")
+    async with ServiceManager(settings(fake, tmp_path / "u.db"), host=builtin_only) as manager:
+        await manager.chat("hello there", user="ada", tenant="acme")
+    first = await records(tmp_path / "u.db")
+    store = SqliteUsageStore(tmp_path / "u.db")
+    await store.write(first)
+    await store.write(first[::-1])
+    await store.aclose()
+    assert await records(tmp_path / "u.db") == first
+    assert {(r.user, r.tenant) for r in first} == {("ada", "acme")}
+
+
+async def test_a_cache_hit_is_recorded_as_attempt_0_and_costs_nothing(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    async with ServiceManager(settings(fake, tmp_path / "u.db"), host=builtin_only) as manager:
+        await manager.embed("same text", configuration="oa")
+        await manager.embed("same text", configuration="oa")
+    found = await records(tmp_path / "u.db")
+    assert [(r.attempt, r.status, r.billed, r.cost_usd) for r in found][1:] == [(0, "cache_hit", "no", 0.0)]
+    assert fake.count() == 1
+
+
+async def test_ten_thousand_calls_through_a_failing_store_are_all_recorded_once(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    locked = LockedLedger(tmp_path / "u.db")
+    async with ServiceManager(settings(fake, locked.path), host=builtin_only) as manager:
+        for _ in range(100):
+            await asyncio.gather(*(manager.chat("hi", configuration="an") for _ in range(100)))
+        assert ledger_of(manager).journal.pending == 10_000
+        locked.unlock()
+    found = await records(locked.path)
+    assert len(found) == len({r.key for r in found}) == 10_000
+
+
+async def test_fail_closed_refuses_past_the_journal_before_the_provider_sees_it(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    locked = LockedLedger(tmp_path / "u.db")
+    usage = {"path": str(locked.path), "busy_timeout_s": 0.01, "failure_policy": "fail_closed",
+             "max_journal_records": 3}
+    async with ServiceManager(settings(fake, locked.path, usage=usage), host=builtin_only) as manager:
+        for _ in range(3):
+            await manager.chat("hi", configuration="an")
+        with pytest.raises(UsageLedgerUnavailableError):
+            await manager.chat("hi", configuration="an")
+        assert fake.count() == 3
+        locked.unlock()
+    assert len(await records(locked.path)) == 3
+
+
+def test_the_ledger_file_is_a_real_sqlite_database(tmp_path: Path) -> None:
+    store = SqliteUsageStore(tmp_path / "u.db")
+    store.db.run_sync(lambda c: None)
+    assert sqlite3.connect(tmp_path / "u.db").execute("PRAGMA integrity_check").fetchone() == ("ok",)

@@ -1,0 +1,97 @@
+"""Crashes: a process killed with SIGKILL loses no acknowledged record and holds no budget."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, SqliteBudgetStore
+
+BUCKET = BucketId("global", "*", "total", "total")
+DOLLAR = Limits(cost_micro_usd=1_000_000)
+LEASE_S = 1.0
+
+
+def spawn(script: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *args],
+                            stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+
+
+HOLDER = """
+    import asyncio, sys, time
+    from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, SqliteBudgetStore
+    async def main():
+        store = SqliteBudgetStore(sys.argv[1])
+        charge = Charge(BucketId("global", "*", "total", "total"), Limits(cost_micro_usd=1_000_000),
+                        Amounts(900_000, 0, 1))
+        assert await store.reserve("held", [charge], now=time.time(), lease_s=float(sys.argv[2])) is None
+        print("held", flush=True)
+        await asyncio.sleep(60)
+    asyncio.run(main())
+"""
+
+
+async def test_a_killed_holder_frees_its_reservation_within_the_lease(tmp_path: Path) -> None:
+    holder = spawn(HOLDER, str(tmp_path / "b.db"), str(LEASE_S))
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    killed_at = time.time()
+    store = SqliteBudgetStore(tmp_path / "b.db")
+    wanted = [Charge(BUCKET, DOLLAR, Amounts(900_000, 0, 1))]
+    assert await store.reserve("mine", wanted, now=time.time(), lease_s=LEASE_S) is not None
+    while await store.reserve("mine", wanted, now=time.time(), lease_s=LEASE_S) is not None:
+        assert time.time() - killed_at <= LEASE_S
+        await asyncio.sleep(0.02)
+    await store.aclose()
+
+
+async def test_a_late_settle_from_a_survivor_counts_once(tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db")
+    await store.reserve("slow", [Charge(BUCKET, DOLLAR, Amounts(900_000, 0, 1))], now=0, lease_s=LEASE_S)
+    await store.reserve("next", [Charge(BUCKET, DOLLAR, Amounts(900_000, 0, 1))], now=2, lease_s=LEASE_S)
+    await store.settle("slow", Amounts(400_000, 0, 1))  # its lease ran out long ago
+    await store.settle("slow", Amounts(400_000, 0, 1))
+    [state] = await store.states(now=2)
+    assert (state.spent.cost_micro_usd, state.reserved.cost_micro_usd) == (400_000, 900_000)
+    await store.aclose()
+
+
+WRITER = """
+    import asyncio, sys, time
+    from provmw.stores.usage import SqliteUsageStore, UsageRecord
+    async def main():
+        store = SqliteUsageStore(sys.argv[1])
+        for i in range(1_000_000):
+            batch = [UsageRecord(correlation_id=f"c{i}", attempt=a, timestamp=time.time(), operation="chat",
+                                 config_id="oa", provider="openai", model="m", input_tokens=i) for a in (1, 2)]
+            await store.write(batch)
+            print(i, flush=True)  # acknowledged: the transaction has committed with synchronous=FULL
+    asyncio.run(main())
+"""
+
+
+def test_kill_9_during_writes_loses_no_acknowledged_record(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    path = tmp_path / "ledger.db"
+    for _ in range(5):
+        writer = spawn(WRITER, str(path))
+        assert writer.stdout is not None
+        first = writer.stdout.readline()
+        time.sleep(rng.uniform(0.05, 0.4))
+        os.kill(writer.pid, signal.SIGKILL)
+        acknowledged = [int(line) for line in (first + writer.stdout.read()).split()]
+        writer.wait()
+        connection = sqlite3.connect(path)
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        stored = {row[0] for row in connection.execute("SELECT correlation_id FROM usage")}
+        connection.close()
+        assert {f"c{i}" for i in acknowledged} <= stored
