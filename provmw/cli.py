@@ -1,15 +1,26 @@
-"""The ``provmw`` command: chat, embed, stack, plugins, fake-provider, demo."""
+"""The ``provmw`` command: chat, embed, stack, plugins, usage, budget, fake-provider, demo."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import logging
+import re
 import sys
+import time
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from zoneinfo import ZoneInfo
 
-from provmw.errors import ProvmwError
+from provmw.errors import ConfigurationError, ProvmwError
+
+if TYPE_CHECKING:
+    from provmw.middleware.budget import BudgetOptions
+    from provmw.middleware.usage import UsageOptions
+    from provmw.settings import Settings
+
+S = TypeVar("S", "BudgetOptions", "UsageOptions")
 
 __all__ = ["main"]
 
@@ -75,6 +86,88 @@ def _plugins(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _usage(args: argparse.Namespace, out: TextIO) -> int:
+    from provmw.middleware.usage import UsageOptions
+    from provmw.reports import render, usage_rows
+    from provmw.stores.usage import SqliteUsageStore
+
+    settings, zone = _state_settings(args)
+    options = _section(settings, UsageOptions, "usage")
+    if options.store != "sqlite":
+        raise ConfigurationError("provmw usage reads the SQLite ledger, but [middleware.usage] store is 'memory'")
+    if not _exists(options.path, out, "usage ledger"):
+        return 0
+    store = SqliteUsageStore(options.path)
+    try:
+        records = store.records_sync(_since(args.since, zone))
+    finally:
+        store.db.close()
+    out.write(render(usage_rows(records, args.group_by, zone), args.format))
+    return 0
+
+
+def _budget(args: argparse.Namespace, out: TextIO) -> int:
+    from provmw.middleware.budget import BudgetOptions
+    from provmw.reports import budget_rows, render
+    from provmw.stores.budgets import SqliteBudgetStore
+
+    settings, zone = _state_settings(args)
+    options = _section(settings, BudgetOptions, "budget")
+    if not options.limits:
+        out.write("no budget limits are configured ([[middleware.budget.limits]])\n")
+        return 0
+    if options.store != "sqlite" or not _exists(options.path, out, "budget store"):
+        return 0
+    store = SqliteBudgetStore(options.path)
+    try:
+        now = time.time()
+        states = store.states_sync(now=now)
+    finally:
+        store.db.close()
+    out.write(render(budget_rows(states, options.limits, zone, now), args.format))
+    return 0
+
+
+def _state_settings(args: argparse.Namespace) -> tuple[Settings, ZoneInfo]:
+    from provmw.middleware.budget import BudgetOptions
+    from provmw.settings import load_settings
+
+    settings = load_settings(args.config)
+    name = args.tz or _section(settings, BudgetOptions, "budget").timezone
+    BudgetOptions(timezone=name)  # the same check, and error, as in the settings file
+    return settings, ZoneInfo(name)
+
+
+def _section(settings: Settings, cls: type[S], name: str) -> S:
+    from provmw.middleware import state_options
+
+    return state_options(settings, cls, name)
+
+
+def _exists(path: str, out: TextIO, what: str) -> bool:
+    from pathlib import Path
+
+    if Path(path).is_file():
+        return True
+    out.write(f"no {what} at {path} yet\n")
+    return False
+
+
+def _since(value: str | None, zone: ZoneInfo) -> float | None:
+    """``7d``, ``12h`` or ``30m`` ago, or an ISO date or time (in the report's time zone if naive)."""
+    if value is None:
+        return None
+    relative = re.fullmatch(r"(\d+)([dhm])", value)
+    if relative:
+        seconds = {"d": 86_400, "h": 3_600, "m": 60}[relative[2]] * int(relative[1])
+        return time.time() - seconds
+    try:
+        moment = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise ConfigurationError(f"--since: expected 7d, 12h, 30m or an ISO date/time, got {value!r}") from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=zone)).timestamp()
+
+
 async def _demo(args: argparse.Namespace, out: TextIO) -> int:
     from provmw.demo import run_demo
 
@@ -105,6 +198,14 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--base-url")
     commands.add_parser("stack", help="the resolved middleware order")
     commands.add_parser("plugins", help="discovered plugins and their status")
+    usage = commands.add_parser("usage", help="the usage ledger, grouped")
+    usage.add_argument("--since", help="7d, 12h, 30m, or an ISO date/time")
+    usage.add_argument("--group-by", choices=("day", "configuration", "model", "user", "tenant"),
+                       default="day")
+    budget = commands.add_parser("budget", help="each budget bucket: limit, spent, reserved, resets at")
+    for sub in (usage, budget):
+        sub.add_argument("--format", choices=("table", "csv", "json"), default="table")
+        sub.add_argument("--tz", help="time zone for days and windows (default: [middleware.budget] timezone)")
     commands.add_parser("demo", help="a scripted story against the loopback fake provider")
     fake = commands.add_parser("fake-provider", help="run the fake provider on loopback")
     fake.add_argument("--host", default="127.0.0.1")
@@ -113,7 +214,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 _COMMANDS: dict[str, Any] = {"chat": _chat, "embed": _embed, "stack": _stack, "plugins": _plugins,
-                             "demo": _demo, "fake-provider": _fake_provider}
+                             "usage": _usage, "budget": _budget, "demo": _demo, "fake-provider": _fake_provider}
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:

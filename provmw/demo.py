@@ -7,10 +7,12 @@ needs a middleware that is not there.
 
 from __future__ import annotations
 
-import collections
 import functools
+import tempfile
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TextIO
+from zoneinfo import ZoneInfo
 
 import attrs
 
@@ -19,28 +21,40 @@ from provmw.errors import ProvmwError
 from provmw.manager import ServiceManager
 from provmw.messages import ToolSpec
 from provmw.plugins import PluginHost, PluginPolicy
+from provmw.reports import render, usage_rows
 from provmw.responses import ProviderResponse
 from provmw.settings import Settings
+from provmw.stores.usage import SqliteUsageStore
 from provmw.testing import FakeProvider, Fault
 
 __all__ = ["demo_settings", "run_demo"]
 
 
-def demo_settings(fake: FakeProvider) -> Settings:
-    """A primary OpenAI-style model falling back to an Anthropic-style one, both fake."""
+def demo_settings(fake: FakeProvider, state: Path) -> Settings:
+    """A primary OpenAI-style model falling back to an Anthropic-style one, both fake and priced;
+    the ledger and budgets live in ``state``."""
+    ledger = str(state / "provmw.sqlite3")
     return Settings(
         configurations={
             "primary": ProviderConfig(identifier="primary", provider="openai", model="fast-model",
                                       base_url=fake.openai_base_url, api_key="sk-demo-not-a-real-key",
-                                      fallbacks=("backup",), options={"temperature": 0}),
+                                      fallbacks=("backup",), options={"temperature": 0},
+                                      price={"input_usd_per_mtok": 0.15, "output_usd_per_mtok": 0.60,
+                                             "max_output_tokens": 4096}),
             "backup": ProviderConfig(identifier="backup", provider="anthropic", model="steady-model",
-                                     base_url=fake.anthropic_base_url, api_key="sk-demo-not-a-real-key"),
+                                     base_url=fake.anthropic_base_url, api_key="sk-demo-not-a-real-key",
+                                     price={"input_usd_per_mtok": 0.80, "output_usd_per_mtok": 4.00,
+                                            "max_output_tokens": 4096}),
         },
         default="primary",
         # The story injects five failures into a dozen calls; a larger window keeps the
         # breaker closed so that each step shows its own middleware at work.
         middleware={"cache": {"operations": ["embedding", "chat"]},
-                    "circuit_breaker": {"window_size": 50, "min_calls": 20}},
+                    "circuit_breaker": {"window_size": 50, "min_calls": 20},
+                    "budget": {"path": ledger, "timezone": "America/Los_Angeles",
+                               "limits": [{"scope": "user", "match": "mallory", "period": "day",
+                                           "max_cost_usd": 0.02}]},
+                    "usage": {"path": ledger}},
         source="<demo settings>",
     )
 
@@ -87,12 +101,15 @@ class _Story:
 
 async def run_demo(out: TextIO, host: PluginHost | None = None) -> int:
     """Run the scripted story, writing it to ``out``; returns the exit status."""
-    async with FakeProvider() as fake:
-        settings = demo_settings(fake)
-        manager = ServiceManager(settings, host=host or PluginHost(PluginPolicy()))
-        async with manager:
-            story = _Story(manager, fake, out)
-            await _tell(story)
+    with tempfile.TemporaryDirectory(prefix="provmw-demo-") as state:
+        async with FakeProvider() as fake:
+            settings = demo_settings(fake, Path(state))
+            manager = ServiceManager(settings, host=host or PluginHost(PluginPolicy()))
+            async with manager:
+                story = _Story(manager, fake, out)
+                await _tell(story)
+        # Closing the manager wrote every record; read them back from the ledger file.
+        await _usage_table(story, Path(state) / "provmw.sqlite3")
     return 0
 
 
@@ -136,22 +153,22 @@ async def _tell(story: _Story) -> None:
         for tenant in ("acme", "acme", "globex"):
             story.say(f"   tenant={tenant}:")
             await story.call(functools.partial(m.chat, "What is 2 + 2?", tenant=tenant))
-    story.step("7. A call over budget")
+    story.step("7. Budgets: mallory may spend $0.02 a day; strict mode reserves the worst case first")
     if story.needs("budget"):
-        await story.call(lambda: m.chat("Spend it all", user="mallory"))
+        story.say("   a short answer: its worst case (4096 tokens out on the dearer backup) fits; it costs far less:")
+        await story.call(lambda: m.chat("A small question", user="mallory"))
+        story.say("   max_tokens=8000 could cost $0.032 on the backup: refused before any request goes out:")
+        before = story.fake.count()
+        await story.call(lambda: m.chat("Spend it all", user="mallory", options={"max_tokens": 8000}))
+        story.say(f"      requests sent for it: {story.fake.count() - before}")
 
-    story.step("Usage by configuration (from the responses)")
-    _usage_table(story)
 
-
-def _usage_table(story: _Story) -> None:
-    rows: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    for response in story.served:
-        row = rows[response.served_by]
-        row["calls"] += 1
-        row["tokens"] += response.usage.total_tokens
-        row["cache hits"] += int(response.cached)
-    story.say(f"   {'configuration':<14}{'calls':>7}{'tokens':>8}{'cache hits':>12}")
-    for name, row in sorted(rows.items()):
-        story.say(f"   {name:<14}{row['calls']:>7}{row['tokens']:>8}{row['cache hits']:>12}")
-    story.say(f"\n   the fake provider saw {story.fake.count()} requests in all")
+async def _usage_table(story: _Story, ledger: Path) -> None:
+    story.step(f"Usage by configuration, read back from the ledger ({ledger.name})")
+    store = SqliteUsageStore(ledger)
+    records = await store.records()
+    await store.aclose()
+    table = render(usage_rows(records, "configuration", ZoneInfo("UTC")), "table")
+    for line in table.splitlines():
+        story.say(f"   {line}")
+    story.say(f"\n   {len(records)} ledger records; the fake provider saw {story.fake.count()} requests in all")

@@ -78,6 +78,11 @@ class Settings:
         found = self.middleware.get(name)
         return found if isinstance(found, FrozenMap) else FrozenMap(found)
 
+    def relative_to_file(self, path: str) -> str:
+        """A relative path written in a settings file is relative to that file's folder."""
+        source = Path(self.source)
+        return str(source.parent / path) if not Path(path).is_absolute() and source.is_file() else path
+
     def configuration(self, identifier: str | None) -> ProviderConfig:
         """The named configuration, or the default one when ``identifier`` is None."""
         name = identifier if identifier is not None else self._default_name()

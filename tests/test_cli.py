@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import subprocess
 import sys
@@ -76,4 +77,91 @@ def test_the_demo_shows_failover_retry_after_and_a_cache_hit() -> None:
     assert "attempts: primary:429, primary:ok" in text
     assert "attempts: primary:429, backup:ok" in text
     assert "served_by=primary cached=True" in text
-    assert "skipped: no `fallback`" not in text and "skipped: no `cache`" not in text
+    assert "skipped: no" not in text
+
+
+def test_the_demo_refuses_mallory_before_any_request_and_reads_the_ledger_back() -> None:
+    out = io.StringIO()
+    asyncio.run(run_demo(out, PluginHost(PluginPolicy(autoload=False), environ={})))
+    text = out.getvalue()
+    assert "BudgetExceededError: budget 'user:mallory'" in text
+    assert "requests sent for it: 0" in text
+    header = next(line for line in text.splitlines() if "configuration  calls" in line)
+    assert header.split() == ["configuration", "calls", "attempts", "input_tokens", "output_tokens", "cost_usd",
+                              "cache_hits", "errors", "billed_unknown"]
+    assert "16 ledger records" in text
+
+
+LEDGER_TOML = """
+[middleware.usage]
+path = "ledger.sqlite3"
+
+[middleware.budget]
+path = "ledger.sqlite3"
+timezone = "America/Los_Angeles"
+
+[[middleware.budget.limits]]
+scope = "global"
+period = "day"
+max_cost_usd = 1.0
+"""
+
+
+async def write_ledger(fake: FakeProvider, tmp_path: Path) -> Path:
+    """Make three calls (one a cache hit) through a manager configured by a TOML file."""
+    from provmw.manager import ServiceManager
+
+    config = tmp_path / "provmw.toml"
+    config.write_text(LEDGER_TOML + f"""
+[configurations.a]
+provider = "openai"
+model = "gpt-4o-mini"
+base_url = "{fake.openai_base_url}"
+options = {{ max_tokens = 100 }}
+""")
+    async with ServiceManager.from_file(config, host=PluginHost(PluginPolicy(autoload=False), environ={})) as m:
+        await m.chat("hello", user="ada")
+        await m.embed("x", user="bob")
+        await m.embed("x", user="bob")
+    return config
+
+
+async def test_usage_groups_the_ledger_by_user(fake: FakeProvider, tmp_path: Path) -> None:
+    config = await write_ledger(fake, tmp_path)
+    status, text = await asyncio.to_thread(run, "--config", str(config), "usage", "--group-by", "user")
+    assert status == 0
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[1:]}
+    assert rows["ada"][1:3] == ["1", "1"] and rows["bob"][1:3] == ["2", "1"]
+    assert rows["bob"][6] == "1"  # one cache hit
+
+
+async def test_usage_as_json_and_csv(fake: FakeProvider, tmp_path: Path) -> None:
+    config = await write_ledger(fake, tmp_path)
+    _, text = await asyncio.to_thread(run, "--config", str(config), "usage", "--format", "json",
+                                      "--group-by", "configuration")
+    [row] = json.loads(text)
+    assert (row["configuration"], row["calls"], row["attempts"], row["cache_hits"]) == ("a", 3, 2, 1)
+    _, text = await asyncio.to_thread(run, "--config", str(config), "usage", "--format", "csv", "--since", "1d")
+    assert text.splitlines()[0].startswith("day,calls,attempts,")
+
+
+async def test_budget_lists_each_bucket_with_its_spend_and_reset(fake: FakeProvider, tmp_path: Path) -> None:
+    config = await write_ledger(fake, tmp_path)
+    status, text = await asyncio.to_thread(run, "--config", str(config), "budget", "--format", "json")
+    assert status == 0
+    [row] = json.loads(text)
+    assert (row["bucket"], row["limit"], row["requests"], row["reserved_usd"]) == ("global:*", "$1", 2, 0.0)
+    assert row["spent_usd"] > 0 and row["resets_at"].endswith(("-08:00", "-07:00"))
+
+
+def test_usage_with_a_bad_since_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "ledger.sqlite3").touch()
+    (tmp_path / "provmw.toml").write_text(LEDGER_TOML)
+    status, _ = run("--config", str(tmp_path / "provmw.toml"), "usage", "--since", "last tuesday")
+    assert status == 2
+    assert "--since: expected 7d" in capsys.readouterr().err
+
+
+def test_usage_without_a_ledger_says_so(tmp_path: Path) -> None:
+    status, text = run("usage")
+    assert (status, text) == (0, "no usage ledger at provmw.sqlite3 yet\n")

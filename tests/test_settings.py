@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from provmw.errors import ConfigurationError
-from provmw.settings import find_settings_file, load_settings
+from provmw.settings import Settings, find_settings_file, load_settings
 
 GOOD = """
 default = "primary"
@@ -113,3 +113,11 @@ def test_unknown_configuration_name_gives_a_hint(tmp_path: Path) -> None:
     settings = load_settings(write(tmp_path, GOOD), environ={"TEST_OPENAI_KEY": "k"})
     with pytest.raises(ConfigurationError, match="did you mean 'backup'"):
         settings.configuration("bakup")
+
+
+def test_a_relative_state_path_is_relative_to_the_settings_file(tmp_path: Path) -> None:
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "provmw.toml").write_text('[middleware.usage]\npath = "state/ledger.db"\n')
+    settings = load_settings(tmp_path / "conf" / "provmw.toml", environ={})
+    assert settings.relative_to_file("state/ledger.db") == str(tmp_path / "conf" / "state" / "ledger.db")
+    assert Settings().relative_to_file("ledger.db") == "ledger.db"

@@ -57,6 +57,7 @@ __all__ = [
     "UsageHitsMiddleware",
     "UsageMiddleware",
     "builtin_middleware",
+    "state_options",
 ]
 
 T = TypeVar("T")
@@ -75,13 +76,13 @@ def builtin_middleware(settings: Settings) -> list[Middleware]:
 
     rate_limits = options(RateLimitOptions, "rate_limit")
     _check_names(settings, "[middleware.rate_limit.limits]", rate_limits.limits)
-    budget = options(BudgetOptions, "budget")
+    budget = state_options(settings, BudgetOptions, "budget")
     _check_names(settings, "[middleware.budget] limits: match",
                  [b.match for b in budget.limits if b.scope == "configuration"])
     options(_NoOptions, "fallback")
     options(_NoOptions, "timeout")
     options(_NoOptions, "usage_hits")
-    journal = options(UsageOptions, "usage").journal()
+    journal = state_options(settings, UsageOptions, "usage").journal()
     return [
         CacheMiddleware(options(CacheOptions, "cache")),
         DeadlineMiddleware(options(DeadlineOptions, "deadline")),
@@ -94,6 +95,16 @@ def builtin_middleware(settings: Settings) -> list[Middleware]:
         UsageMiddleware(journal),
         UsageHitsMiddleware(journal),
     ]
+
+
+S = TypeVar("S", BudgetOptions, UsageOptions)
+
+
+def state_options(settings: Settings, cls: type[S], name: str) -> S:
+    """The options of a middleware that keeps state in a file; its ``path`` is relative to the
+    settings file."""
+    options = options_from(cls, settings.section(name), f"{settings.source}: [middleware.{name}]")
+    return attrs.evolve(options, path=settings.relative_to_file(options.path))
 
 
 def _check_names(settings: Settings, where: str, names: Iterable[str]) -> None:

@@ -13,10 +13,14 @@ import pytest
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.errors import BudgetExceededError, ConfigurationError, ProviderUnavailableError
+from provmw.manager import ServiceManager
 from provmw.middleware.budget import BudgetMiddleware, BudgetOptions
+from provmw.plugins import PluginHost
 from provmw.responses import CompletionResponse, Usage
+from provmw.settings import Settings
 from provmw.stores.budgets import Amounts, BucketState, Charge, MemoryBudgetStore, Refusal
-from provmw.testing import FakeClock, ScriptedNext
+from provmw.testing import FakeClock, FakeProvider, ScriptedNext
+from tests.conftest import anthropic_config, openai_config
 
 CONFIG = ProviderConfig(identifier="oa", provider="openai", model="gpt-test")
 LA = ZoneInfo("America/Los_Angeles")
@@ -207,3 +211,31 @@ async def test_windows_roll_at_local_midnight_and_sum_to_the_total() -> None:
     months = {w: n for (p, w), n in states.items() if p == "month"}
     assert months == {"2026-01": 1, "2026-02": 1, "2026-03": 6, "2026-10": 1, "2026-11": 4}
     assert sum(days.values()) == sum(months.values()) == states[("total", "total")] == len(instants)
+
+
+async def test_a_cache_hit_is_never_charged(fake: FakeProvider, builtin_only: PluginHost) -> None:
+    settings = Settings(configurations={"oa": openai_config(fake)}, middleware={
+        "budget": {"store": "memory", "limits": [{"scope": "user", "max_requests": 1}]},
+        "usage": {"store": "memory"}})
+    async with ServiceManager(settings, host=builtin_only) as manager:
+        await manager.embed("same", user="ada")
+        second = await manager.embed("same", user="ada")  # over budget, but answered by the cache
+        with pytest.raises(BudgetExceededError):
+            await manager.embed("different", user="ada")
+    assert second.cached
+    assert fake.count() == 1
+
+
+async def test_the_manager_plans_the_worst_case_over_the_fallback_chain(fake: FakeProvider,
+                                                                        builtin_only: PluginHost) -> None:
+    cheap = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 1.0}
+    dear = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 100.0}
+    settings = Settings(configurations={"oa": openai_config(fake, fallbacks=("an",), price=cheap),
+                                        "an": anthropic_config(fake, price=dear)}, default="oa", middleware={
+        "budget": {"store": "memory", "limits": [{"scope": "global", "max_cost_usd": 0.01}]},
+        "usage": {"store": "memory"}})
+    async with ServiceManager(settings, host=builtin_only) as manager:
+        await manager.chat("hi", options={"max_tokens": 90})  # at most 90 x $100 / M = $0.009
+        with pytest.raises(BudgetExceededError):
+            await manager.chat("hi", options={"max_tokens": 110})  # the backup could cost $0.011
+    assert fake.count() == 1
