@@ -7,6 +7,12 @@ from typing import Any
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded usage ledger writes ``provmw.sqlite3`` in the working directory."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
     event_loop = asyncio.new_event_loop()

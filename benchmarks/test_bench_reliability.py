@@ -1,8 +1,9 @@
 """What the reliability stack costs when nothing goes wrong, and how fast a long hint fails over.
 
-1. The six built-in middleware on their happy path (no deadline set, no rate limit
-   configured, breaker closed, first attempt succeeds) against an empty pipeline, 1,000
-   calls per round, terminal returning a canned response.
+1. The built-in middleware on their happy path (no deadline set, no rate limit configured,
+   breaker closed, first attempt succeeds, budget without limits, usage on a memory
+   ledger) against an empty pipeline, 1,000 calls per round, terminal returning a canned
+   response. ``test_bench_budget.py`` measures budgets and the ledger on their own.
 2. Over real HTTP to the fake provider: a call whose primary answers 429 with
    ``retry-after: 120`` (over the cap) and is served by the fallback, against a plain call.
    Goal: the failover adds well under 50 ms.
@@ -39,7 +40,8 @@ async def terminal(config: ProviderConfig) -> CompletionResponse:
 
 @pytest.mark.parametrize("stack", ["empty", "built-in"])
 def test_happy_path_overhead(benchmark: Any, loop: Any, stack: str) -> None:
-    middlewares = builtin_middleware(Settings()) if stack == "built-in" else []
+    settings = Settings(middleware={"usage": {"store": "memory"}, "usage_hits": {"enabled": False}})
+    middlewares = [m for m in builtin_middleware(settings) if m.name != "usage_hits"] if stack == "built-in" else []
     pipeline = MiddlewarePipeline(middlewares)
     benchmark.group = "reliability stack, happy path, 1,000 calls"
     benchmark(run_batch(loop, lambda: pipeline.run(CTX, CONFIG, terminal), CALLS))

@@ -29,7 +29,21 @@ class Window:
 
     @property
     def resets_at(self) -> str | None:
-        return None if self.end is None else self.end.isoformat()
+        return self._resets_at
+
+    def holds(self, now: float) -> bool:
+        """Whether the POSIX time ``now`` falls in this window."""
+        return self._span[0] <= now < self._span[1]
+
+    _span: tuple[float, float] = attrs.field(init=False, eq=False, repr=False)
+    _resets_at: str | None = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        inf = float("inf")
+        span = (-inf, inf) if self.start is None or self.end is None else (self.start.timestamp(),
+                                                                          self.end.timestamp())
+        object.__setattr__(self, "_span", span)
+        object.__setattr__(self, "_resets_at", None if self.end is None else self.end.isoformat())
 
 
 def window(period: Period, zone: ZoneInfo, now: float) -> Window:

@@ -32,7 +32,7 @@ from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.errors import BudgetExceededError, ConfigurationError
 from provmw.middleware._common import Clock
-from provmw.periods import PERIODS, Period, window
+from provmw.periods import PERIODS, Period, Window, window
 from provmw.pipeline import Next, R
 from provmw.stores.budgets import Amounts, BucketId, BudgetStore, Charge, Limits, Refusal
 
@@ -133,6 +133,7 @@ class BudgetMiddleware:
         self._zone = ZoneInfo(self.options.timezone)
         self._store = store
         self._clock = wall_clock
+        self._windows: dict[str, Window] = {}  # the current window of each period, until it ends
 
     @property
     def store(self) -> BudgetStore:
@@ -182,10 +183,16 @@ class BudgetMiddleware:
             subject = limit.subject(ctx, config)
             if subject is None:
                 continue
-            span = window(limit.period, self._zone, now)
+            span = self._window(limit.period, now)
             bucket = BucketId(limit.scope, subject, limit.period, span.label, span.resets_at)
             charges.append(Charge(bucket, limit.limits, self._worst_case(ctx, config, limit)))
         return charges
+
+    def _window(self, period: Period, now: float) -> Window:
+        span = self._windows.get(period)
+        if span is None or not span.holds(now):
+            span = self._windows[period] = window(period, self._zone, now)
+        return span
 
     def _worst_case(self, ctx: ProviderCallContext, config: ProviderConfig, limit: BudgetLimit) -> Amounts:
         strict = self.options.mode == "strict"
