@@ -116,7 +116,9 @@ def _budget(args: argparse.Namespace, out: TextIO) -> int:
     if not options.limits:
         out.write("no budget limits are configured ([[middleware.budget.limits]])\n")
         return 0
-    if options.store != "sqlite" or not _exists(options.path, out, "budget store"):
+    if options.store != "sqlite":
+        raise ConfigurationError("provmw budget reads the SQLite store, but [middleware.budget] store is 'memory'")
+    if not _exists(options.path, out, "budget store"):
         return 0
     store = SqliteBudgetStore(options.path)
     try:

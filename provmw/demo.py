@@ -64,7 +64,6 @@ class _Story:
     manager: ServiceManager
     fake: FakeProvider
     out: TextIO
-    served: list[ProviderResponse] = attrs.Factory(list)
 
     def say(self, text: str = "") -> None:
         self.out.write(text + "\n")
@@ -86,7 +85,6 @@ class _Story:
             after = f" (server says retry after {hint:g}s)" if hint is not None else ""
             self.say(f"   -> {type(exc).__name__}: {exc}{after}")
             return
-        self.served.append(response)
         text = getattr(response, "text", None)
         shown = repr(text) if text else f"{len(getattr(response, 'vectors', ()))} vector(s)"
         calls = getattr(response, "tool_calls", ())

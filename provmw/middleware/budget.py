@@ -83,9 +83,7 @@ def _limits(value: Sequence[BudgetLimit | Mapping[str, Any]]) -> tuple[BudgetLim
     for i, item in enumerate(value):
         try:
             result.append(item if isinstance(item, BudgetLimit) else BudgetLimit(**item))
-        except TypeError as exc:
-            raise ConfigurationError(f"limits[{i}]: {exc}") from None
-        except ConfigurationError as exc:
+        except (TypeError, ConfigurationError) as exc:
             raise ConfigurationError(f"limits[{i}]: {exc}") from None
     return tuple(result)
 
@@ -177,15 +175,17 @@ class BudgetMiddleware:
             log.exception("budget: could not settle reservation %s; its lease will expire", reservation)
 
     def charges(self, ctx: ProviderCallContext, config: ProviderConfig, now: float) -> list[Charge]:
-        """What the call reserves against each bucket it touches."""
+        """What the call reserves against each bucket it touches (the same worst case in each)."""
+        touched = [(limit, subject) for limit in self.options.limits
+                   if (subject := limit.subject(ctx, config)) is not None]
+        if not touched:
+            return []
+        amount = self._worst_case(ctx, config, [limit for limit, _ in touched])
         charges = []
-        for limit in self.options.limits:
-            subject = limit.subject(ctx, config)
-            if subject is None:
-                continue
+        for limit, subject in touched:
             span = self._window(limit.period, now)
             bucket = BucketId(limit.scope, subject, limit.period, span.label, span.resets_at)
-            charges.append(Charge(bucket, limit.limits, self._worst_case(ctx, config, limit)))
+            charges.append(Charge(bucket, limit.limits, amount))
         return charges
 
     def _window(self, period: Period, now: float) -> Window:
@@ -194,17 +194,18 @@ class BudgetMiddleware:
             span = self._windows[period] = window(period, self._zone, now)
         return span
 
-    def _worst_case(self, ctx: ProviderCallContext, config: ProviderConfig, limit: BudgetLimit) -> Amounts:
+    def _worst_case(self, ctx: ProviderCallContext, config: ProviderConfig,
+                    limits: Sequence[BudgetLimit]) -> Amounts:
         strict = self.options.mode == "strict"
         planned = ctx.metadata.get("planned_cost_usd")
-        if planned is None and strict and limit.max_cost_usd is not None:
+        if planned is None and strict and any(limit.max_cost_usd is not None for limit in limits):
             raise ConfigurationError(
                 f"budget: the worst-case cost of a call on {config.identifier!r} is unknown (a configuration in "
                 "its chain has no price, or the call sets no max_tokens and the model's ceiling is unknown); "
                 "strict cost limits need it: add [configurations.<name>.price] or options.max_tokens")
         output = ctx.metadata.get("max_output_tokens")
         if output is None and ctx.operation is not ProviderOperation.EMBEDDING:
-            if strict and limit.max_tokens is not None:
+            if strict and any(limit.max_tokens is not None for limit in limits):
                 raise ConfigurationError(
                     f"budget: a call on {config.identifier!r} sets no max_tokens; strict token limits need it")
             output = 0

@@ -89,9 +89,10 @@ class UsageMiddleware:
         try:
             response = await next(config)
         except BaseException as exc:
+            billed = _billed(exc)
             self.journal.record(_record(ctx, config, attempt, started, self._clock() - start,
-                                        status="error", error_type=type(exc).__name__, billed=_billed(exc),
-                                        cost_usd=0.0 if _billed(exc) == "no" else None))
+                                        status="error", error_type=type(exc).__name__, billed=billed,
+                                        cost_usd=0.0 if billed == "no" else None))
             raise
         usage = response.usage
         self.journal.record(_record(ctx, config, attempt, started, self._clock() - start, model=response.model,

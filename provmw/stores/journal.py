@@ -76,7 +76,7 @@ class UsageJournal:
             self._writer = asyncio.get_running_loop().create_task(self._write_all(), name="provmw-usage-writer")
 
     async def flush(self) -> None:
-        """Wait until every record so far is written (or the writer gives up on a failing store)."""
+        """Wait until every record so far is written (forever, while the store keeps failing)."""
         if self._writer is not None:
             await asyncio.shield(self._writer)
 

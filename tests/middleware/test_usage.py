@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -107,9 +106,3 @@ async def test_fail_closed_refuses_past_the_journal_before_the_provider_sees_it(
         assert fake.count() == 3
         locked.unlock()
     assert len(await records(locked.path)) == 3
-
-
-def test_the_ledger_file_is_a_real_sqlite_database(tmp_path: Path) -> None:
-    store = SqliteUsageStore(tmp_path / "u.db")
-    store.db.run_sync(lambda c: None)
-    assert sqlite3.connect(tmp_path / "u.db").execute("PRAGMA integrity_check").fetchone() == ("ok",)
