@@ -12,14 +12,16 @@ if TYPE_CHECKING:
     from provmw.pipeline import Middleware
     from provmw.providers import ProviderAdapter
     from provmw.settings import Settings
+    from provmw.stores.shared import StateBackend
 
 
 @hookimpl
-def provmw_middleware(settings: Settings) -> Iterable[Middleware]:
-    """The built-in middleware; each reads its own ``[middleware.<name>]`` section."""
+def provmw_middleware(settings: Settings, state: StateBackend | None) -> Iterable[Middleware]:
+    """The built-in middleware; each reads its own ``[middleware.<name>]`` section, and keeps its
+    state in ``state`` when ``[state] shared`` lists it."""
     from provmw.middleware import builtin_middleware
 
-    return builtin_middleware(settings)
+    return builtin_middleware(settings, state)
 
 
 @hookimpl

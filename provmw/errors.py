@@ -25,6 +25,7 @@
     ├── DeadlineExceededError              the logical call's total time limit fired
     ├── FallbackExhaustedError             every attempt and its error
     ├── BudgetExceededError                bucket, dimension, limit, spent, reserved, period
+    ├── BudgetUnavailableError             fail-closed: the budget store cannot reserve
     └── UsageLedgerUnavailableError        fail-closed: the ledger cannot take more records
 
 ``disposition(exc)`` is the single answer to "retry it?" and "try the next
@@ -45,6 +46,7 @@ import attrs
 __all__ = [
     "AuthenticationError",
     "BudgetExceededError",
+    "BudgetUnavailableError",
     "AttemptTimeoutError",
     "CircuitOpenError",
     "ConfigurationError",
@@ -333,6 +335,11 @@ class BudgetExceededError(ProvmwError):
 
 def _rebuild_budget_error(bucket: str, kwargs: dict[str, object]) -> BudgetExceededError:
     return BudgetExceededError(bucket, **kwargs)  # type: ignore[arg-type]
+
+
+class BudgetUnavailableError(ProvmwError):
+    """The budget store could not be reached: a fail-closed budget refuses the call before it
+    reaches a provider, rather than spend without counting."""
 
 
 class UsageLedgerUnavailableError(ProvmwError):

@@ -65,7 +65,8 @@ class ServiceManager:
         self.settings = settings if settings is not None else Settings()
         self.host = host if host is not None else PluginHost(self.settings.plugins)
         self.host.load()
-        contributions = self.host.collect_middleware(self.settings)
+        self.state = self.host.collect_state(self.settings)
+        contributions = self.host.collect_middleware(self.settings, self.state)
         extra = tuple(middleware)
         self.pipeline = MiddlewarePipeline([*(c.middleware for c in contributions), *extra])
         plugins = {c.middleware.name: c.plugin for c in contributions}
@@ -92,12 +93,15 @@ class ServiceManager:
 
     async def aclose(self) -> None:
         """Close the HTTP session, then let each middleware that has ``aclose`` finish its work
-        (the usage ledger writes what it still holds); the manager may not be used afterwards."""
+        (the usage ledger writes what it still holds), then close the shared state's connection;
+        the manager may not be used afterwards."""
         await self._http.aclose()
         for middleware in self.pipeline.middlewares:
             close = getattr(middleware, "aclose", None)
             if close is not None:
                 await close()
+        if self.state is not None:
+            await self.state.aclose()
 
     async def chat(self, /, messages: Messages, *, options: Mapping[str, Any] | None = None,
                    **call: Any) -> CompletionResponse:

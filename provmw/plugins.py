@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from provmw.pipeline import Middleware
     from provmw.providers import ProviderAdapter
     from provmw.settings import Settings
+    from provmw.stores.shared import StateBackend
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -63,8 +64,14 @@ class _Specs:
     """The hooks a plugin may implement."""
 
     @hookspec
-    def provmw_middleware(self, settings: Settings) -> Iterable[Middleware]:
-        """Return the middleware this plugin contributes, built from ``settings``."""
+    def provmw_middleware(self, settings: Settings, state: StateBackend | None) -> Iterable[Middleware]:
+        """Return the middleware this plugin contributes, built from ``settings``; ``state`` is the
+        shared state backend when ``[state]`` names one (an implementation may leave it out)."""
+        raise NotImplementedError  # pragma: no cover - a specification, never called
+
+    @hookspec
+    def provmw_state_backend(self, settings: Settings) -> StateBackend | None:
+        """Return a shared state backend when this plugin serves ``settings.state.url``'s scheme."""
         raise NotImplementedError  # pragma: no cover - a specification, never called
 
     @hookspec
@@ -187,11 +194,27 @@ class PluginHost:
             log.warning("%s", error)
             self._infos.append(PluginInfo(ep.name, dist, version, "failed", str(error)))
 
-    def collect_middleware(self, settings: Settings) -> tuple[Contribution, ...]:
+    def collect_state(self, settings: Settings) -> StateBackend | None:
+        """The backend serving ``[state]``, or None without one; exactly one plugin must serve it."""
+        if settings.state is None:
+            return None
+        answers = self._call("provmw_state_backend", many=False, settings=settings)
+        found = [(plugin, backend) for plugin, backend in answers if backend is not None]
+        if len(found) > 1:
+            raise PluginError(f"plugins {', '.join(repr(p) for p, _ in found)} all serve "
+                              f"{settings.state.scheme}:// state; block all but one")
+        if not found:
+            raise ConfigurationError(
+                f"{settings.source}: [state] url: no installed plugin serves {settings.state.scheme}:// state "
+                "(for redis://, pip install provmw-redis)")
+        backend: StateBackend = found[0][1]
+        return backend
+
+    def collect_middleware(self, settings: Settings, state: StateBackend | None = None) -> tuple[Contribution, ...]:
         """Every enabled middleware contributed by loaded plugins, with its plugin's name."""
         found = [
             Contribution(middleware, plugin)
-            for plugin, result in self._call("provmw_middleware", settings=settings)
+            for plugin, result in self._call("provmw_middleware", settings=settings, state=state)
             for middleware in result
         ]
         _check_sections(settings, [c.middleware for c in found])
@@ -207,13 +230,14 @@ class PluginHost:
                 adapters[adapter.name] = adapter
         return adapters
 
-    def _call(self, hook: str, **kwargs: Any) -> list[tuple[str, Iterable[Any]]]:
+    def _call(self, hook: str, *, many: bool = True, **kwargs: Any) -> list[tuple[str, Any]]:
+        """Each plugin's answer to ``hook``; with ``many``, as a list (generators run here)."""
         self.load()
-        results: list[tuple[str, Iterable[Any]]] = []
+        results: list[tuple[str, Any]] = []
         for impl in reversed(getattr(self._pm.hook, hook).get_hookimpls()):
             try:
                 result = impl.function(*(kwargs[name] for name in impl.argnames))
-                results.append((impl.plugin_name, list(result or ())))
+                results.append((impl.plugin_name, list(result or ()) if many else result))
             except ProvmwError:
                 raise
             except Exception as exc:

@@ -20,6 +20,9 @@ the embedded defaults apply (no configurations, default middleware settings)::
     [middleware.retry]
     max_attempts = 3
 
+    [state]                      # optional: share state across processes (a plugin serves it)
+    url = "redis://127.0.0.1:6379/0"
+
 Every error names the file, the section and the key.
 """
 
@@ -37,12 +40,13 @@ from provmw.config import ProviderConfig, did_you_mean
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
 from provmw.plugins import PluginPolicy
+from provmw.stores.shared import StateSettings
 
 __all__ = ["Settings", "find_settings_file", "load_settings", "options_from"]
 
 T = TypeVar("T")
 
-_TOP_KEYS = ("default", "configurations", "middleware", "plugins")
+_TOP_KEYS = ("default", "configurations", "middleware", "plugins", "state")
 _PLUGIN_KEYS = ("autoload", "allow", "block")
 _CONFIG_KEYS = ("provider", "model", "base_url", "api_key_env", "options", "fallbacks",
                 "timeout_s", "active", "headers", "context_window", "price")
@@ -57,6 +61,7 @@ class Settings:
     middleware: FrozenMap = attrs.field(factory=FrozenMap, converter=FrozenMap)
     plugins: PluginPolicy = attrs.field(factory=PluginPolicy)
     source: str = "<embedded defaults>"
+    state: StateSettings | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.default is not None and self.default not in self.configurations:
@@ -165,6 +170,7 @@ def parse_settings(document: Mapping[str, Any], source: str, environ: Mapping[st
         middleware={name: FrozenMap(section) for name, section in middleware.items()},
         plugins=_policy(_table(document, "plugins", source), source),
         source=source,
+        state=StateSettings.from_table(_table(document, "state", source), source) if "state" in document else None,
     )
 
 

@@ -15,14 +15,16 @@ priority   name              job
 200        ``timeout``       per-attempt time limit
 ========== ================= ==================================================
 
-ADR 0007 explains the order, ADR 0010 the cache, ADR 0011 budgets and usage. Each reads its
-own ``[middleware.<name>]`` section (``usage_hits`` writes to ``usage``'s ledger and takes only
-``enabled``); unknown keys are errors that name a near match.
+ADR 0007 explains the order, ADR 0010 the cache, ADR 0011 budgets and usage, ADR 0012 shared
+state. Each reads its own ``[middleware.<name>]`` section (``usage_hits`` writes to ``usage``'s
+ledger and takes only ``enabled``); unknown keys are errors that name a near match. The cache,
+budget, breakers and rate limits keep their state in the ``[state]`` backend when it shares
+them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 import attrs
@@ -44,6 +46,7 @@ from provmw.stores.breakers import BreakerPolicy
 if TYPE_CHECKING:
     from provmw.pipeline import Middleware
     from provmw.settings import Settings
+    from provmw.stores.shared import StateBackend
 
 __all__ = [
     "BudgetMiddleware",
@@ -68,8 +71,13 @@ class _NoOptions:
     """A section that takes no keys but ``enabled``."""
 
 
-def builtin_middleware(settings: Settings) -> list[Middleware]:
+def builtin_middleware(settings: Settings, state: StateBackend | None = None) -> list[Middleware]:
     """The built-in middleware, configured from ``settings`` (disabled ones are dropped later)."""
+
+    def shared(concern: str, store: Callable[[StateBackend], T]) -> T | None:
+        if state is None or settings.state is None or concern not in settings.state.shared:
+            return None
+        return store(state)
 
     def options(cls: type[T], name: str) -> T:
         return options_from(cls, settings.section(name), f"{settings.source}: [middleware.{name}]")
@@ -84,13 +92,14 @@ def builtin_middleware(settings: Settings) -> list[Middleware]:
     options(_NoOptions, "usage_hits")
     journal = state_options(settings, UsageOptions, "usage").journal()
     return [
-        CacheMiddleware(options(CacheOptions, "cache")),
+        CacheMiddleware(options(CacheOptions, "cache"), store=shared("cache", lambda s: s.cache_store())),
         DeadlineMiddleware(options(DeadlineOptions, "deadline")),
-        BudgetMiddleware(budget),
+        BudgetMiddleware(budget, store=shared("budget", lambda s: s.budget_store())),
         FallbackMiddleware(settings.configurations),
-        RateLimitMiddleware(rate_limits),
+        RateLimitMiddleware(rate_limits, limiter=shared("rate_limit", lambda s: s.rate_limiter())),
         RetryMiddleware(options(RetryOptions, "retry")),
-        CircuitBreakerMiddleware(options(BreakerPolicy, "circuit_breaker")),
+        CircuitBreakerMiddleware(options(BreakerPolicy, "circuit_breaker"),
+                                 store=shared("circuit_breaker", lambda s: s.breaker_store())),
         TimeoutMiddleware(),
         UsageMiddleware(journal),
         UsageHitsMiddleware(journal),

@@ -30,7 +30,7 @@ import attrs
 from provmw._checks import number, one_of
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
-from provmw.errors import BudgetExceededError, ConfigurationError
+from provmw.errors import BudgetExceededError, BudgetUnavailableError, ConfigurationError
 from provmw.middleware._common import Clock
 from provmw.periods import PERIODS, Period, Window, window
 from provmw.pipeline import Next, R
@@ -107,6 +107,8 @@ class BudgetOptions:
     store: Literal["sqlite", "memory"] = attrs.field(default="sqlite", validator=one_of(("sqlite", "memory")))
     path: str = "provmw.sqlite3"
     busy_timeout_s: float = attrs.field(default=5.0, validator=number(ge=0))
+    failure_policy: Literal["fail_closed", "fail_open"] = attrs.field(
+        default="fail_closed", validator=one_of(("fail_closed", "fail_open")))
 
 
 class BudgetMiddleware:
@@ -119,7 +121,9 @@ class BudgetMiddleware:
     known and never refuses for want of a price. After the call the real amounts are
     settled (the response's priced usage, one request); on any failure the reservation is
     released. Leases expire if this process dies, and are renewed while a call runs.
-    Cache hits never reach this layer, so they are never charged.
+    Cache hits never reach this layer, so they are never charged. When the store cannot
+    reserve, ``fail_closed`` refuses with ``BudgetUnavailableError`` before anything is sent;
+    ``fail_open`` lets the call go uncounted, with one warning per outage.
     """
 
     name = "budget"
@@ -132,6 +136,7 @@ class BudgetMiddleware:
         self._store = store
         self._clock = wall_clock
         self._windows: dict[str, Window] = {}  # the current window of each period, until it ends
+        self._store_failing = False
 
     @property
     def store(self) -> BudgetStore:
@@ -152,7 +157,11 @@ class BudgetMiddleware:
         if not charges:
             return await next(config)
         reservation = uuid.uuid4().hex
-        refusal = await self.store.reserve(reservation, charges, now=now, lease_s=self.options.lease_s)
+        try:
+            refusal = await self.store.reserve(reservation, charges, now=now, lease_s=self.options.lease_s)
+        except Exception as exc:
+            return await self._unbudgeted(exc, config, next)
+        self._store_failing = False
         if refusal is not None:
             raise _error(refusal)
         renewal = _Renewal(self.store, reservation, self.options.lease_s, self._clock)
@@ -165,6 +174,16 @@ class BudgetMiddleware:
         renewal.stop()
         await self._settle(reservation, _actual(response))
         return response
+
+    async def _unbudgeted(self, exc: Exception, config: ProviderConfig, next: Next[R]) -> R:
+        if self.options.failure_policy == "fail_closed":
+            raise BudgetUnavailableError(f"budget: the store could not reserve ({type(exc).__name__}: {exc}); "
+                                         "refused before any request (failure_policy=fail_closed)") from exc
+        if not self._store_failing:  # once per outage, not once per call
+            log.warning("budget: the store could not reserve (%s: %s); calls go uncounted (failure_policy="
+                        "fail_open)", type(exc).__name__, exc)
+        self._store_failing = True
+        return await next(config)
 
     async def _settle(self, reservation: str, actual: Amounts) -> None:
         # The call is over either way: a store that fails now must not turn an answer into an

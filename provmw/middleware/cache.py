@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 _OPERATIONS = [op.value for op in ProviderOperation]
 _COMPLETE = frozenset({"stop", "tool_calls"})  # finish reasons of a whole answer
 _DECODED_MAX = 1024
+_POLL_FIRST_S, _POLL_MAX_S = 0.02, 0.25  # waiting for another process's entry
 
 
 def _operations(value: Sequence[str]) -> tuple[str, ...]:
@@ -65,6 +66,7 @@ class CacheOptions:
     max_entries: int = attrs.field(default=10_000, validator=number(ge=1, integer=True))
     max_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=number(ge=1, integer=True))
     shared_namespaces: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    lock_s: float = attrs.field(default=30.0, validator=number(gt=0))
 
 
 class CacheMiddleware:
@@ -74,6 +76,8 @@ class CacheMiddleware:
     (temperature 0 or a seed). Errors, answers cut by length or a content filter, and
     anything unreadable in the store are never served or kept. Concurrent identical misses
     make one upstream call: its answer (marked cached) or its error reaches every waiter.
+    Across processes sharing a store, the process holding the store's claim on the key
+    (for at most ``lock_s``) calls upstream; the others poll for its entry.
     """
 
     name = "cache"
@@ -131,10 +135,19 @@ class CacheMiddleware:
         ttl_s = seconds_control(ctx, "ttl_s") or self.options.ttl_s
         leader: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._in_flight.setdefault(key, leader)
+        claim: str | None = None
         try:
+            if not controls.get("no_cache"):
+                claimed = await self._claim(key, ctx.operation)
+                if not isinstance(claimed, str):  # another process filled it while we waited
+                    leader.set_result(claimed)
+                    self._done(key, leader)
+                    return claimed  # type: ignore[return-value]
+                claim = claimed
             response = await next(config)
         except BaseException as exc:
             self._done(key, leader)
+            await self._unclaim(key, claim)
             if isinstance(exc, asyncio.CancelledError):
                 leader.cancel()  # waiters go again rather than fail with our cancellation
             else:
@@ -147,7 +160,32 @@ class CacheMiddleware:
                 await self._write(key, response, ttl_s)
         finally:  # stay joinable until the entry is written, so no newcomer goes upstream
             self._done(key, leader)
+            await self._unclaim(key, claim)
         return response
+
+    async def _claim(self, key: str, operation: ProviderOperation) -> str | ProviderResponse:
+        """The store's claim on ``key``, or the entry its holder wrote while we polled."""
+        delay = _POLL_FIRST_S
+        while True:
+            try:
+                token = await self.store.claim(key, self.options.lock_s)
+            except Exception as exc:
+                self._failing(exc)
+                return ""  # no claim to be had: go upstream
+            if token is not None:
+                return token
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, _POLL_MAX_S)
+            hit = await self._read(key, operation)
+            if hit is not None:
+                return hit
+
+    async def _unclaim(self, key: str, claim: str | None) -> None:
+        if claim:
+            try:
+                await self.store.unclaim(key, claim)
+            except Exception as exc:  # the claim expires by itself after lock_s
+                self._failing(exc)
 
     def _done(self, key: str, leader: asyncio.Future[Any]) -> None:
         if self._in_flight.get(key) is leader:

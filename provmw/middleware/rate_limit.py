@@ -56,21 +56,22 @@ class RateLimitMiddleware:
         if limits is None:
             return await next(config)
         tokens = ctx.metadata.get("estimated_input_tokens", 0) + (ctx.metadata.get("max_output_tokens") or 0)
-        await self._admit(config, limits, tokens)
+        permit = await self._admit(config, limits, tokens)
         used = 0
         try:
             response = await next(config)
             used = response.usage.total_tokens
             return response
         finally:
-            await self.limiter.release(config.identifier, limits, reserved=tokens, used=used, now=self._clock())
+            await self.limiter.release(config.identifier, limits, permit=permit, reserved=tokens, used=used,
+                                       now=self._clock())
 
-    async def _admit(self, config: ProviderConfig, limits: RateLimits, tokens: int) -> None:
+    async def _admit(self, config: ProviderConfig, limits: RateLimits, tokens: int) -> str:
         started = self._clock()
         while True:
             grant = await self.limiter.acquire(config.identifier, limits, tokens, self._clock())
             if grant.admitted:
-                return
+                return grant.permit
             waited = self._clock() - started
             if waited + grant.wait_s > self.options.max_wait_s:
                 raise LocalRateLimitError(

@@ -1,7 +1,10 @@
 """Response cache storage: the store interface and the bounded in-memory store.
 
 Stores hold JSON text (``response.to_dict()`` serialized), never pickles, so a poisoned
-entry can at worst fail to decode; the cache middleware treats that as a miss.
+entry can at worst fail to decode; the cache middleware treats that as a miss. A store
+shared by many processes also hands out short claims, so that of all the processes
+missing one key at once only the claim holder calls upstream while the others wait for
+its entry.
 """
 
 from __future__ import annotations
@@ -31,12 +34,22 @@ class CacheStore(Protocol):
         """Forget ``key`` (a corrupt entry, for instance)."""
         ...
 
+    async def claim(self, key: str, ttl_s: float) -> str | None:
+        """Become the one filler of ``key`` for at most ``ttl_s``: a token for ``unclaim``, or None
+        while someone else holds the claim."""
+        ...
+
+    async def unclaim(self, key: str, token: str) -> None:
+        """Give a claim back (its entry is written, or its call failed)."""
+        ...
+
 
 class MemoryCacheStore:
     """A thread-safe TTL cache bounded by entry count and by the size of its JSON text.
 
     Least recently used entries go first when either bound is reached; an entry past its
-    TTL is never returned. ``timer`` is injectable for tests.
+    TTL is never returned. ``timer`` is injectable for tests. Claims are always granted:
+    one process's misses are already coalesced by the cache middleware.
     """
 
     def __init__(self, *, max_entries: int = 10_000, max_bytes: int = 64 * 1024 * 1024,
@@ -62,6 +75,12 @@ class MemoryCacheStore:
     async def delete(self, key: str) -> None:
         with self._lock:
             self._entries.pop(key, None)
+
+    async def claim(self, key: str, ttl_s: float) -> str | None:
+        return ""
+
+    async def unclaim(self, key: str, token: str) -> None:
+        return None
 
     @property
     def entries(self) -> int:

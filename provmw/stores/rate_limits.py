@@ -2,7 +2,8 @@
 
 Requests and tokens per minute are token buckets that refill continuously (a full
 minute's worth at most); concurrency is a count of calls in flight. ``acquire`` takes all
-three at once or none, and says how long to wait when it cannot.
+three at once or none, and says how long to wait when it cannot. A grant carries a
+``permit`` that ``release`` hands back, so a shared limiter can tell whose slot ends.
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ class RateLimits:
 
 @attrs.frozen
 class Grant:
-    """``admitted``, or the ``limit`` that refused and the ``wait_s`` before it may admit."""
+    """``admitted`` with a ``permit`` to release, or the ``limit`` that refused and the ``wait_s``
+    before it may admit."""
 
     admitted: bool
     limit: str | None = None
     wait_s: float = 0.0
+    permit: str = ""
 
 
 class RateLimiter(Protocol):
@@ -43,8 +46,9 @@ class RateLimiter(Protocol):
         """Take one request, ``tokens`` tokens and a concurrency slot, or none of them."""
         ...
 
-    async def release(self, key: str, limits: RateLimits, *, reserved: int, used: int, now: float) -> None:
-        """Free the slot and correct the token estimate ``reserved`` to what was ``used``."""
+    async def release(self, key: str, limits: RateLimits, *, permit: str, reserved: int, used: int,
+                      now: float) -> None:
+        """Free the ``permit``'s slot and correct the token estimate ``reserved`` to what was ``used``."""
         ...
 
 
@@ -96,7 +100,8 @@ class MemoryRateLimiter:
         s.in_flight += 1
         return Grant(True)
 
-    async def release(self, key: str, limits: RateLimits, *, reserved: int, used: int, now: float) -> None:
+    async def release(self, key: str, limits: RateLimits, *, permit: str, reserved: int, used: int,
+                      now: float) -> None:
         s = self._states.get(key)
         if s is None:
             return

@@ -149,6 +149,12 @@ async def test_a_failing_store_degrades_to_misses_with_one_warning(caplog: pytes
         async def delete(self, key: str) -> None:
             raise ConnectionError("store down")
 
+        async def claim(self, key: str, ttl_s: float) -> str | None:
+            raise ConnectionError("store down")
+
+        async def unclaim(self, key: str, token: str) -> None:
+            raise ConnectionError("store down")
+
     middleware = CacheMiddleware(CacheOptions(operations=("chat",)), store=BrokenStore())
     for _ in range(3):
         assert (await middleware.handle(ctx(), CONFIG, ScriptedNext(ANSWER))).text == "42"

@@ -1,0 +1,37 @@
+"""provmw-redis: the cache, budgets, circuit breakers and rate limits shared across processes and hosts.
+
+Install it and name the server in the settings; nothing else changes::
+
+    [state]
+    url = "redis://127.0.0.1:6379/0"     # or rediss://, unix://
+    key_prefix = "provmw"                # keys of separate deployments must not meet
+    timeout_s = 0.5                      # per Redis command; a paused server counts as down
+    retry_s = 1.0                        # how long a down server is skipped before trying again
+    signing_key_env = "PROVMW_CACHE_KEY" # optional: HMAC-sign cache entries with this secret
+    slot_lease_s = 300                   # a dead process's concurrency slot frees after this
+
+``[state] shared`` picks the concerns that live in Redis (all four by default).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import provmw
+from provmw_redis.backend import RedisOptions, RedisState, RedisUnavailableError
+
+if TYPE_CHECKING:
+    from provmw.settings import Settings
+
+__all__ = ["SCHEMES", "RedisOptions", "RedisState", "RedisUnavailableError", "provmw_state_backend"]
+
+SCHEMES = ("redis", "rediss", "unix")
+
+
+@provmw.hookimpl
+def provmw_state_backend(settings: Settings) -> RedisState | None:
+    """The Redis backend when ``[state] url`` is a Redis URL."""
+    state = settings.state
+    if state is None or state.scheme not in SCHEMES:
+        return None
+    return RedisState(state, settings.source)

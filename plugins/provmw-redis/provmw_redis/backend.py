@@ -1,0 +1,166 @@
+"""The Redis state backend: one client, the options of ``[state]``, and what happens when Redis is down.
+
+When Redis cannot be reached (refused, timed out, paused) the backend marks it down for
+``retry_s``, logs one warning for the outage, and each concern degrades its own way: the
+cache answers misses, breakers and rate limits use this process's own state, budgets fail
+as their ``failure_policy`` says (closed by default: refused before any request).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+import redis.asyncio
+import redis.exceptions
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from provmw._checks import number
+from provmw.config import Secret
+from provmw.errors import ConfigurationError, ProvmwError
+from provmw.settings import options_from
+
+if TYPE_CHECKING:
+    from redis.commands.core import AsyncScript
+
+    from provmw.stores.shared import StateSettings
+    from provmw_redis.breakers import RedisBreakerStore
+    from provmw_redis.budgets import RedisBudgetStore
+    from provmw_redis.cache import RedisCacheStore
+    from provmw_redis.rate_limits import RedisRateLimiter
+
+__all__ = ["Health", "RedisOptions", "RedisState", "RedisUnavailableError"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# What "Redis is down" looks like; any other Redis error is a bug worth raising.
+UNREACHABLE: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError, TimeoutError)
+
+_PREFIX = re.compile(r"[A-Za-z0-9_.:-]+")
+
+
+def _prefix(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not _PREFIX.fullmatch(value):
+        raise ConfigurationError(f"key_prefix: {value!r} may hold only letters, digits and _ . : -")
+
+
+class RedisUnavailableError(ProvmwError, ConnectionError):
+    """Redis could not be reached (refused, timed out, paused), or was lately and is skipped."""
+
+
+@attrs.frozen(kw_only=True)
+class RedisOptions:
+    """The backend's own keys in ``[state]``."""
+
+    key_prefix: str = attrs.field(default="provmw", validator=_prefix)
+    timeout_s: float = attrs.field(default=0.5, validator=number(gt=0))
+    retry_s: float = attrs.field(default=1.0, validator=number(ge=0))
+    signing_key_env: str | None = None
+    slot_lease_s: float = attrs.field(default=300.0, validator=number(gt=0))
+
+
+class Health:
+    """Whether Redis answered lately. After a failure callers skip it for ``retry_s`` (so a paused
+    or dead server costs one timeout, not one per call), and the outage is logged once."""
+
+    def __init__(self, retry_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._retry_s, self._clock = retry_s, clock
+        self._down_until = 0.0
+        self._outage = False
+
+    @property
+    def up(self) -> bool:
+        return self._clock() >= self._down_until
+
+    def failed(self, exc: BaseException) -> None:
+        self._down_until = self._clock() + self._retry_s
+        if not self._outage:
+            log.warning("redis state unreachable (%s: %s): the cache serves misses, breakers and rate limits "
+                        "use this process's state, budgets follow their failure_policy", type(exc).__name__, exc)
+        self._outage = True
+
+    def ok(self) -> None:
+        if self._outage:
+            log.warning("redis state reachable again")
+        self._outage = False
+
+
+class RedisState:
+    """The shared stores over one Redis client, created on first use in the running loop."""
+
+    def __init__(self, state: StateSettings, source: str = "<settings>") -> None:
+        where = f"{source}: [state]"
+        self.options = o = options_from(RedisOptions, state.options, where)
+        self.signing_key = _signing_key(o.signing_key_env, where)
+        # No client-side retries: a paused server must cost one timeout, and the stores decide
+        # what a failure means (the budget fails closed before anything is sent).
+        self.client: redis.asyncio.Redis = redis.asyncio.Redis.from_url(
+            state.url, socket_timeout=o.timeout_s, socket_connect_timeout=o.timeout_s, retry=Retry(NoBackoff(), 0))
+        self.health = Health(o.retry_s)
+        self._scripts: dict[str, AsyncScript] = {}
+
+    async def run(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run ``call`` against Redis; ``RedisUnavailableError`` when Redis fails or is marked down."""
+        if not self.health.up:
+            raise RedisUnavailableError(f"redis state unreachable lately; next try within {self.options.retry_s:g}s")
+        try:
+            result = await call()
+        except UNREACHABLE as exc:
+            self.health.failed(exc)
+            raise RedisUnavailableError(f"redis state unreachable: {type(exc).__name__}: {exc}") from exc
+        self.health.ok()
+        return result
+
+    def script(self, name: str, *, common: str | None = None) -> AsyncScript:
+        """A Lua script of this package, registered once (EVALSHA, EVAL after a server restart)."""
+        found = self._scripts.get(name)
+        if found is None:
+            text = _lua(name) if common is None else _lua(common) + "\n" + _lua(name)
+            found = self._scripts[name] = self.client.register_script(text)
+        return found
+
+    def cache_store(self) -> RedisCacheStore:
+        from provmw_redis.cache import RedisCacheStore
+
+        return RedisCacheStore(self)
+
+    def budget_store(self) -> RedisBudgetStore:
+        from provmw_redis.budgets import RedisBudgetStore
+
+        return RedisBudgetStore(self)
+
+    def breaker_store(self) -> RedisBreakerStore:
+        from provmw_redis.breakers import RedisBreakerStore
+
+        return RedisBreakerStore(self)
+
+    def rate_limiter(self) -> RedisRateLimiter:
+        from provmw_redis.rate_limits import RedisRateLimiter
+
+        return RedisRateLimiter(self)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def _lua(name: str) -> str:
+    return resources.files("provmw_redis").joinpath("scripts", f"{name}.lua").read_text(encoding="utf-8")
+
+
+def _signing_key(variable: str | None, where: str) -> Secret | None:
+    if variable is None:
+        return None
+    value = os.environ.get(variable)
+    if not value:
+        raise ConfigurationError(f"{where} signing_key_env: environment variable {variable} is not set")
+    return Secret(value)

@@ -1,0 +1,91 @@
+"""Shared budgets: reserve, renew and settle as Lua scripts over integer amounts, one round trip each.
+
+The semantics are the core stores' (``provmw.stores.budgets``): a reservation is all or
+nothing across its buckets, its lease expires, a settle counts once, even late. Every key
+carries the hash tag ``{<prefix>:budget}``, so the scripts touch one slot and also run on
+a Redis Cluster. A bucket of a calendar window is kept 35 days past its end, then expires.
+Time is the caller's wall clock (``now``), as with SQLite. While Redis is unreachable every
+method raises ``RedisUnavailableError``, which the budget middleware turns into its
+``failure_policy``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import attrs
+
+from provmw.stores.budgets import DIMENSIONS, Amounts, BucketId, BucketState, Charge, Refusal
+
+if TYPE_CHECKING:
+    from provmw_redis.backend import RedisState
+
+__all__ = ["RedisBudgetStore"]
+
+_KEEP_WINDOW_S = 35 * 86_400.0  # past its end, so last month's spend is still there to read
+_KEEP_EXPIRED_S = 86_400.0  # an expired reservation may still be settled for a day
+_NONE = -1
+
+
+class RedisBudgetStore:
+    """A ``BudgetStore`` shared by every process that names the same Redis and key prefix."""
+
+    def __init__(self, state: RedisState) -> None:
+        self._state = state
+        self._prefix = f"{{{state.options.key_prefix}:budget}}:"
+        self._index = self._prefix + "buckets"
+        self._reserve = state.script("budget_reserve", common="budget_common")
+        self._renew = state.script("budget_renew")
+        self._settle = state.script("budget_settle", common="budget_common")
+        self._states = state.script("budget_states", common="budget_common")
+
+    async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
+                      lease_s: float) -> Refusal | None:
+        args: list[str | int | float] = [self._prefix, repr(now), repr(now + lease_s), reservation_id,
+                                         _ms(lease_s + _KEEP_EXPIRED_S), len(charges)]
+        for charge in charges:
+            b = charge.bucket
+            limits = [_NONE if v is None else v for v in attrs.astuple(charge.limits)]
+            args += [b.key, json.dumps(attrs.astuple(b)), _keep_until_ms(b), *limits, *attrs.astuple(charge.amount)]
+        refused = await self._state.run(
+            lambda: self._reserve(keys=[self._index, self._reservation(reservation_id)], args=args))
+        if not refused:
+            return None
+        index, dimension, limit, spent, reserved = (int(v) for v in refused)
+        return Refusal(charges[index - 1].bucket, DIMENSIONS[dimension - 1], limit, spent, reserved)
+
+    async def renew(self, reservation_id: str, *, now: float, lease_s: float) -> None:
+        await self._state.run(lambda: self._renew(keys=[self._reservation(reservation_id)], args=[
+            self._prefix, repr(now + lease_s), _ms(lease_s + _KEEP_EXPIRED_S)]))
+
+    async def settle(self, reservation_id: str, actual: Amounts) -> None:
+        await self._state.run(lambda: self._settle(
+            keys=[self._reservation(reservation_id)], args=[self._prefix, *attrs.astuple(actual)]))
+
+    async def states(self, *, now: float) -> list[BucketState]:
+        rows = await self._state.run(lambda: self._states(keys=[self._index], args=[self._prefix, repr(now)]))
+        result = []
+        for i in range(0, len(rows), 7):
+            bucket = BucketId(*json.loads(rows[i]))
+            held = [int(v) for v in rows[i + 1:i + 7]]
+            result.append(BucketState(bucket, Amounts(*held[:3]), Amounts(*held[3:])))
+        return result
+
+    async def aclose(self) -> None:
+        return None  # the backend's client is closed with the manager
+
+    def _reservation(self, reservation_id: str) -> str:
+        return f"{self._prefix}r:{reservation_id}"
+
+
+def _keep_until_ms(bucket: BucketId) -> int:
+    if bucket.resets_at is None:
+        return 0
+    return _ms(datetime.fromisoformat(bucket.resets_at).timestamp() + _KEEP_WINDOW_S)
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))

@@ -1,0 +1,20 @@
+-- Shared by the budget scripts (prepended to each). Bucket hash fields: c t r (spent) and
+-- rc rt rr (held by live reservations). A lease member is "<id> <cost> <tokens> <requests>",
+-- scored by when its lease expires. Amounts stay strings on their way to HINCRBY, so no
+-- large integer passes through a float.
+local HELD = {'rc', 'rt', 'rr'}
+local SPENT = {'c', 't', 'r'}
+
+local function free(bucket, member)
+  local amounts = {string.match(member, ' (%d+) (%d+) (%d+)$')}
+  for d = 1, 3 do
+    if amounts[d] ~= '0' then redis.call('HINCRBY', bucket, HELD[d], '-' .. amounts[d]) end
+  end
+end
+
+-- Expired leases stop holding capacity; their reservation may still settle its spend.
+local function purge(bucket, leases, now)
+  local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now)
+  for _, member in ipairs(expired) do free(bucket, member) end
+  if #expired > 0 then redis.call('ZREMRANGEBYSCORE', leases, '-inf', now) end
+end

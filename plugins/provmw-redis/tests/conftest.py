@@ -1,0 +1,76 @@
+"""Fixtures for the tests against the real Redis: a unique key prefix per test, cleaned after it.
+
+With ``CI=true`` a missing Redis fails these tests; elsewhere they skip with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from provmw_redis import RedisState
+
+from provmw.stores.shared import StateSettings
+from provmw.testing import FakeProvider
+
+REDIS_URL = os.environ.get("PROVMW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+ROOT = Path(__file__).parents[3]
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1.0).ping()
+    except redis.RedisError as exc:
+        reason = f"no Redis at {REDIS_URL} ({exc})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; CI must run the Redis tests")
+        pytest.skip(reason)
+    return REDIS_URL
+
+
+@pytest.fixture
+def redis_sync(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def prefix(redis_sync: redis.Redis) -> Iterator[str]:
+    """A key prefix of this test's own; every key under it is deleted afterwards."""
+    name = f"provmw-test-{uuid.uuid4().hex[:12]}"
+    yield name
+    keys = list(redis_sync.scan_iter(match=f"*{name}*", count=1000))
+    if keys:
+        redis_sync.delete(*keys)
+
+
+def state_settings(prefix: str, **options: object) -> StateSettings:
+    return StateSettings(REDIS_URL, options={"key_prefix": prefix, **options})
+
+
+@pytest.fixture
+async def state(prefix: str) -> AsyncIterator[RedisState]:
+    backend = RedisState(state_settings(prefix))
+    yield backend
+    await backend.aclose()
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeProvider]:
+    async with FakeProvider() as server:
+        yield server
+
+
+def spawn(script: str, *args: str) -> subprocess.Popen[str]:
+    """A Python process running ``script`` (dedented) with ``args``, its stdout a text pipe."""
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *args],
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
