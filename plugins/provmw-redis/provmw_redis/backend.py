@@ -67,6 +67,7 @@ class RedisOptions:
     retry_s: float = attrs.field(default=1.0, validator=number(ge=0))
     signing_key_env: str | None = None
     slot_lease_s: float = attrs.field(default=300.0, validator=number(gt=0))
+    max_connections: int = attrs.field(default=50, validator=number(ge=1, integer=True))
 
 
 class Health:
@@ -103,9 +104,12 @@ class RedisState:
         self.options = o = options_from(RedisOptions, state.options, where)
         self.signing_key = _signing_key(o.signing_key_env, where)
         # No client-side retries: a paused server must cost one timeout, and the stores decide
-        # what a failure means (the budget fails closed before anything is sent).
-        self.client: redis.asyncio.Redis = redis.asyncio.Redis.from_url(
-            state.url, socket_timeout=o.timeout_s, socket_connect_timeout=o.timeout_s, retry=Retry(NoBackoff(), 0))
+        # what a failure means (the budget fails closed before anything is sent). Past
+        # max_connections, commands queue for a connection rather than fail.
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            state.url, max_connections=o.max_connections, timeout=None, socket_timeout=o.timeout_s,
+            socket_connect_timeout=o.timeout_s, retry=Retry(NoBackoff(), 0))
+        self.client: redis.asyncio.Redis = redis.asyncio.Redis.from_pool(pool)
         self.health = Health(o.retry_s)
         self._scripts: dict[str, AsyncScript] = {}
 
