@@ -2,12 +2,15 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from provmw.errors import ConfigurationError, PluginLoadError
-from provmw.plugins import PluginHost, PluginPolicy
+from provmw.errors import ConfigurationError, PluginError, PluginLoadError
+from provmw.plugins import PluginHost, PluginPolicy, hookimpl
 from provmw.settings import Settings
+from provmw.stores.cache import MemoryCacheStore
+from provmw.stores.shared import StateSettings
 
 
 def install_dist(root: Path, dist: str, ep_name: str, module: str, source: str) -> None:
@@ -102,3 +105,54 @@ def test_discovery_order_is_deterministic(site: Path) -> None:
     second = [p.name for p in PluginHost(environ={}).load(strict=False).plugins]
     assert first == second
     assert first[0] == "provmw"
+
+
+class Backend:
+    """A state backend serving only what the wiring tests look at."""
+
+    def __init__(self) -> None:
+        self.store = MemoryCacheStore()
+
+    def cache_store(self) -> MemoryCacheStore:
+        return self.store
+
+
+def serving(scheme: str, backend: object) -> object:
+    class StatePlugin:
+        @hookimpl
+        def provmw_state_backend(self, settings: Settings) -> object:
+            assert settings.state is not None
+            return backend if settings.state.scheme == scheme else None
+
+    return StatePlugin()
+
+
+STATEFUL = Settings(state=StateSettings("mem://x", shared=("cache",)),
+                    middleware={"budget": {"store": "memory"}, "usage": {"store": "memory"}})
+
+
+def test_the_backend_serving_the_state_url_reaches_the_middleware(builtin_only: PluginHost) -> None:
+    backend = Backend()
+    builtin_only.register(serving("mem", backend), "mem")
+    state = builtin_only.collect_state(STATEFUL)
+    cache: Any = next(c.middleware for c in builtin_only.collect_middleware(STATEFUL, state)
+                      if c.middleware.name == "cache")
+    assert cache.store is backend.store
+
+
+def test_a_state_url_no_plugin_serves_is_a_configuration_error(builtin_only: PluginHost) -> None:
+    builtin_only.register(serving("other", Backend()), "other")
+    with pytest.raises(ConfigurationError, match=r"no installed plugin serves mem:// state"):
+        builtin_only.collect_state(STATEFUL)
+
+
+def test_two_plugins_serving_one_state_url_is_an_error(builtin_only: PluginHost) -> None:
+    builtin_only.register(serving("mem", Backend()), "one")
+    builtin_only.register(serving("mem", Backend()), "two")
+    with pytest.raises(PluginError, match="'two', 'one' all serve mem:// state|'one', 'two' all serve"):
+        builtin_only.collect_state(STATEFUL)
+
+
+def test_without_a_state_section_no_backend_is_asked(builtin_only: PluginHost) -> None:
+    builtin_only.register(serving("mem", Backend()), "mem")
+    assert builtin_only.collect_state(Settings()) is None

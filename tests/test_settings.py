@@ -121,3 +121,22 @@ def test_a_relative_state_path_is_relative_to_the_settings_file(tmp_path: Path) 
     settings = load_settings(tmp_path / "conf" / "provmw.toml", environ={})
     assert settings.relative_to_file("state/ledger.db") == str(tmp_path / "conf" / "state" / "ledger.db")
     assert Settings().relative_to_file("ledger.db") == "ledger.db"
+
+
+def test_a_state_section_keeps_its_url_sharing_and_backend_keys(tmp_path: Path) -> None:
+    text = '[state]\nurl = "redis://:pw-SECRET@db:6379/0"\nshared = ["budget"]\nkey_prefix = "app"\n'
+    state = load_settings(write(tmp_path, text), environ={}).state
+    assert state is not None
+    assert (state.scheme, state.shared, dict(state.options)) == ("redis", ("budget",), {"key_prefix": "app"})
+    assert "pw-SECRET" not in repr(state)
+
+
+def test_a_state_section_without_a_url_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r"\[state\] url: needs a URL"):
+        load_settings(write(tmp_path, '[state]\nkey_prefix = "app"\n'), environ={})
+
+
+def test_an_unknown_shared_concern_is_named_with_a_hint(tmp_path: Path) -> None:
+    text = '[state]\nurl = "redis://db"\nshared = ["budgets"]\n'
+    with pytest.raises(ConfigurationError, match=r"\[state\] shared: 'budgets'.*did you mean 'budget'"):
+        load_settings(write(tmp_path, text), environ={})

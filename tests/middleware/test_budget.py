@@ -12,7 +12,7 @@ import pytest
 
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
-from provmw.errors import BudgetExceededError, ConfigurationError, ProviderUnavailableError
+from provmw.errors import BudgetExceededError, BudgetUnavailableError, ConfigurationError, ProviderUnavailableError
 from provmw.manager import ServiceManager
 from provmw.middleware.budget import BudgetMiddleware, BudgetOptions
 from provmw.plugins import PluginHost
@@ -239,3 +239,29 @@ async def test_the_manager_plans_the_worst_case_over_the_fallback_chain(fake: Fa
         with pytest.raises(BudgetExceededError):
             await manager.chat("hi", options={"max_tokens": 110})  # the backup could cost $0.011
     assert fake.count() == 1
+
+
+class DownStore(MemoryBudgetStore):
+    """A store that cannot be reached."""
+
+    async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
+                      lease_s: float) -> Refusal | None:
+        raise ConnectionError("budget store down")
+
+
+async def test_a_store_that_cannot_reserve_refuses_the_call_before_it_goes_out() -> None:
+    middleware = budget({"scope": "global", "period": "day", "max_cost_usd": 1.0}, store=DownStore())
+    upstream = ScriptedNext()
+    with pytest.raises(BudgetUnavailableError, match="budget store down.*fail_closed"):
+        await middleware.handle(ctx(), CONFIG, upstream)
+    assert upstream.calls == []
+
+
+async def test_fail_open_lets_calls_go_uncounted_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    middleware = budget({"scope": "global", "period": "day", "max_cost_usd": 1.0}, store=DownStore(),
+                        failure_policy="fail_open")
+    upstream = ScriptedNext(answer(), answer(), answer())
+    for _ in range(3):
+        await middleware.handle(ctx(), CONFIG, upstream)
+    assert len(upstream.calls) == 3
+    assert caplog.text.count("calls go uncounted") == 1

@@ -263,3 +263,47 @@ async def test_a_waiter_on_a_slow_leader_is_bound_by_its_own_deadline(
         with pytest.raises(TimeoutError, match="deadline of 0.05s"):
             await manager.embed("slow", controls={"deadline_s": 0.05})
         leader.cancel()
+
+
+class SharedStore(MemoryCacheStore):
+    """A memory store whose claim on every key is held by another process until ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = True
+        self.unclaimed: list[str] = []
+
+    async def claim(self, key: str, ttl_s: float) -> str | None:
+        return None if self.held else "token"
+
+    async def unclaim(self, key: str, token: str) -> None:
+        self.unclaimed.append(token)
+
+
+async def test_a_miss_whose_claim_is_held_elsewhere_waits_for_that_entry() -> None:
+    store = SharedStore()
+    middleware, upstream = CacheMiddleware(CacheOptions(operations=("chat",)), store=store), ScriptedNext()
+    waiting = asyncio.ensure_future(middleware.handle(ctx(), CONFIG, upstream))
+    await asyncio.sleep(0.05)
+    await store.set("default:k1", json.dumps(ANSWER.to_dict()), 60)  # the other process answers
+    hit = await waiting
+    assert hit.cached and hit.text == "42" and upstream.calls == []
+
+
+async def test_a_miss_goes_upstream_once_the_other_claim_is_given_up() -> None:
+    store = SharedStore()
+    middleware, upstream = CacheMiddleware(CacheOptions(operations=("chat",)), store=store), ScriptedNext(ANSWER)
+    waiting = asyncio.ensure_future(middleware.handle(ctx(), CONFIG, upstream))
+    await asyncio.sleep(0.05)
+    store.held = False  # the other process failed, or its claim expired
+    assert not (await waiting).cached
+    assert len(upstream.calls) == 1 and store.unclaimed == ["token"]
+
+
+async def test_a_failed_fill_gives_its_claim_back() -> None:
+    store = SharedStore()
+    store.held = False
+    middleware = CacheMiddleware(CacheOptions(operations=("chat",)), store=store)
+    with pytest.raises(ProviderUnavailableError):
+        await middleware.handle(ctx(), CONFIG, ScriptedNext(ProviderUnavailableError("down", status=503)))
+    assert store.unclaimed == ["token"]

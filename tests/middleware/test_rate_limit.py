@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+import attrs
 import pytest
 
 from provmw.config import ProviderConfig
@@ -12,7 +13,7 @@ from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.errors import ConfigurationError, LocalRateLimitError, ProviderUnavailableError
 from provmw.middleware.rate_limit import RateLimitMiddleware, RateLimitOptions
 from provmw.responses import CompletionResponse, Usage
-from provmw.stores.rate_limits import RateLimits
+from provmw.stores.rate_limits import Grant, MemoryRateLimiter, RateLimits
 from provmw.testing import FakeClock, ScriptedNext
 
 CONFIG = ProviderConfig(identifier="p", provider="openai", model="m")
@@ -156,3 +157,22 @@ async def test_the_star_entry_limits_every_other_configuration() -> None:
 def test_bad_limits_are_configuration_errors_naming_the_key(limits: dict[str, object], name: str) -> None:
     with pytest.raises(ConfigurationError, match=name):
         RateLimits(**limits)  # type: ignore[arg-type]
+
+
+async def test_release_hands_back_the_permit_its_grant_carried() -> None:
+    class Recording(MemoryRateLimiter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.released: list[str] = []
+
+        async def acquire(self, key: str, limits: RateLimits, tokens: int, now: float) -> Grant:
+            return attrs.evolve(await super().acquire(key, limits, tokens, now), permit="p-1")
+
+        async def release(self, key: str, limits: RateLimits, *, permit: str, reserved: int, used: int,
+                          now: float) -> None:
+            self.released.append(permit)
+
+    recording = Recording()
+    middleware = RateLimitMiddleware(RateLimitOptions(limits={"p": {"max_concurrency": 1}}), limiter=recording)
+    await middleware.handle(ctx(), CONFIG, ScriptedNext(answer(5)))
+    assert recording.released == ["p-1"]
