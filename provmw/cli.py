@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from provmw.middleware.budget import BudgetOptions
     from provmw.middleware.usage import UsageOptions
     from provmw.settings import Settings
+    from provmw.stores.budgets import BucketState
 
 S = TypeVar("S", "BudgetOptions", "UsageOptions")
 
@@ -109,25 +110,45 @@ def _usage(args: argparse.Namespace, out: TextIO) -> int:
 def _budget(args: argparse.Namespace, out: TextIO) -> int:
     from provmw.middleware.budget import BudgetOptions
     from provmw.reports import budget_rows, render
-    from provmw.stores.budgets import SqliteBudgetStore
 
     settings, zone = _state_settings(args)
     options = _section(settings, BudgetOptions, "budget")
     if not options.limits:
         out.write("no budget limits are configured ([[middleware.budget.limits]])\n")
         return 0
+    now = time.time()
+    if settings.state is not None and "budget" in settings.state.shared:
+        states: list[BucketState] | None = asyncio.run(_shared_budget_states(settings, now))
+    else:
+        states = _sqlite_budget_states(options, now, out)
+    if states is not None:
+        out.write(render(budget_rows(states, options.limits, zone, now), args.format))
+    return 0
+
+
+async def _shared_budget_states(settings: Settings, now: float) -> list[BucketState]:
+    from provmw.plugins import PluginHost
+
+    backend = PluginHost(settings.plugins).collect_state(settings)
+    assert backend is not None  # collect_state raises when no plugin serves [state]
+    try:
+        return await backend.budget_store().states(now=now)
+    finally:
+        await backend.aclose()
+
+
+def _sqlite_budget_states(options: BudgetOptions, now: float, out: TextIO) -> list[BucketState] | None:
+    from provmw.stores.budgets import SqliteBudgetStore
+
     if options.store != "sqlite":
         raise ConfigurationError("provmw budget reads the SQLite store, but [middleware.budget] store is 'memory'")
     if not _exists(options.path, out, "budget store"):
-        return 0
+        return None
     store = SqliteBudgetStore(options.path)
     try:
-        now = time.time()
-        states = store.states_sync(now=now)
+        return store.states_sync(now=now)
     finally:
         store.db.close()
-    out.write(render(budget_rows(states, options.limits, zone, now), args.format))
-    return 0
 
 
 def _state_settings(args: argparse.Namespace) -> tuple[Settings, ZoneInfo]:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
+import json
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,11 +17,13 @@ from provmw_redis.budgets import RedisBudgetStore
 from provmw_redis.cache import RedisCacheStore
 from provmw_redis.rate_limits import RedisRateLimiter
 
+from provmw.cli import main
 from provmw.errors import BudgetUnavailableError, ConfigurationError
 from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost, PluginPolicy
 from provmw.settings import parse_settings
 from provmw.stores.cache import MemoryCacheStore
+from provmw.testing import FakeProvider
 
 BUDGET = {"limits": [{"scope": "global", "period": "day", "max_cost_usd": 1.0}]}
 CONFIGURATIONS = {"main": {"provider": "openai", "model": "gpt-4o-mini", "base_url": "http://127.0.0.1:1/v1"}}
@@ -73,3 +80,30 @@ async def test_the_url_s_password_appears_in_no_repr_or_error() -> None:
         with pytest.raises(BudgetUnavailableError) as refused:
             await manager.chat("hello")
     assert "hunter2" not in str(refused.value) and "hunter2" not in repr(refused.value.__cause__)
+
+
+@pytest.mark.redis
+async def test_provmw_budget_reads_the_shared_buckets(fake: FakeProvider, prefix: str, tmp_path: Path) -> None:
+    config = tmp_path / "provmw.toml"
+    config.write_text(textwrap.dedent(f"""
+        [configurations.main]
+        provider = "openai"
+        model = "gpt-4o-mini"
+        base_url = "{fake.openai_base_url}"
+        [middleware.usage]
+        store = "memory"
+        [[middleware.budget.limits]]
+        scope = "global"
+        period = "total"
+        max_cost_usd = 1.0
+        [state]
+        url = "{REDIS_URL}"
+        key_prefix = "{prefix}"
+    """))
+    async with ServiceManager.from_file(config, host=PluginHost(PluginPolicy(), environ={})) as manager:
+        await manager.chat("hello")
+    out = io.StringIO()
+    assert await asyncio.to_thread(main, ["--config", str(config), "budget", "--format", "json"], out) == 0
+    [row] = json.loads(out.getvalue())
+    assert (row["bucket"], row["requests"], row["reserved_usd"]) == ("global:*", 1, 0.0)
+    assert not (tmp_path / "provmw.sqlite3").exists()  # nothing was kept locally
