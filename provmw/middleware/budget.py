@@ -259,10 +259,16 @@ class _Renewal:
         self._timer = self._loop.call_later(lease_s / 2, self._renew)
 
     def _renew(self) -> None:
-        task = self._loop.create_task(self._store.renew(self._reservation, now=self._clock(), lease_s=self._lease_s))
+        task = self._loop.create_task(self._extend())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         self._timer = self._loop.call_later(self._lease_s / 2, self._renew)
+
+    async def _extend(self) -> None:
+        try:
+            await self._store.renew(self._reservation, now=self._clock(), lease_s=self._lease_s)
+        except Exception as exc:  # the next renewal tries again; meanwhile the lease still holds
+            log.warning("budget: could not renew reservation %s (%s: %s)", self._reservation, type(exc).__name__, exc)
 
     def stop(self) -> None:
         self._timer.cancel()

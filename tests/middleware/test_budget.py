@@ -265,3 +265,35 @@ async def test_fail_open_lets_calls_go_uncounted_with_one_warning(caplog: pytest
         await middleware.handle(ctx(), CONFIG, upstream)
     assert len(upstream.calls) == 3
     assert caplog.text.count("calls go uncounted") == 1
+
+
+class Renewals(MemoryBudgetStore):
+    """Counts renewals; ``failing`` makes each one fail."""
+
+    def __init__(self, failing: bool = False) -> None:
+        super().__init__()
+        self.failing, self.renewals = failing, 0
+
+    async def renew(self, reservation_id: str, *, now: float, lease_s: float) -> None:
+        self.renewals += 1
+        if self.failing:
+            raise ConnectionError("budget store down")
+
+
+async def slow_answer(config: ProviderConfig) -> CompletionResponse:
+    await asyncio.sleep(0.1)
+    return answer()
+
+
+async def test_a_long_call_renews_its_lease_every_half_lease() -> None:
+    store = Renewals()
+    middleware = budget({"scope": "global", "period": "day", "max_cost_usd": 1.0}, store=store, lease_s=0.04)
+    await middleware.handle(ctx(), CONFIG, slow_answer)
+    assert store.renewals >= 3
+
+
+async def test_a_failed_renewal_is_logged_and_the_call_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    store = Renewals(failing=True)
+    middleware = budget({"scope": "global", "period": "day", "max_cost_usd": 1.0}, store=store, lease_s=0.04)
+    assert (await middleware.handle(ctx(), CONFIG, slow_answer)).text == "ok"
+    assert "could not renew reservation" in caplog.text
