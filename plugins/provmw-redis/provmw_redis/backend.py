@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from provmw_redis.cache import RedisCacheStore
     from provmw_redis.rate_limits import RedisRateLimiter
 
-__all__ = ["Health", "RedisOptions", "RedisState", "RedisUnavailableError"]
+__all__ = ["Health", "RedisOptions", "RedisState", "RedisUnavailableError", "milliseconds"]
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +155,11 @@ class RedisState:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def milliseconds(seconds: float) -> int:
+    """A duration for PX and PEXPIRE: whole milliseconds, at least one."""
+    return max(1, round(seconds * 1000))
 
 
 def _lua(name: str) -> str:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from provmw.stores.budgets import DIMENSIONS, Amounts, BucketId, BucketState, Charge, Refusal
+from provmw_redis.backend import milliseconds
 
 if TYPE_CHECKING:
     from provmw_redis.backend import RedisState
@@ -45,7 +46,7 @@ class RedisBudgetStore:
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None:
         args: list[str | int | float] = [self._prefix, repr(now), repr(now + lease_s), reservation_id,
-                                         _ms(lease_s + _KEEP_EXPIRED_S), len(charges)]
+                                         milliseconds(lease_s + _KEEP_EXPIRED_S), len(charges)]
         for charge in charges:
             b = charge.bucket
             limits = [_NONE if v is None else v for v in attrs.astuple(charge.limits)]
@@ -59,7 +60,7 @@ class RedisBudgetStore:
 
     async def renew(self, reservation_id: str, *, now: float, lease_s: float) -> None:
         await self._state.run(lambda: self._renew(keys=[self._reservation(reservation_id)], args=[
-            self._prefix, repr(now + lease_s), _ms(lease_s + _KEEP_EXPIRED_S)]))
+            self._prefix, repr(now + lease_s), milliseconds(lease_s + _KEEP_EXPIRED_S)]))
 
     async def settle(self, reservation_id: str, actual: Amounts) -> None:
         await self._state.run(lambda: self._settle(
@@ -84,8 +85,4 @@ class RedisBudgetStore:
 def _keep_until_ms(bucket: BucketId) -> int:
     if bucket.resets_at is None:
         return 0
-    return _ms(datetime.fromisoformat(bucket.resets_at).timestamp() + _KEEP_WINDOW_S)
-
-
-def _ms(seconds: float) -> int:
-    return max(1, round(seconds * 1000))
+    return milliseconds(datetime.fromisoformat(bucket.resets_at).timestamp() + _KEEP_WINDOW_S)

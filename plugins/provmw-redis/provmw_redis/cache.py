@@ -16,7 +16,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
-from provmw_redis.backend import RedisUnavailableError
+from provmw_redis.backend import RedisUnavailableError, milliseconds
 
 if TYPE_CHECKING:
     from provmw_redis.backend import RedisState
@@ -55,7 +55,7 @@ class RedisCacheStore:
     async def set(self, key: str, value: str, ttl_s: float) -> None:
         text = value if self._secret is None else f"{_SIGNED}{self._sign(key, value)}:{value}"
         with contextlib.suppress(RedisUnavailableError):
-            await self._state.run(lambda: self._client.set(self._prefix + key, text, px=_ms(ttl_s)))
+            await self._state.run(lambda: self._client.set(self._prefix + key, text, px=milliseconds(ttl_s)))
 
     async def delete(self, key: str) -> None:
         with contextlib.suppress(RedisUnavailableError):
@@ -65,7 +65,7 @@ class RedisCacheStore:
         token = uuid.uuid4().hex
         try:
             claimed = await self._state.run(
-                lambda: self._client.set(f"{self._prefix}{key}:claim", token, nx=True, px=_ms(ttl_s)))
+                lambda: self._client.set(f"{self._prefix}{key}:claim", token, nx=True, px=milliseconds(ttl_s)))
         except RedisUnavailableError:
             return ""  # nobody to wait for: go upstream
         return token if claimed else None
@@ -84,7 +84,3 @@ class RedisCacheStore:
             return body
         log.warning("cache: an entry under %s fails its signature and is a miss", key[:24])
         return None
-
-
-def _ms(seconds: float) -> int:
-    return max(1, round(seconds * 1000))

@@ -3,41 +3,29 @@ its own promises: one hash slot, windows that expire, integers that stay exact."
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Awaitable, Callable
+
 import pytest
 import redis
 from provmw_redis import RedisState
 from redis.crc import key_slot
 
 from provmw.stores.budgets import Amounts, BudgetStore, Charge, Limits
-from tests.stores.test_budget_store import (
-    DAY,
-    DOLLAR,
-    charge,
-    held,
-    test_a_late_settle_counts_once_and_never_goes_negative,
-    test_a_reservation_is_all_or_nothing_across_buckets,
-    test_a_reservation_past_the_limit_is_refused_with_the_figures,
-    test_a_reservation_within_the_limit_is_held,
-    test_an_expired_lease_frees_its_capacity,
-    test_releasing_frees_everything,
-    test_renewing_keeps_a_long_call_reserved,
-    test_settling_adds_the_real_amount_and_frees_the_reservation,
-    test_settling_twice_counts_once,
-)
+from tests.stores import test_budget_store as contract
+from tests.stores.test_budget_store import DAY, DOLLAR, charge, held
 
 pytestmark = pytest.mark.redis
 
-CONTRACT = (
-    test_a_late_settle_counts_once_and_never_goes_negative,
-    test_a_reservation_is_all_or_nothing_across_buckets,
-    test_a_reservation_past_the_limit_is_refused_with_the_figures,
-    test_a_reservation_within_the_limit_is_held,
-    test_an_expired_lease_frees_its_capacity,
-    test_releasing_frees_everything,
-    test_renewing_keeps_a_long_call_reserved,
-    test_settling_adds_the_real_amount_and_frees_the_reservation,
-    test_settling_twice_counts_once,
-)
+# The core stores' tests that need nothing but a store run unchanged against this one.
+CONTRACT = [test for name, test in vars(contract).items()
+            if name.startswith("test_") and list(inspect.signature(test).parameters) == ["store"]]
+
+
+@pytest.mark.parametrize("case", CONTRACT, ids=lambda test: test.__name__.removeprefix("test_"))
+async def test_the_core_budget_store_contract_holds(case: Callable[[BudgetStore], Awaitable[None]],
+                                                    store: BudgetStore) -> None:
+    await case(store)
 
 
 @pytest.fixture
