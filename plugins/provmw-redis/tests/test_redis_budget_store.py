@@ -13,7 +13,7 @@ from redis.crc import key_slot
 
 from provmw.stores.budgets import Amounts, BudgetStore, Charge, Limits
 from tests.stores import test_budget_store as contract
-from tests.stores.test_budget_store import DAY, DOLLAR, charge, held
+from tests.stores.test_budget_store import DAY, DOLLAR, MONTH, charge, held
 
 pytestmark = pytest.mark.redis
 
@@ -64,3 +64,12 @@ async def test_a_reservation_refused_in_one_handle_is_held_by_another(prefix: st
     assert await second.budget_store().reserve("r2", [charge(900_000, limits=DOLLAR)], now=0, lease_s=60) is not None
     await first.aclose()
     await second.aclose()
+
+
+async def test_the_index_forgets_buckets_whose_time_is_past(store: BudgetStore, prefix: str,
+                                                            redis_sync: redis.Redis) -> None:
+    await store.reserve("r1", [charge(1_000)], now=0, lease_s=60)
+    later = 1_795_420_800 + 36 * 86_400  # DAY reset, plus more than the 35 days it is kept
+    await store.reserve("r2", [charge(1_000, MONTH)], now=later, lease_s=60)
+    [index] = redis_sync.scan_iter(match=f"*{prefix}*buckets")
+    assert redis_sync.zrange(index, 0, -1) == [MONTH.key.encode()]

@@ -1,4 +1,4 @@
--- Shared by the budget scripts (prepended to each). Bucket hash fields: c t r (spent) and
+-- Shared by the budget scripts (prepended to each). Bucket hash fields: id (its JSON), c t r (spent) and
 -- rc rt rr (held by live reservations). A lease member is "<id> <cost> <tokens> <requests>",
 -- scored by when its lease expires. Amounts stay strings on their way to HINCRBY, so no
 -- large integer passes through a float.

@@ -1,10 +1,11 @@
 -- Reserve one call's charges against every bucket it touches, all or nothing.
--- KEYS[1]: the bucket index (hash: bucket key -> bucket JSON); KEYS[2]: the reservation
--- (hash: bucket key -> its lease member). ARGV: prefix, now, expires_at, reservation id,
--- reservation TTL in ms, bucket count, then per bucket: key, JSON, keep-until (ms, 0: always),
--- limits (cost, tokens, requests; -1: none), amounts (cost, tokens, requests).
+-- KEYS[1]: the bucket index (sorted set: bucket key, scored by when it may be forgotten);
+-- KEYS[2]: the reservation (hash: bucket key -> its lease member). ARGV: prefix, now,
+-- expires_at, reservation id, reservation TTL in ms, bucket count, then per bucket: key,
+-- JSON, keep-until (ms, 0: always), limits (cost, tokens, requests; -1: none), amounts.
 local prefix, now, expires_at, id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local count = tonumber(ARGV[6])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. tostring(now * 1000))  -- buckets long gone
 
 for i = 0, count - 1 do
   local a = 7 + i * 9
@@ -27,7 +28,8 @@ for i = 0, count - 1 do
   for d = 1, 3 do redis.call('HINCRBY', bucket, HELD[d], ARGV[a + 5 + d]) end
   redis.call('ZADD', leases, expires_at, member)
   redis.call('HSET', KEYS[2], ARGV[a], member)
-  redis.call('HSET', KEYS[1], ARGV[a], ARGV[a + 1])
+  redis.call('HSET', bucket, 'id', ARGV[a + 1])
+  redis.call('ZADD', KEYS[1], ARGV[a + 2] == '0' and '+inf' or ARGV[a + 2], ARGV[a])
   if ARGV[a + 2] ~= '0' then
     redis.call('PEXPIREAT', bucket, ARGV[a + 2])
     redis.call('PEXPIREAT', leases, ARGV[a + 2])

@@ -2,15 +2,13 @@
 -- KEYS[1]: the bucket index. ARGV: prefix, now.
 local prefix, now = ARGV[1], tonumber(ARGV[2])
 local result = {}
-local index = redis.call('HGETALL', KEYS[1])
-for i = 1, #index, 2 do
-  local bucket = prefix .. 'b:' .. index[i]
+for _, key in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local bucket = prefix .. 'b:' .. key
   if redis.call('EXISTS', bucket) == 0 then
-    redis.call('HDEL', KEYS[1], index[i])
+    redis.call('ZREM', KEYS[1], key)
   else
-    purge(bucket, prefix .. 'l:' .. index[i], now)
-    table.insert(result, index[i + 1])
-    for _, value in ipairs(redis.call('HMGET', bucket, 'c', 't', 'r', 'rc', 'rt', 'rr')) do
+    purge(bucket, prefix .. 'l:' .. key, now)
+    for _, value in ipairs(redis.call('HMGET', bucket, 'id', 'c', 't', 'r', 'rc', 'rt', 'rr')) do
       table.insert(result, value or '0')
     end
   end
