@@ -71,6 +71,9 @@ def _stack(args: argparse.Namespace, out: TextIO) -> int:
     if not manager.stack:
         out.write("(no middleware: calls go straight to the provider)\n")
     out.write(f"providers: {', '.join(sorted(manager.providers))}\n")
+    state = manager.settings.state
+    if state is not None:
+        out.write(f"shared state: {state.shown_url} ({', '.join(state.shared)})\n")
     return 0
 
 

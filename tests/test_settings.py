@@ -129,6 +129,7 @@ def test_a_state_section_keeps_its_url_sharing_and_backend_keys(tmp_path: Path) 
     assert state is not None
     assert (state.scheme, state.shared, dict(state.options)) == ("redis", ("budget",), {"key_prefix": "app"})
     assert "pw-SECRET" not in repr(state)
+    assert state.shown_url == "redis://:***@db:6379/0"
 
 
 def test_a_state_section_without_a_url_is_an_error(tmp_path: Path) -> None:

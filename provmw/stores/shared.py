@@ -56,6 +56,14 @@ class StateSettings:
     def scheme(self) -> str:
         return urlsplit(self.url).scheme
 
+    @property
+    def shown_url(self) -> str:
+        """The URL with its password masked, for display."""
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self.url
+        return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+
     @classmethod
     def from_table(cls, table: Mapping[str, Any], source: str) -> StateSettings:
         url = table.get("url")

@@ -107,3 +107,12 @@ async def test_provmw_budget_reads_the_shared_buckets(fake: FakeProvider, prefix
     [row] = json.loads(out.getvalue())
     assert (row["bucket"], row["requests"], row["reserved_usd"]) == ("global:*", 1, 0.0)
     assert not (tmp_path / "provmw.sqlite3").exists()  # nothing was kept locally
+
+
+def test_provmw_stack_names_the_shared_state_without_its_password(tmp_path: Path) -> None:
+    config = tmp_path / "provmw.toml"
+    config.write_text('[state]\nurl = "redis://:hunter2@127.0.0.1:6379/0"\nshared = ["budget", "cache"]\n')
+    out = io.StringIO()
+    assert main(["--config", str(config), "stack"], out) == 0
+    assert "shared state: redis://:***@127.0.0.1:6379/0 (budget, cache)" in out.getvalue()
+    assert "hunter2" not in out.getvalue()
