@@ -9,6 +9,7 @@ Install it and name the server in the settings; nothing else changes::
     retry_s = 1.0                        # how long a down server is skipped before trying again
     signing_key_env = "PROVMW_CACHE_KEY" # optional: HMAC-sign cache entries with this secret
     slot_lease_s = 300                   # a dead process's concurrency slot frees after this
+    probe_lease_s = 120                  # half-open probes silent this long are presumed dead
 
 ``[state] shared`` picks the concerns that live in Redis (all four by default).
 """

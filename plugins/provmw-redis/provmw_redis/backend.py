@@ -67,6 +67,7 @@ class RedisOptions:
     retry_s: float = attrs.field(default=1.0, validator=number(ge=0))
     signing_key_env: str | None = None
     slot_lease_s: float = attrs.field(default=300.0, validator=number(gt=0))
+    probe_lease_s: float = attrs.field(default=120.0, validator=number(gt=0))
     max_connections: int = attrs.field(default=50, validator=number(ge=1, integer=True))
 
 

@@ -2,8 +2,9 @@
 
 Failures seen by any process count in one window, so a breaker opens for all of them,
 and its half-open probes are limited across all of them. Time is the Redis server's (the
-middleware's monotonic clock means nothing on another host). A probe whose process died
-without reporting holds its permit for one open period, then the breaker probes afresh.
+middleware's monotonic clock means nothing on another host). Half-open probes that have
+not reported ``probe_lease_s`` after probing began are presumed dead with their process,
+and the breaker probes afresh.
 
 While Redis is unreachable, each call is decided by this process's own breakers
 (``MemoryBreakerStore``); an admission made locally carries a negative generation, so its
@@ -42,8 +43,8 @@ class RedisBreakerStore:
 
     async def admit(self, key: str, policy: BreakerPolicy, now: float) -> Admission:
         try:
-            answer = await self._state.run(lambda: self._admit(
-                keys=self._keys(key), args=[policy.open_s, policy.half_open_probes, _IDLE_MS]))
+            answer = await self._state.run(lambda: self._admit(keys=self._keys(key), args=[
+                policy.open_s, policy.half_open_probes, _IDLE_MS, self._state.options.probe_lease_s]))
         except RedisUnavailableError:
             local = await self.local.admit(key, policy, now)
             return attrs.evolve(local, generation=-1 - local.generation)
@@ -67,7 +68,7 @@ class RedisBreakerStore:
         if admission.generation < 0:
             await self.local.release(key, _local(admission))
             return
-        if admission.probe:  # a permit lost to an outage is given up after one open period
+        if admission.probe:  # a permit lost to an outage is given up after probe_lease_s
             with contextlib.suppress(RedisUnavailableError):
                 await self._state.run(lambda: self._release(keys=self._keys(key), args=[admission.generation]))
 

@@ -67,15 +67,27 @@ async def test_a_result_from_before_the_breaker_opened_is_ignored(state: RedisSt
     assert probe.generation != slow_call.generation
 
 
-async def test_probes_whose_process_died_are_given_up_after_an_open_period(state: RedisState) -> None:
-    store = state.breaker_store()
-    await fail(state, 2)
+async def test_probes_whose_process_died_are_given_up_after_their_lease(prefix: str) -> None:
+    short = RedisState(state_settings(prefix, probe_lease_s=0.1))
+    store = short.breaker_store()
+    await fail(short, 2)
     await asyncio.sleep(POLICY.open_s)
     for _ in range(2):
         assert (await store.admit("k", POLICY, 0)).admitted  # probes that will never report
     assert not (await store.admit("k", POLICY, 0)).admitted
-    await asyncio.sleep(POLICY.open_s)
+    await asyncio.sleep(0.1)
     assert (await store.admit("k", POLICY, 0)).probe
+    await short.aclose()
+
+
+async def test_a_slow_probe_is_not_presumed_dead_within_its_lease(state: RedisState) -> None:
+    store = state.breaker_store()
+    await fail(state, 2)
+    await asyncio.sleep(POLICY.open_s)
+    for _ in range(2):
+        await store.admit("k", POLICY, 0)
+    await asyncio.sleep(POLICY.open_s)  # a whole open period: still within the 120 s lease
+    assert not (await store.admit("k", POLICY, 0)).admitted
 
 
 async def test_a_released_probe_frees_its_permit(state: RedisState) -> None:

@@ -156,7 +156,7 @@ async def test_a_half_open_breaker_lets_exactly_its_probes_through_across_proces
     fake.fail_randomly(1.0, Fault(status=503))
     await run_workers(settings, processes=1, calls=4)  # opens the breaker
     fake.reset()
-    fake.fail_randomly(1.0, Fault(delay_s=0.5))  # healthy again, and slow: probes stay out together
+    fake.fail_randomly(1.0, Fault(delay_s=1.0))  # healthy again, and slow: probes stay out together
     results = await run_workers(settings, processes=4, calls=10)  # they start after open_s has passed
     assert fake.count() == 3
     assert total(results, "CompletionResponse") == 3

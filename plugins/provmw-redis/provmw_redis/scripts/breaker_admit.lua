@@ -1,4 +1,4 @@
--- May this call go? ARGV: open_s, half_open_probes, idle TTL (ms).
+-- May this call go? ARGV: open_s, half_open_probes, idle TTL (ms), probe lease (s).
 -- Returns {admitted, generation, probe, retry_after_s, before, after} (-1: no transition).
 local open_s, probes = tonumber(ARGV[1]), tonumber(ARGV[2])
 local b = redis.call('HMGET', KEYS[1], 's', 'g', 'o', 'po', 'pp')
@@ -10,8 +10,8 @@ if state == 1 then
   if since < open_s then return {0, generation, 0, tostring(open_s - since), -1, -1} end
   move(2, generation)
   before, generation, out, passed = 1, generation + 1, 0, 0
-elseif out + passed >= probes and since >= open_s then
-  -- Probes out for a whole open period never reported: their process died. Probe afresh.
+elseif out + passed >= probes and since >= tonumber(ARGV[4]) then
+  -- Probes out for a whole probe lease never reported: their process died. Probe afresh.
   move(2, generation)
   generation, out, passed = generation + 1, 0, 0
 end
