@@ -12,7 +12,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from provmw_redis.cache import RedisCacheStore
     from provmw_redis.rate_limits import RedisRateLimiter
 
-__all__ = ["Health", "RedisOptions", "RedisState", "RedisUnavailableError", "milliseconds"]
+__all__ = ["Health", "RedisOptions", "RedisState", "RedisUnavailableError", "lua_limits", "milliseconds"]
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +156,11 @@ class RedisState:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def lua_limits(values: Iterable[int | None]) -> list[int]:
+    """Limits as the Lua scripts take them: -1 where there is none."""
+    return [-1 if value is None else value for value in values]
 
 
 def milliseconds(seconds: float) -> int:

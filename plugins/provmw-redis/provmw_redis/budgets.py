@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from provmw.stores.budgets import DIMENSIONS, Amounts, BucketId, BucketState, Charge, Refusal
-from provmw_redis.backend import milliseconds
+from provmw_redis.backend import lua_limits, milliseconds
 
 if TYPE_CHECKING:
     from provmw_redis.backend import RedisState
@@ -28,7 +28,6 @@ __all__ = ["RedisBudgetStore"]
 
 _KEEP_WINDOW_S = 35 * 86_400.0  # past its end, so last month's spend is still there to read
 _KEEP_EXPIRED_S = 86_400.0  # an expired reservation may still be settled for a day
-_NONE = -1
 
 
 class RedisBudgetStore:
@@ -49,7 +48,7 @@ class RedisBudgetStore:
                                          milliseconds(lease_s + _KEEP_EXPIRED_S), len(charges)]
         for charge in charges:
             b = charge.bucket
-            limits = [_NONE if v is None else v for v in attrs.astuple(charge.limits)]
+            limits = lua_limits(attrs.astuple(charge.limits))
             args += [b.key, json.dumps(attrs.astuple(b)), _keep_until_ms(b), *limits, *attrs.astuple(charge.amount)]
         refused = await self._state.run(
             lambda: self._reserve(keys=[self._index, self._reservation(reservation_id)], args=args))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from provmw.stores.rate_limits import Grant, MemoryRateLimiter, RateLimits
-from provmw_redis.backend import RedisUnavailableError
+from provmw_redis.backend import RedisUnavailableError, lua_limits
 
 if TYPE_CHECKING:
     from provmw_redis.backend import RedisState
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["RedisRateLimiter"]
 
 _LOCAL = "local"
-_NONE = -1
 
 
 class RedisRateLimiter:
@@ -39,7 +38,7 @@ class RedisRateLimiter:
 
     async def acquire(self, key: str, limits: RateLimits, tokens: int, now: float) -> Grant:
         permit = uuid.uuid4().hex
-        args = [*(_NONE if v is None else v for v in attrs.astuple(limits)), tokens, permit,
+        args: list[str | int | float] = [*lua_limits(attrs.astuple(limits)), tokens, permit,
                 self._state.options.slot_lease_s, self.local.poll_s]
         try:
             answer = await self._state.run(lambda: self._acquire(keys=self._keys(key), args=args))
@@ -54,7 +53,7 @@ class RedisRateLimiter:
         if permit == _LOCAL:
             await self.local.release(key, limits, permit=permit, reserved=reserved, used=used, now=now)
             return
-        tpm = _NONE if limits.tokens_per_minute is None else limits.tokens_per_minute
+        [tpm] = lua_limits([limits.tokens_per_minute])
         with contextlib.suppress(RedisUnavailableError):  # the slot's lease frees it
             await self._state.run(lambda: self._release(keys=self._keys(key), args=[tpm, permit, reserved, used]))
 
