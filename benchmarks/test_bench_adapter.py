@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from provmw.config import ProviderConfig
+from provmw.http import HttpClient
 from provmw.messages import Message
-from provmw.providers._http import HttpClient
 from provmw.providers.openai import OpenAIAdapter
 from provmw.requests import ChatRequest
 from provmw.testing import FakeProvider

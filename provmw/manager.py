@@ -11,12 +11,12 @@ import attrs
 from provmw.config import ProviderConfig, Secret, check_options, did_you_mean, fallback_chain
 from provmw.context import FrozenMap, ProviderCallContext, ProviderOperation
 from provmw.errors import ConfigurationError
+from provmw.http import HttpClient
 from provmw.messages import ContentPart, ImagePart, Message, TextPart, ToolSpec
 from provmw.pipeline import Middleware, MiddlewarePipeline
 from provmw.plugins import PluginHost
 from provmw.pricing import PriceTable
 from provmw.providers import ProviderAdapter
-from provmw.providers._http import HttpClient
 from provmw.requests import (
     ChatRequest,
     CompletionRequest,

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from provmw.config import ProviderConfig
+from provmw.http import HttpClient
 from provmw.plugins import PluginHost, PluginPolicy
-from provmw.providers._http import HttpClient
 from provmw.testing import FakeProvider
 
 SENTINEL_KEY = "sk-SENTINEL-7f3a9c-do-not-print"

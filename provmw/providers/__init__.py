@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from provmw.config import ProviderConfig
-    from provmw.providers._http import HttpClient
+    from provmw.http import HttpClient
     from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest
     from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse
 

@@ -17,9 +17,8 @@ from provmw.errors import (
     RateLimitError,
     UnsupportedOperationError,
 )
+from provmw.http import COMMON_CODES, ErrorCodes, HttpClient, SSEEvent, malformed, plain_json, wire_errors
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
-from provmw.providers._http import COMMON_CODES, ErrorCodes, HttpClient, malformed, plain_json
-from provmw.providers._sse import SSEEvent
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
 
@@ -158,9 +157,8 @@ class AnthropicAdapter:
 
     async def chat(self, http: HttpClient, config: ProviderConfig,
                    request: ChatRequest) -> CompletionResponse:
-        data = await http.post_json(_url(config), self.chat_body(config, request), _headers(config),
-                                    timeout_s=config.timeout_s, codes=ERROR_CODES,
-                                    provider=self.name, model=config.model)
+        with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
+            data = await http.post_json(_url(config), self.chat_body(config, request), _headers(config))
         try:
             blocks = data["content"]
             calls = tuple(ToolCall(id=b["id"], name=b["name"], arguments=json.dumps(b.get("input", {})))
@@ -187,20 +185,20 @@ class AnthropicAdapter:
     async def stream_chat(self, http: HttpClient, config: ProviderConfig,
                           request: ChatRequest) -> AsyncIterator[ChatChunk]:
         body = {**self.chat_body(config, request), "stream": True}
-        events = http.post_sse(_url(config), body, _headers(config), timeout_s=config.timeout_s,
-                               codes=ERROR_CODES, provider=self.name, model=config.model)
+        events = http.post_sse(_url(config), body, _headers(config), read_timeout_s=config.timeout_s)
         usage: dict[str, Any] = {}
-        async for event in events:
-            try:
-                data = json.loads(event.data)
-            except ValueError as exc:
-                raise malformed(self.name, config.model, exc) from None
-            if event.event == "error" or data.get("type") == "error":
-                raise _stream_error(config, data)
-            if (chunk := _stream_chunk(event, data, usage)) is not None:
-                yield chunk
-            if data.get("type") == "message_stop":
-                return
+        with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
+            async for event in events:
+                try:
+                    data = json.loads(event.data)
+                except ValueError as exc:
+                    raise malformed(self.name, config.model, exc) from None
+                if event.event == "error" or data.get("type") == "error":
+                    raise _stream_error(config, data)
+                if (chunk := _stream_chunk(event, data, usage)) is not None:
+                    yield chunk
+                if data.get("type") == "message_stop":
+                    return
         raise MalformedResponseError("stream ended before message_stop", provider=self.name,
                                      model=config.model)
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from provmw.config import ProviderConfig
 from provmw.errors import MalformedResponseError
+from provmw.http import ErrorCodes, HttpClient, malformed, plain_json, wire_errors
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
-from provmw.providers._http import ErrorCodes, HttpClient, malformed, plain_json
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
 
@@ -155,16 +155,16 @@ class OpenAIAdapter:
         body = self.chat_body(config, request)
         body.update(stream=True, stream_options={"include_usage": True})
         events = http.post_sse(_url(config, "/chat/completions"), body, _headers(config),
-                               timeout_s=config.timeout_s, codes=ERROR_CODES,
-                               provider=self.name, model=config.model)
-        async for event in events:
-            if event.data.strip() == "[DONE]":
-                return
-            try:
-                data = json.loads(event.data)
-                yield _chunk(data)
-            except (ValueError, KeyError, IndexError, TypeError) as exc:
-                raise malformed(self.name, config.model, exc) from None
+                               read_timeout_s=config.timeout_s)
+        with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
+            async for event in events:
+                if event.data.strip() == "[DONE]":
+                    return
+                try:
+                    data = json.loads(event.data)
+                    yield _chunk(data)
+                except (ValueError, KeyError, IndexError, TypeError) as exc:
+                    raise malformed(self.name, config.model, exc) from None
         raise MalformedResponseError("stream ended before [DONE]", provider=self.name, model=config.model)
 
     def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
@@ -179,9 +179,8 @@ class OpenAIAdapter:
 
     async def _post(self, http: HttpClient, config: ProviderConfig, path: str,
                     body: Mapping[str, Any]) -> Any:
-        return await http.post_json(_url(config, path), body, _headers(config),
-                                    timeout_s=config.timeout_s, codes=ERROR_CODES,
-                                    provider=self.name, model=config.model)
+        with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
+            return await http.post_json(_url(config, path), body, _headers(config))
 
 
 def _chunk(data: Mapping[str, Any]) -> ChatChunk:

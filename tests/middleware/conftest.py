@@ -4,10 +4,10 @@ from collections.abc import Iterable
 
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.http import HttpClient
 from provmw.messages import Message
 from provmw.pipeline import MiddlewarePipeline
 from provmw.providers import ProviderAdapter
-from provmw.providers._http import HttpClient
 from provmw.providers.anthropic import AnthropicAdapter
 from provmw.providers.openai import OpenAIAdapter
 from provmw.requests import ChatRequest

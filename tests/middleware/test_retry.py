@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.errors import ConfigurationError, ProviderError, ProviderUnavailableError, RateLimitError
+from provmw.http import HttpClient
 from provmw.middleware.fallback import FallbackMiddleware
 from provmw.middleware.retry import RetryBudget, RetryMiddleware, RetryOptions, full_jitter
-from provmw.providers._http import HttpClient
 from provmw.testing import FakeClock, FakeProvider, Fault, ScriptedNext
 from tests.conftest import anthropic_config, openai_config
 from tests.middleware.conftest import CTX, chat_through

@@ -9,10 +9,10 @@ import pytest
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.errors import AttemptTimeoutError, ConfigurationError, DeadlineExceededError, disposition
+from provmw.http import HttpClient
 from provmw.middleware.deadline import DeadlineMiddleware, DeadlineOptions
 from provmw.middleware.retry import RetryMiddleware
 from provmw.middleware.timeout import TimeoutMiddleware
-from provmw.providers._http import HttpClient
 from provmw.responses import CompletionResponse
 from provmw.testing import FakeClock, FakeProvider, Fault, ScriptedNext
 from tests.conftest import openai_config

@@ -8,8 +8,8 @@ from provmw.errors import (
     RateLimitError,
     UnsupportedOperationError,
 )
+from provmw.http import HttpClient
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
-from provmw.providers._http import HttpClient
 from provmw.providers.anthropic import DEFAULT_MAX_TOKENS, AnthropicAdapter
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest
 from provmw.testing import FakeProvider, Fault

@@ -21,9 +21,17 @@ from provmw.errors import (
     ProviderUnavailableError,
     RateLimitError,
 )
+from provmw.http import (
+    EXCEPTION_ERRORS,
+    STATUS_ERRORS,
+    ErrorCodes,
+    HttpClient,
+    HttpStatusError,
+    NotJsonError,
+    retry_hints,
+    wire_errors,
+)
 from provmw.messages import Message
-from provmw.providers import _http
-from provmw.providers._http import EXCEPTION_ERRORS, STATUS_ERRORS, HttpClient, error_for_exception, retry_hints
 from provmw.providers.openai import OpenAIAdapter
 from provmw.requests import ChatRequest, EmbeddingRequest
 from provmw.testing import FakeProvider, Fault
@@ -45,12 +53,42 @@ def test_status_table_covers_every_documented_status() -> None:
     assert dict(STATUS_ERRORS) == DOCUMENTED
 
 
+NO_CODES = ErrorCodes(extract=lambda body: (None, None))
+
+
+def mapped(exc: BaseException, codes: ErrorCodes = NO_CODES) -> ProviderError:
+    """What ``wire_errors`` turns ``exc`` into."""
+    with pytest.raises(ProviderError) as caught, wire_errors(codes, provider="p", model="m"):
+        raise exc
+    return caught.value
+
+
 @pytest.mark.parametrize("status", range(400, 600))
 def test_every_error_status_maps_to_a_provider_error(status: int) -> None:
-    codes = _http.ErrorCodes(extract=lambda body: (None, None))
-    error = _http.error_for_status(status, b"", {}, codes, "p", "m")
+    error = mapped(HttpStatusError(status, b"", {}))
     assert isinstance(error, InvalidRequestError if status < 500 and status not in DOCUMENTED else ProviderError)
     assert error.status == status
+    assert str(error) == f"p/m (HTTP {status}): HTTP {status} with no error message"
+
+
+def test_a_body_that_is_no_json_becomes_the_message() -> None:
+    assert mapped(HttpStatusError(502, b"<html>Bad gateway</html>", {})).message == "<html>Bad gateway</html>"
+
+
+def test_a_2xx_body_that_is_not_json_is_malformed() -> None:
+    error = mapped(NotJsonError(200, b"{oops"))
+    assert isinstance(error, MalformedResponseError)
+    assert (error.message, error.status) == ("response body is not JSON (5 bytes)", 200)
+
+
+def test_errors_of_the_adapter_pass_through_unchanged() -> None:
+    error = MalformedResponseError("missing choices", provider="p", model="m")
+    assert mapped(error) is error
+
+
+def test_cancellation_is_not_translated() -> None:
+    with pytest.raises(asyncio.CancelledError), wire_errors(NO_CODES, provider="p", model="m"):
+        raise asyncio.CancelledError
 
 
 @pytest.mark.parametrize("cls", aiohttp_client_errors(), ids=lambda c: c.__name__)
@@ -64,8 +102,9 @@ def test_exception_table_has_no_catch_all_for_client_error() -> None:
 
 
 def test_foreign_error_message_drops_query_strings() -> None:
-    exc = aiohttp.InvalidURL("https://api.example.com/v1/x?key=SECRET123")
-    assert "SECRET123" not in str(error_for_exception(exc, "p", "m"))
+    error = mapped(aiohttp.InvalidURL("https://api.example.com/v1/x?key=SECRET123"))
+    assert isinstance(error, InvalidRequestError)
+    assert "SECRET123" not in str(error)
 
 
 @pytest.mark.parametrize(
@@ -168,16 +207,28 @@ async def test_connection_refused(http: HttpClient) -> None:
 
 
 async def test_dns_failure(http: HttpClient) -> None:
-    config = ProviderConfig(identifier="x", provider="openai", model="m",
-                            base_url="http://no-such-host.invalid/v1", timeout_s=5)
+    config = ProviderConfig(identifier="x", provider="openai", model="m", base_url="http://no-such-host.invalid/v1")
     with pytest.raises(ProviderConnectionError):
-        await ADAPTER.chat(http, config, CHAT)
+        async with asyncio.timeout(5):  # the adapter has no timer; a hung resolver must not hang the test
+            await ADAPTER.chat(http, config, CHAT)
 
 
-async def test_read_timeout(fake: FakeProvider, http: HttpClient) -> None:
+async def test_a_unary_call_has_no_timer_of_its_own(fake: FakeProvider, http: HttpClient) -> None:
+    fake.script(Fault(delay_s=0.3))
+    async with asyncio.timeout(5):  # the manager's attempt timeout stands here
+        response = await ADAPTER.chat(http, openai_config(fake, timeout_s=0.05), CHAT)
+    assert response.text == "echo: hi"
+
+
+async def test_the_session_has_no_default_timer(http: HttpClient) -> None:
+    assert http.session.timeout == aiohttp.ClientTimeout(total=None)
+
+
+async def test_a_stream_read_is_bounded_by_the_read_timeout(fake: FakeProvider, http: HttpClient) -> None:
     fake.script(Fault(delay_s=0.5))
     with pytest.raises(ProviderTimeoutError):
-        await ADAPTER.chat(http, openai_config(fake, timeout_s=0.05), CHAT)
+        async for _ in ADAPTER.stream_chat(http, openai_config(fake, timeout_s=0.05), CHAT):
+            pass
 
 
 async def test_one_session_serves_every_call(fake: FakeProvider, http: HttpClient) -> None:

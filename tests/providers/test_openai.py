@@ -5,8 +5,8 @@ import json
 import pytest
 
 from provmw.errors import MalformedResponseError, ProviderConnectionError
+from provmw.http import HttpClient
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
-from provmw.providers._http import HttpClient
 from provmw.providers.openai import OpenAIAdapter
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest
 from provmw.testing import FakeProvider, Fault

@@ -10,10 +10,10 @@ import pytest
 
 from provmw.config import ProviderConfig
 from provmw.errors import ProviderError
+from provmw.http import HttpClient
 from provmw.manager import ServiceManager
 from provmw.messages import Message
 from provmw.plugins import PluginHost
-from provmw.providers._http import HttpClient
 from provmw.providers.anthropic import AnthropicAdapter
 from provmw.providers.openai import OpenAIAdapter
 from provmw.requests import ChatRequest

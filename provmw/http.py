@@ -1,0 +1,256 @@
+"""The HTTP layer every provider adapter uses: one client per manager, one error boundary.
+
+``HttpClient`` posts JSON and reads JSON or server-sent events; it knows nothing of
+providers. An adapter wraps its calls in ``wire_errors``, which translates whatever the
+layer below raises into the ``ProviderError`` tree, as httpx's ``map_httpcore_exceptions()``
+does for its transports::
+
+    with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
+        data = await http.post_json(url, body, headers)
+
+- ``HttpStatusError`` (a non-2xx answer): a code in the body through the adapter's
+  ``ErrorCodes``, else the status through ``STATUS_ERRORS``; retry hints from the headers.
+- ``NotJsonError`` (a 2xx body that is not JSON): ``MalformedResponseError``.
+- aiohttp, OS and timeout exceptions: through ``EXCEPTION_ERRORS``, searched along the MRO.
+
+Unary calls carry no timer: the manager bounds each attempt. Streams bound the connect and
+each read by ``read_timeout_s``, since a stream's whole length is not known in advance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any
+
+import aiohttp
+import attrs
+
+from provmw.errors import (
+    AuthenticationError,
+    ContentPolicyError,
+    ContextLengthExceededError,
+    InvalidRequestError,
+    MalformedResponseError,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    RateLimitError,
+)
+from provmw.providers._retry_hints import retry_hints
+from provmw.providers._sse import SSEDecoder, SSEEvent
+
+__all__ = [
+    "COMMON_CODES",
+    "EXCEPTION_ERRORS",
+    "STATUS_ERRORS",
+    "ErrorCodes",
+    "HttpClient",
+    "HttpStatusError",
+    "NotJsonError",
+    "SSEEvent",
+    "malformed",
+    "plain_json",
+    "retry_hints",
+    "wire_errors",
+]
+
+STATUS_ERRORS: Mapping[int, type[ProviderError]] = {
+    400: InvalidRequestError,
+    401: AuthenticationError,
+    403: AuthenticationError,
+    404: InvalidRequestError,
+    408: ProviderTimeoutError,
+    409: ProviderUnavailableError,
+    413: InvalidRequestError,
+    422: InvalidRequestError,
+    429: RateLimitError,
+    500: ProviderUnavailableError,
+    502: ProviderUnavailableError,
+    503: ProviderUnavailableError,
+    504: ProviderTimeoutError,
+    529: ProviderUnavailableError,
+}
+
+# Error codes found in bodies, normalised across providers by each adapter's extractor.
+COMMON_CODES: Mapping[str, type[ProviderError]] = {
+    "context_length_exceeded": ContextLengthExceededError,
+    "content_policy_violation": ContentPolicyError,
+    "content_filter": ContentPolicyError,
+    "insufficient_quota": RateLimitError,
+    "rate_limit_exceeded": RateLimitError,
+}
+
+# Searched along the exception's MRO; bare aiohttp.ClientError is deliberately absent so
+# that a new aiohttp exception fails the completeness test instead of passing silently.
+EXCEPTION_ERRORS: Mapping[type[BaseException], tuple[type[ProviderError], str]] = {
+    aiohttp.ClientConnectorDNSError: (ProviderConnectionError, "host name did not resolve"),
+    aiohttp.ClientSSLError: (ProviderConnectionError, "TLS handshake failed"),
+    aiohttp.ClientProxyConnectionError: (ProviderConnectionError, "proxy refused the connection"),
+    aiohttp.ClientConnectorError: (ProviderConnectionError, "connection refused"),
+    aiohttp.ClientConnectionResetError: (ProviderConnectionError, "connection reset"),
+    aiohttp.ClientOSError: (ProviderConnectionError, "connection failed"),
+    aiohttp.ServerTimeoutError: (ProviderTimeoutError, "read timed out"),
+    aiohttp.ServerDisconnectedError: (ProviderConnectionError, "server disconnected"),
+    aiohttp.ServerFingerprintMismatch: (ProviderConnectionError, "certificate fingerprint mismatch"),
+    aiohttp.ServerConnectionError: (ProviderConnectionError, "server connection failed"),
+    aiohttp.ClientConnectionError: (ProviderConnectionError, "connection failed"),
+    aiohttp.ClientPayloadError: (ProviderConnectionError, "connection dropped mid-body"),
+    aiohttp.UploadAbortedError: (ProviderConnectionError, "upload aborted"),
+    aiohttp.ContentTypeError: (MalformedResponseError, "unexpected content type"),
+    aiohttp.TooManyRedirects: (InvalidRequestError, "too many redirects"),
+    aiohttp.WSServerHandshakeError: (InvalidRequestError, "websocket handshake refused"),
+    aiohttp.ClientHttpProxyError: (ProviderConnectionError, "proxy returned an error"),
+    aiohttp.ClientResponseError: (ProviderUnavailableError, "bad response"),
+    aiohttp.InvalidURL: (InvalidRequestError, "invalid URL"),
+    aiohttp.NonHttpUrlClientError: (InvalidRequestError, "not an http(s) URL"),
+    aiohttp.RedirectClientError: (InvalidRequestError, "bad redirect"),
+    asyncio.TimeoutError: (ProviderTimeoutError, "timed out"),
+    ConnectionError: (ProviderConnectionError, "connection failed"),
+}
+
+_MAPPED = tuple(EXCEPTION_ERRORS)
+_URL_QUERY = re.compile(r"(https?://[^\s?'\"]+)\?[^\s'\"]*")
+# The manager bounds each attempt; aiohttp's own default (300 s total) must not cut one short.
+_NO_TIMER = aiohttp.ClientTimeout(total=None)
+
+
+class HttpStatusError(Exception):
+    """A non-2xx answer; ``wire_errors`` turns it into a ``ProviderError``."""
+
+    def __init__(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.body = body
+        self.headers = headers
+
+
+class NotJsonError(Exception):
+    """A 2xx answer whose body is not JSON; ``wire_errors`` turns it into a ``MalformedResponseError``."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(f"HTTP {status} body is not JSON ({len(body)} bytes)")
+        self.status = status
+        self.body = body
+
+
+@attrs.frozen
+class ErrorCodes:
+    """How one provider writes errors: extract (code, message) from a body, map codes."""
+
+    extract: Callable[[Any], tuple[str | None, str | None]]
+    codes: Mapping[str, type[ProviderError]] = COMMON_CODES
+
+
+@contextlib.contextmanager
+def wire_errors(codes: ErrorCodes, *, provider: str, model: str) -> Iterator[None]:
+    """Translate what the HTTP layer raises inside the block into the ``ProviderError`` tree."""
+    try:
+        yield
+    except HttpStatusError as exc:
+        raise _status_error(exc, codes, provider, model) from None
+    except NotJsonError as exc:
+        raise MalformedResponseError(f"response body is not JSON ({len(exc.body)} bytes)",
+                                     provider=provider, model=model, status=exc.status) from None
+    except _MAPPED as exc:
+        raise _foreign_error(exc, provider, model) from None
+
+
+def _status_error(exc: HttpStatusError, codes: ErrorCodes, provider: str, model: str) -> ProviderError:
+    code, message = _extract(exc.body, codes)
+    cls = codes.codes.get(code or "") or STATUS_ERRORS.get(exc.status)
+    if cls is None:
+        cls = InvalidRequestError if 400 <= exc.status < 500 else ProviderUnavailableError
+    after, should = retry_hints(exc.headers)
+    text = message or f"HTTP {exc.status} with no error message"
+    return cls(text, provider=provider, model=model, status=exc.status, retry_after_s=after,
+               should_retry=should, code=code)
+
+
+def _extract(body: bytes, codes: ErrorCodes) -> tuple[str | None, str | None]:
+    try:
+        return codes.extract(json.loads(body))
+    except (ValueError, TypeError, AttributeError, KeyError):
+        snippet = body[:200].decode("utf-8", errors="replace").strip()
+        return None, snippet or None
+
+
+def _foreign_error(exc: BaseException, provider: str, model: str) -> ProviderError:
+    error_cls, what = next(EXCEPTION_ERRORS[cls] for cls in type(exc).__mro__ if cls in EXCEPTION_ERRORS)
+    detail = _URL_QUERY.sub(r"\1?…", str(exc))  # never echo query strings
+    message = f"{what} ({type(exc).__name__}: {detail})" if detail else what
+    status = getattr(exc, "status", None)
+    return error_cls(message, provider=provider, model=model,
+                     status=status if isinstance(status, int) and status else None)
+
+
+def malformed(provider: str, model: str, exc: BaseException) -> MalformedResponseError:
+    """The error for a 2xx body that is JSON but not of the documented shape."""
+    return MalformedResponseError(
+        f"response does not have the documented shape ({type(exc).__name__}: {exc})",
+        provider=provider, model=model,
+    )
+
+
+def plain_json(value: Any) -> Any:
+    """``value`` (frozen mappings included) as plain JSON types."""
+    return json.loads(json.dumps(value, default=dict))
+
+
+def _encode(body: Mapping[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode("utf-8")
+
+
+class HttpClient:
+    """The manager's HTTP client: one aiohttp session, opened lazily in the running loop."""
+
+    def __init__(self, *, connector_limit: int = 100) -> None:
+        self._session: aiohttp.ClientSession | None = None
+        self._connector_limit = connector_limit
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The open session; the first use opens it in the running loop."""
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._connector_limit)
+            self._session = aiohttp.ClientSession(connector=connector, raise_for_status=False,
+                                                  timeout=_NO_TIMER)
+        return self._session
+
+    async def aclose(self) -> None:
+        """Close the session; a later call opens a new one."""
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+
+    async def post_json(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
+        """POST ``body`` as JSON and return the decoded 2xx answer, else raise ``HttpStatusError``."""
+        async with self.session.post(url, data=_encode(body), headers=headers, allow_redirects=False,
+                                     timeout=_NO_TIMER) as response:
+            raw = await response.read()
+            if response.status >= 300:
+                raise HttpStatusError(response.status, raw, response.headers)
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise NotJsonError(response.status, raw) from None
+
+    async def post_sse(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], *,
+                       read_timeout_s: float) -> AsyncIterator[SSEEvent]:
+        """POST ``body`` and yield the server-sent events of the 2xx answer."""
+        # A stream may run long: bound the connect and each read, not the whole answer.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s)
+        async with self.session.post(url, data=_encode(body), headers=headers, allow_redirects=False,
+                                     timeout=timeout) as response:
+            if response.status >= 300:
+                raise HttpStatusError(response.status, await response.read(), response.headers)
+            decoder = SSEDecoder()
+            async for chunk in response.content.iter_any():
+                for event in decoder.feed(chunk):
+                    yield event
+            for event in decoder.flush():
+                yield event
