@@ -1,8 +1,8 @@
 """Provider adapters: the typed boundary between provmw and one wire API each.
 
-An adapter is stateless: it receives the manager's ``HttpClient``, the configuration
-the pipeline chose, and a typed request; it returns a typed response or raises an error
-from the ``ProviderError`` tree. Adapters never retry and never log secrets.
+``ProviderAdapter`` is the whole contract; ``provmw.providers.openai`` and
+``provmw.providers.anthropic`` are the built-in adapters, registered through the same
+``provmw_providers`` hook a third-party plugin uses.
 """
 
 from __future__ import annotations
@@ -20,7 +20,60 @@ __all__ = ["ProviderAdapter"]
 
 
 class ProviderAdapter(Protocol):
-    """What a provider plugin implements; ``name`` is what configurations put in ``provider``."""
+    """What a provider plugin implements: four operations over one wire API.
+
+    ``name`` is what a configuration puts in ``provider``; it is unique among installed
+    adapters. The manager calls exactly the four methods below and reads ``name``; every
+    type they mention is public (``provmw.http``, ``provmw.config``, ``provmw.requests``,
+    ``provmw.responses``, ``provmw.messages``, ``provmw.errors``).
+
+    What an adapter receives, on every call:
+
+    - ``http``: the manager's one ``provmw.http.HttpClient``. Post through it, never open
+      a session of your own: the manager owns its lifetime and closes it in ``aclose()``.
+    - ``config``: the ``provmw.config.ProviderConfig`` the pipeline chose for this attempt
+      (fallback may hand a different one than the caller named). Read ``model``,
+      ``base_url``, ``api_key`` (a ``Secret``: call ``reveal()`` only to build a header),
+      ``headers`` and ``options``; ``merged_options(config, request.options)`` gives the
+      options in force.
+    - ``request``: a frozen ``ChatRequest``, ``CompletionRequest`` or ``EmbeddingRequest``
+      from ``provmw.requests``; images travel as ``ImagePart`` inside the messages, tools
+      as ``ToolSpec``.
+
+    What it returns: a ``CompletionResponse`` (``text``, ``tool_calls``, ``finish_reason``
+    normalised to ``stop``, ``length``, ``tool_calls`` or ``content_filter``), an
+    ``EmbeddingResponse`` (one vector per input, in input order), or from ``stream_chat``
+    ``ChatChunk``s whose last one carries the finish reason and usage. Responses carry
+    ``provider=self.name``, ``served_by=config.identifier`` and the provider's token
+    ``Usage``; the manager adds cost and attempts.
+
+    What it raises: only the ``ProviderError`` tree of ``provmw.errors``. Wrap every call
+    on ``http`` in ``provmw.http.wire_errors(codes, provider=..., model=...)``, which
+    turns error statuses (with the codes in the body and the retry hints in the headers),
+    dropped connections and bodies that are not JSON into typed errors; raise
+    ``provmw.http.malformed(...)`` for JSON that lacks the documented shape, and
+    ``UnsupportedOperationError`` before any request for an operation the provider does
+    not offer. A stream that ends before its documented end raises; it never passes for a
+    short answer.
+
+    What it never does:
+
+    - retry, wait or fall back: the retry and fallback middleware decide, from the error;
+    - put a timer on a unary call: the manager bounds each attempt with ``config.timeout_s``
+      (``AttemptTimeoutError``). ``stream_chat`` passes ``read_timeout_s=config.timeout_s``
+      to ``http.post_sse``, bounding the connect and each read, not the whole stream;
+    - log or raise anything holding the API key or request headers;
+    - keep per-call state on ``self``: one adapter instance serves concurrent calls.
+
+    A new adapter proves itself by subclassing ``provmw.testing.AdapterConformance``::
+
+        class TestAcmeAdapter(AdapterConformance):
+            adapter = AcmeAdapter()
+
+            def config(self, fake, **fields):
+                return ProviderConfig(identifier="acme", provider="acme", model="m",
+                                      base_url=fake.openai_base_url, **fields)
+    """
 
     name: str
 
