@@ -156,16 +156,25 @@ class OpenAIAdapter:
         body.update(stream=True, stream_options={"include_usage": True})
         events = http.post_sse(_url(config, "/chat/completions"), body, _headers(config),
                                read_timeout_s=config.timeout_s)
+        # The finish reason and the usage arrive in separate events; the last chunk carries both.
+        last = ChatChunk()
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
             async for event in events:
                 if event.data.strip() == "[DONE]":
+                    yield last
                     return
-                try:
-                    data = json.loads(event.data)
-                    yield _chunk(data)
-                except (ValueError, KeyError, IndexError, TypeError) as exc:
-                    raise malformed(self.name, config.model, exc) from None
+                chunk = self._stream_chunk(config, event.data)
+                last = ChatChunk(finish_reason=chunk.finish_reason or last.finish_reason,
+                                 usage=chunk.usage or last.usage)
+                if chunk.text:
+                    yield ChatChunk(text=chunk.text)
         raise MalformedResponseError("stream ended before [DONE]", provider=self.name, model=config.model)
+
+    def _stream_chunk(self, config: ProviderConfig, data: str) -> ChatChunk:
+        try:
+            return _chunk(json.loads(data))
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise malformed(self.name, config.model, exc) from None
 
     def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
         """The JSON body of a chat completion, as the OpenAI API documents it."""
