@@ -15,9 +15,11 @@ __all__ = ["anthropic_error", "anthropic_message", "anthropic_stream", "embeddin
            "openai_chat", "openai_chat_stream", "openai_completion", "openai_embeddings",
            "openai_error", "words"]
 
+# Anthropic documents these types; 408, which it does not document, is told as a timeout too.
 _ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-                          403: "permission_error", 404: "not_found_error", 413: "request_too_large",
-                          429: "rate_limit_error", 529: "overloaded_error"}
+                          403: "permission_error", 404: "not_found_error", 408: "timeout_error",
+                          413: "request_too_large", 429: "rate_limit_error", 504: "timeout_error",
+                          529: "overloaded_error"}
 
 
 def words(text: str) -> int:
