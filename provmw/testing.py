@@ -23,6 +23,10 @@ advances time instead of waiting::
     inner = ScriptedNext(ProviderUnavailableError("busy", status=503))
     response = await retry.handle(ProviderCallContext(ProviderOperation.CHAT), config, inner)
     assert len(inner.calls) == 2 and len(clock.sleeps) == 1
+
+For adapter authors, ``AdapterConformance`` (from ``provmw.conformance``, loaded on first
+use because it needs pytest) is a test class to subclass: it runs an adapter through chat,
+tools, images, streaming, embeddings and the error table against a ``FakeProvider``.
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import importlib
 import json
 import random
+import sys
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from aiohttp import web
@@ -44,7 +50,15 @@ from provmw.config import ProviderConfig
 from provmw.context import FrozenMap
 from provmw.responses import CompletionResponse, ProviderResponse
 
-__all__ = ["ROUTES", "FakeClock", "Fault", "FakeProvider", "RecordedRequest", "ScriptedNext"]
+if TYPE_CHECKING:
+    from provmw.conformance import SENTINEL_KEY, AdapterConformance
+
+__all__ = ["ROUTES", "SENTINEL_KEY", "AdapterConformance", "FakeClock", "Fault", "FakeProvider", "RecordedRequest",
+           "ScriptedNext"]
+
+# Loaded on first use: `provmw demo` and `provmw fake-provider` import this module where
+# pytest, which the conformance suite needs, is not installed.
+_CONFORMANCE_NAMES = frozenset({"SENTINEL_KEY", "AdapterConformance"})
 
 ROUTES = ("chat", "completion", "embedding", "messages")
 _ANY = "*"
@@ -289,6 +303,16 @@ async def _drop_mid_body(request: web.Request, payload: bytes) -> web.StreamResp
     assert request.transport is not None
     request.transport.close()
     return response
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _CONFORMANCE_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if "provmw.conformance" not in sys.modules:
+        import pytest
+
+        pytest.register_assert_rewrite("provmw.conformance")  # failures then show their values
+    return getattr(importlib.import_module("provmw.conformance"), name)
 
 
 async def serve(host: str, port: int) -> None:
