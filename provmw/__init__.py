@@ -51,8 +51,9 @@ from provmw.responses import (
 )
 
 if TYPE_CHECKING:
+    from provmw.hookspecs import hookimpl
     from provmw.manager import ServiceManager
-    from provmw.plugins import PluginHost, hookimpl
+    from provmw.plugins import PluginHost
     from provmw.settings import Settings, load_settings
     from provmw.sync import SyncServiceManager
 
@@ -113,7 +114,7 @@ _LAZY = {
     "ServiceManager": "provmw.manager",
     "SyncServiceManager": "provmw.sync",
     "PluginHost": "provmw.plugins",
-    "hookimpl": "provmw.plugins",
+    "hookimpl": "provmw.hookspecs",
     "Settings": "provmw.settings",
     "load_settings": "provmw.settings",
 }

@@ -6,19 +6,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from provmw.plugins import hookimpl
+from provmw.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from provmw.pipeline import Middleware
     from provmw.providers import ProviderAdapter
     from provmw.settings import Settings
-    from provmw.stores.shared import StateBackend
+    from provmw.state import State
 
 
 @hookimpl
-def provmw_middleware(settings: Settings, state: StateBackend | None) -> Iterable[Middleware]:
-    """The built-in middleware; each reads its own ``[middleware.<name>]`` section, and keeps its
-    state in ``state`` when ``[state] shared`` lists it."""
+def provmw_middleware(settings: Settings, state: State) -> Iterable[Middleware]:
+    """The enabled built-in middleware, each configured from its ``[middleware.<name>]`` section
+    and handed its store by ``state``."""
     from provmw.middleware import builtin_middleware
 
     return builtin_middleware(settings, state)

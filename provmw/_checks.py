@@ -1,17 +1,19 @@
-"""attrs validators for numbers in settings; each error names the field and the bad value."""
+"""Settings checks: attrs validators, option tables and "did you mean" hints; each error names the field."""
 
 from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import attrs
 
 from provmw.errors import ConfigurationError
 
-__all__ = ["did_you_mean", "number", "one_of"]
+__all__ = ["did_you_mean", "number", "one_of", "options_from"]
+
+T = TypeVar("T")
 
 Validator = Callable[[object, "attrs.Attribute[Any]", Any], None]
 
@@ -49,3 +51,22 @@ def one_of(choices: tuple[str, ...]) -> Validator:
             raise ConfigurationError(f"{attribute.name} must be one of {', '.join(choices)}; got {value!r}")
 
     return check
+
+
+def options_from(cls: type[T], section: Mapping[str, Any], where: str) -> T:
+    """Build an attrs options class from a settings table; an unknown key names a near match.
+
+    ``enabled`` is everyone's key (the host reads it); ``where`` prefixes every error, so a
+    converter that builds a nested table (``[[middleware.budget.limits]]``) calls this too.
+    """
+    if not isinstance(section, Mapping):
+        raise ConfigurationError(f"{where}: must be a table, got {section!r}")
+    known = [a.name for a in attrs.fields(cls)]  # type: ignore[arg-type]
+    values = {k: v for k, v in section.items() if k != "enabled"}
+    for key in values:
+        if key not in known:
+            raise ConfigurationError(f"{where}: unknown key {key!r}{did_you_mean(key, known)}")
+    try:
+        return cls(**values)
+    except (TypeError, ValueError, ConfigurationError) as exc:
+        raise ConfigurationError(f"{where}: {exc}") from exc

@@ -1,21 +1,8 @@
-"""Plugin discovery: hook specifications and the host that loads plugins once.
+"""The plugin host: discovers plugins once, at the edge, and collects what their hooks contribute.
 
-A plugin is a module (or any object) with functions marked ``@provmw.hookimpl``,
-published under the entry-point group ``provmw``::
-
-    # pyproject.toml of the plugin package
-    [project.entry-points.provmw]
-    my_plugin = "my_plugin"
-
-    # my_plugin.py
-    import provmw
-
-    @provmw.hookimpl
-    def provmw_middleware(settings):
-        return [MyMiddleware(**settings.section("my_middleware"))]
-
-pluggy finds and calls these hooks once, when a manager is built; it is never on the
-per-call path. provmw's own middleware and providers come through the same hooks.
+The hooks themselves are specified in :mod:`provmw.hookspecs`. pluggy finds and calls them
+once, when a manager is built; it is never on the per-call path. provmw's own middleware and
+providers come through the same hooks.
 """
 
 from __future__ import annotations
@@ -23,19 +10,24 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pluggy
 
-from provmw.config import did_you_mean
+from provmw import hookspecs
+from provmw._checks import did_you_mean
 from provmw.errors import ConfigurationError, PluginError, PluginLoadError, ProvmwError
+from provmw.hookspecs import hookimpl
+from provmw.middleware import BUILTINS
+from provmw.settings import PluginPolicy, PluginStatus
 
 if TYPE_CHECKING:
     from provmw.pipeline import Middleware
     from provmw.providers import ProviderAdapter
     from provmw.settings import Settings
+    from provmw.state import State
     from provmw.stores.shared import StateBackend
 
 __all__ = [
@@ -46,72 +38,12 @@ __all__ = [
     "PluginInfo",
     "PluginPolicy",
     "hookimpl",
-    "hookspec",
 ]
 
 ENTRY_POINT_GROUP = "provmw"
 BUILTIN_PLUGIN = "provmw"
 
-hookspec = pluggy.HookspecMarker("provmw")
-hookimpl = pluggy.HookimplMarker("provmw")
-
 log = logging.getLogger(__name__)
-
-PluginStatus = Literal["loaded", "blocked", "not-allowed", "disabled", "failed"]
-
-
-class _Specs:
-    """The hooks a plugin may implement."""
-
-    @hookspec
-    def provmw_middleware(self, settings: Settings, state: StateBackend | None) -> Iterable[Middleware]:
-        """Return the middleware this plugin contributes, built from ``settings``; ``state`` is the
-        shared state backend when ``[state]`` names one (an implementation may leave it out)."""
-        raise NotImplementedError  # pragma: no cover - a specification, never called
-
-    @hookspec
-    def provmw_state_backend(self, settings: Settings) -> StateBackend | None:
-        """Return a shared state backend when this plugin serves ``settings.state.url``'s scheme."""
-        raise NotImplementedError  # pragma: no cover - a specification, never called
-
-    @hookspec
-    def provmw_providers(self) -> Iterable[ProviderAdapter]:
-        """Return the provider adapters this plugin contributes, each with a unique ``name``."""
-        raise NotImplementedError  # pragma: no cover - a specification, never called
-
-
-@attrs.frozen
-class PluginPolicy:
-    """Which plugins may load: autoload switch, allowlist (None: all) and blocklist."""
-
-    autoload: bool = True
-    allow: tuple[str, ...] | None = None
-    block: tuple[str, ...] = ()
-
-    def with_environment(self, environ: Mapping[str, str]) -> PluginPolicy:
-        """Apply ``PROVMW_DISABLE_PLUGIN_AUTOLOAD``, ``PROVMW_PLUGINS``, ``PROVMW_BLOCKED_PLUGINS``."""
-        policy = self
-        if environ.get("PROVMW_DISABLE_PLUGIN_AUTOLOAD", "").strip() in {"1", "true", "yes"}:
-            policy = attrs.evolve(policy, autoload=False)
-        if allow := environ.get("PROVMW_PLUGINS", "").strip():
-            policy = attrs.evolve(policy, allow=_names(allow))
-        if block := environ.get("PROVMW_BLOCKED_PLUGINS", "").strip():
-            policy = attrs.evolve(policy, block=(*policy.block, *_names(block)))
-        return policy
-
-    def status_of(self, name: str) -> PluginStatus | None:
-        """Why ``name`` must not load, or None when it may."""
-        if not self.autoload:
-            return "disabled"
-        if name in self.block:
-            return "blocked"
-        if self.allow is not None and name not in self.allow:
-            return "not-allowed"
-        return None
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 @attrs.frozen
@@ -141,8 +73,8 @@ class PluginHost:
         self.policy = (policy or PluginPolicy()).with_environment(
             os.environ if environ is None else environ
         )
-        self._pm = pluggy.PluginManager("provmw")
-        self._pm.add_hookspecs(_Specs)
+        self._pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self._pm.add_hookspecs(hookspecs)
         self._infos: list[PluginInfo] = []
         self._loaded = False
 
@@ -210,7 +142,7 @@ class PluginHost:
         backend: StateBackend = found[0][1]
         return backend
 
-    def collect_middleware(self, settings: Settings, state: StateBackend | None = None) -> tuple[Contribution, ...]:
+    def collect_middleware(self, settings: Settings, state: State) -> tuple[Contribution, ...]:
         """Every enabled middleware contributed by loaded plugins, with its plugin's name."""
         found = [
             Contribution(middleware, plugin)
@@ -246,7 +178,8 @@ class PluginHost:
 
 
 def _check_sections(settings: Settings, middlewares: Sequence[Middleware]) -> None:
-    names = sorted(m.name for m in middlewares)
+    # A disabled built-in is never built, but its section is still a known one.
+    names = sorted({m.name for m in middlewares} | {b.name for b in BUILTINS})
     for section in settings.middleware:
         if section not in names:
             raise ConfigurationError(

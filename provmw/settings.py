@@ -32,17 +32,17 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import attrs
 
-from provmw.config import ProviderConfig, did_you_mean
+from provmw._checks import did_you_mean, options_from
+from provmw.config import ProviderConfig
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
-from provmw.plugins import PluginPolicy
 from provmw.stores.shared import StateSettings
 
-__all__ = ["Settings", "find_settings_file", "load_settings", "options_from"]
+__all__ = ["PluginPolicy", "Settings", "find_settings_file", "load_settings", "options_from"]
 
 T = TypeVar("T")
 
@@ -50,6 +50,42 @@ _TOP_KEYS = ("default", "configurations", "middleware", "plugins", "state")
 _PLUGIN_KEYS = ("autoload", "allow", "block")
 _CONFIG_KEYS = ("provider", "model", "base_url", "api_key_env", "options", "fallbacks",
                 "timeout_s", "active", "headers", "context_window", "price")
+
+PluginStatus = Literal["loaded", "blocked", "not-allowed", "disabled", "failed"]
+
+
+@attrs.frozen
+class PluginPolicy:
+    """Which plugins may load: autoload switch, allowlist (None: all) and blocklist."""
+
+    autoload: bool = True
+    allow: tuple[str, ...] | None = None
+    block: tuple[str, ...] = ()
+
+    def with_environment(self, environ: Mapping[str, str]) -> PluginPolicy:
+        """Apply ``PROVMW_DISABLE_PLUGIN_AUTOLOAD``, ``PROVMW_PLUGINS``, ``PROVMW_BLOCKED_PLUGINS``."""
+        policy = self
+        if environ.get("PROVMW_DISABLE_PLUGIN_AUTOLOAD", "").strip() in {"1", "true", "yes"}:
+            policy = attrs.evolve(policy, autoload=False)
+        if allow := environ.get("PROVMW_PLUGINS", "").strip():
+            policy = attrs.evolve(policy, allow=_names(allow))
+        if block := environ.get("PROVMW_BLOCKED_PLUGINS", "").strip():
+            policy = attrs.evolve(policy, block=(*policy.block, *_names(block)))
+        return policy
+
+    def status_of(self, name: str) -> PluginStatus | None:
+        """Why ``name`` must not load, or None when it may."""
+        if not self.autoload:
+            return "disabled"
+        if name in self.block:
+            return "blocked"
+        if self.allow is not None and name not in self.allow:
+            return "not-allowed"
+        return None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 @attrs.frozen
@@ -109,19 +145,6 @@ class Settings:
             f"{self.source}: no default configuration; set `default` or name one per call, "
             "or pass provider= and model="
         )
-
-
-def options_from(cls: type[T], section: Mapping[str, Any], where: str) -> T:
-    """Build an attrs options class from a settings section; unknown keys name a near match."""
-    known = [a.name for a in attrs.fields(cls)]  # type: ignore[arg-type]
-    values = {k: v for k, v in section.items() if k != "enabled"}
-    for key in values:
-        if key not in known:
-            raise ConfigurationError(f"{where}: unknown key {key!r}{did_you_mean(key, known)}")
-    try:
-        return cls(**values)
-    except (TypeError, ValueError, ConfigurationError) as exc:
-        raise ConfigurationError(f"{where}: {exc}") from exc
 
 
 def find_settings_file(path: str | os.PathLike[str] | None = None,

@@ -1,0 +1,62 @@
+"""The hooks a provmw plugin may implement, and the markers for them.
+
+A plugin is a module (or any object) with functions marked ``@provmw.hookimpl``,
+published under the entry-point group ``provmw``::
+
+    # pyproject.toml of the plugin package
+    [project.entry-points.provmw]
+    my_plugin = "my_plugin"
+
+    # my_plugin.py
+    import provmw
+    from provmw.settings import options_from
+
+    @provmw.hookimpl
+    def provmw_middleware(settings):
+        options = options_from(MyOptions, settings.section("my_middleware"), "[middleware.my_middleware]")
+        return [MyMiddleware(options)]
+
+An implementation may take fewer arguments than its specification (pluggy passes only
+those it names). This module imports nothing of provmw at run time, so the plugin host and
+the settings never import each other through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from provmw.pipeline import Middleware
+    from provmw.providers import ProviderAdapter
+    from provmw.settings import Settings
+    from provmw.state import State
+    from provmw.stores.shared import StateBackend
+
+__all__ = ["PROJECT", "hookimpl", "hookspec"]
+
+PROJECT = "provmw"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def provmw_middleware(settings: Settings, state: State) -> Iterable[Middleware]:
+    """Return the middleware this plugin contributes, built from ``settings``; ``state`` hands out
+    each concern's store (embedded, or shared where ``[state]`` says so)."""
+    raise NotImplementedError  # pragma: no cover - a specification, never called
+
+
+@hookspec
+def provmw_state_backend(settings: Settings) -> StateBackend | None:
+    """Return a shared state backend when this plugin serves ``settings.state.url``'s scheme."""
+    raise NotImplementedError  # pragma: no cover - a specification, never called
+
+
+@hookspec
+def provmw_providers() -> Iterable[ProviderAdapter]:
+    """Return the provider adapters this plugin contributes, each with a unique ``name``."""
+    raise NotImplementedError  # pragma: no cover - a specification, never called
