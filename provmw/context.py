@@ -1,40 +1,30 @@
 """The call context: what every middleware layer knows about one logical call.
 
-The ServiceManager fills ``metadata`` under these documented keys (any of them may be
-absent; plugins may add their own, preferably prefixed with the plugin's name):
-
-``user``, ``tenant``
-    Who the call is for; budgets and usage group by them, the cache scopes keys by them.
-``cache_key``
-    Hex digest of the canonical request (operation, provider, model, base URL, payload,
-    options) bound to the caller's ``[tenant, user]`` scope; see
-    :func:`provmw.requests.cache_key`.
-``shared_cache_key``
-    The same digest without the scope; only for cache namespaces marked shared.
-``deterministic``
-    True for embeddings, and for generation with temperature 0 or a seed.
-``idempotency_key``
-    The caller's idempotency key, when given.
-``estimated_input_tokens``, ``max_output_tokens``
-    What the call may consume, for budgets and token rate limits.
-``planned_cost_usd``
-    The worst case in USD over the configuration's fallback chain: the prompt estimate
-    plus ``max_tokens`` (else the model's own output ceiling) at each one's price; None
-    when any configuration in the chain has no price (see :mod:`provmw.pricing`).
-``call_options``
-    Per-call middleware controls (``no_cache``, ``ttl_s`` ...), an immutable mapping.
+A context holds the call's ``operation`` and ``correlation_id``, the built-in
+:class:`CallFacts` the manager computed (read them as ``ctx.facts.tenant``,
+``ctx.facts.cache_key`` ...: typed, never string keys), the call's :class:`AttemptLog`,
+and ``metadata``: an immutable mapping that belongs to plugins (prefix keys with the
+plugin's name). For a middleware test, ``provmw.testing.call_context(tenant="acme")``
+builds one in a line.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
+import hashlib
+import itertools
+import json
 import uuid
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-__all__ = ["FrozenMap", "ProviderCallContext", "ProviderOperation"]
+if TYPE_CHECKING:
+    from provmw.responses import Attempt
+
+__all__ = ["AttemptLog", "CallFacts", "FrozenMap", "ProviderCallContext", "ProviderOperation", "scoped_key"]
 
 
 class ProviderOperation(enum.Enum):
@@ -75,22 +65,91 @@ class FrozenMap(Mapping[str, Any]):
         return f"FrozenMap({self._data!r})"
 
 
-def _new_correlation_id() -> str:
-    return uuid.uuid4().hex
-
-
 def _freeze(value: Mapping[str, Any] | None) -> FrozenMap:
     return value if isinstance(value, FrozenMap) else FrozenMap(value)
 
 
+def scoped_key(digest: str, tenant: str | None, user: str | None) -> str:
+    """A request digest bound to who may see its answer: the caller's tenant and user.
+
+    The scope is JSON, so no (tenant, user) pair can collide with another.
+    """
+    scope = json.dumps([tenant, user])
+    return hashlib.sha256(f"{scope}\n{digest}".encode()).hexdigest()
+
+
+@attrs.frozen(kw_only=True)
+class CallFacts:
+    """What the manager knows about one call, computed once by :func:`provmw.facts.call_facts`.
+
+    ``user``, ``tenant``: who the call is for (budgets and usage group by them, the cache
+    scopes keys by them). ``controls``: per-call middleware controls. ``idempotency_key``:
+    the caller's, when given. ``deterministic``: embeddings, or generation with temperature 0
+    or a seed. ``estimated_input_tokens`` and ``max_output_tokens``: what the call may
+    consume. ``planned_cost_usd``: the worst case over the fallback chain (None when a
+    configuration in it is unpriced). ``shared_cache_key`` (the canonical request digest) and
+    ``cache_key`` (the digest bound to tenant and user) are computed on first read only.
+    """
+
+    user: str | None = None
+    tenant: str | None = None
+    controls: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze)
+    idempotency_key: str | None = None
+    deterministic: bool = False
+    estimated_input_tokens: int = 0
+    max_output_tokens: int | None = None
+    planned_cost_usd: float | None = None
+    digest: Callable[[], str] | None = attrs.field(default=None, eq=False, repr=False)
+
+    @functools.cached_property
+    def shared_cache_key(self) -> str | None:
+        """The canonical request's digest, for nobody in particular (shared cache namespaces)."""
+        return None if self.digest is None else self.digest()
+
+    @functools.cached_property
+    def cache_key(self) -> str | None:
+        """The digest bound to the caller's tenant and user: what the cache keys answers by."""
+        shared = self.shared_cache_key
+        return None if shared is None else scoped_key(shared, self.tenant, self.user)
+
+
+class AttemptLog:
+    """The attempts of one logical call: numbers for ledger records, and what reached a provider.
+
+    The manager creates one per call. Numbers are unique within the call even when a
+    middleware runs attempts in parallel (a hedge); the terminal records each request that
+    reached a provider, and the manager puts them in ``response.attempts``.
+    """
+
+    __slots__ = ("_numbers", "recorded")
+
+    def __init__(self) -> None:
+        self._numbers = itertools.count(1)
+        self.recorded: list[Attempt] = []
+
+    def number(self) -> int:
+        """The next attempt number of this call, from 1."""
+        return next(self._numbers)
+
+    def record(self, attempt: Attempt) -> None:
+        """Note one request that reached a provider, and how it ended."""
+        self.recorded.append(attempt)
+
+
+def _new_correlation_id() -> str:
+    return uuid.uuid4().hex
+
+
 @attrs.frozen
 class ProviderCallContext:
-    """What one logical call is: its operation, correlation id and metadata."""
+    """What one logical call is: its operation, correlation id, facts, attempts and plugin metadata."""
 
     operation: ProviderOperation = attrs.field(validator=attrs.validators.instance_of(ProviderOperation))
     correlation_id: str = attrs.field(factory=_new_correlation_id)
     metadata: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze)
+    facts: CallFacts = attrs.field(factory=CallFacts, kw_only=True)
+    attempts: AttemptLog = attrs.field(factory=AttemptLog, kw_only=True, eq=False, repr=False)
 
     def with_metadata(self, **values: Any) -> ProviderCallContext:
-        """Return a copy whose metadata is merged with ``values``."""
+        """Return a copy whose metadata is merged with ``values`` (the same facts and attempts)."""
         return attrs.evolve(self, metadata=FrozenMap({**self.metadata, **values}))

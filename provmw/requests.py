@@ -1,4 +1,4 @@
-"""Typed requests the ServiceManager captures in its terminal callables, and cache keys."""
+"""Typed requests the ServiceManager captures in its terminal callables, and their canonical digest."""
 
 from __future__ import annotations
 
@@ -18,8 +18,6 @@ __all__ = [
     "CompletionRequest",
     "EmbeddingRequest",
     "ProviderRequest",
-    "cache_key",
-    "caller_scope",
     "is_deterministic",
     "merged_options",
     "request_digest",
@@ -94,7 +92,7 @@ def request_digest(operation: ProviderOperation, config: ProviderConfig, request
     Canonical JSON (sorted keys, no whitespace) of the operation, provider, model, base URL
     and the request with its merged options, hashed with SHA-256: the same in every
     process and Python version, unlike ``hash()``. Only namespaces marked shared use it
-    bare; every other cache key is ``cache_key(digest, scope)``.
+    bare; every other cache key is bound to the caller (:func:`provmw.context.scoped_key`).
     """
     body = request.to_dict()
     if "options" in body:
@@ -108,16 +106,6 @@ def request_digest(operation: ProviderOperation, config: ProviderConfig, request
     }
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def caller_scope(tenant: str | None, user: str | None) -> str:
-    """Who a cached answer belongs to; JSON, so no tenant/user pair can collide with another."""
-    return json.dumps([tenant, user])
-
-
-def cache_key(digest: str, scope: str) -> str:
-    """The request digest bound to who may see the answer (the caller's tenant and user)."""
-    return hashlib.sha256(f"{scope}\n{digest}".encode()).hexdigest()
 
 
 def is_deterministic(config: ProviderConfig, request: ProviderRequest) -> bool:

@@ -14,14 +14,15 @@ talk real HTTP without a key or a network::
 
 Run it standalone with ``python -m provmw.testing --port 8765`` or ``provmw fake-provider``.
 
-For middleware unit tests, ``ScriptedNext`` stands in for the inner layers (each call
-returns or raises the next scripted outcome) and ``FakeClock`` is a clock whose ``sleep``
-advances time instead of waiting::
+For middleware unit tests, ``call_context`` builds a context with the facts a test needs
+in one line, ``ScriptedNext`` stands in for the inner layers (each call returns or raises
+the next scripted outcome) and ``FakeClock`` is a clock whose ``sleep`` advances time
+instead of waiting::
 
     clock = FakeClock()
     retry = RetryMiddleware(sleep=clock.sleep)
     inner = ScriptedNext(ProviderUnavailableError("busy", status=503))
-    response = await retry.handle(ProviderCallContext(ProviderOperation.CHAT), config, inner)
+    response = await retry.handle(call_context(controls={"max_attempts": 2}), config, inner)
     assert len(inner.calls) == 2 and len(clock.sleeps) == 1
 
 For adapter authors, ``AdapterConformance`` (from ``provmw.conformance``, loaded on first
@@ -47,14 +48,14 @@ from aiohttp import web
 
 from provmw import _fake_wire as wire
 from provmw.config import ProviderConfig
-from provmw.context import FrozenMap
+from provmw.context import CallFacts, FrozenMap, ProviderCallContext, ProviderOperation
 from provmw.responses import CompletionResponse, ProviderResponse
 
 if TYPE_CHECKING:
     from provmw.conformance import SENTINEL_KEY, AdapterConformance
 
 __all__ = ["ROUTES", "SENTINEL_KEY", "AdapterConformance", "FakeClock", "Fault", "FakeProvider", "RecordedRequest",
-           "ScriptedNext"]
+           "ScriptedNext", "call_context"]
 
 # Loaded on first use: `provmw demo` and `provmw fake-provider` import this module where
 # pytest, which the conformance suite needs, is not installed.
@@ -121,6 +122,17 @@ class FakeClock:
         self.sleeps.append(seconds)
         self.now += seconds
         await asyncio.sleep(0)  # still let other tasks run, as a real sleep would
+
+
+def call_context(operation: ProviderOperation = ProviderOperation.CHAT, *, digest: str | None = None,
+                 metadata: Mapping[str, Any] | None = None, **facts: Any) -> ProviderCallContext:
+    """A context for a middleware test: ``call_context(tenant="acme", controls={"no_cache": True})``.
+
+    ``facts`` are :class:`~provmw.context.CallFacts` fields; ``digest`` stands for the canonical
+    request's digest, from which the cache keys follow.
+    """
+    known = CallFacts(**facts, digest=None if digest is None else lambda: digest)
+    return ProviderCallContext(operation, metadata=metadata, facts=known)
 
 
 @attrs.define

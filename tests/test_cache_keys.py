@@ -10,13 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from provmw.config import ProviderConfig
-from provmw.context import ProviderOperation
+from provmw.context import ProviderOperation, scoped_key
 from provmw.messages import ImagePart, Message, TextPart, ToolSpec
 from provmw.requests import (
     ChatRequest,
     EmbeddingRequest,
-    cache_key,
-    caller_scope,
     is_deterministic,
     request_digest,
 )
@@ -31,7 +29,7 @@ names = st.one_of(st.none(), st.text(max_size=12))
 def test_two_callers_never_share_a_key(first: tuple[str | None, str | None], second: tuple[str | None, str | None],
                                        text: str) -> None:
     digest = request_digest(OP, CONFIG, ChatRequest((Message.user(text),)))
-    same = cache_key(digest, caller_scope(*first)) == cache_key(digest, caller_scope(*second))
+    same = scoped_key(digest, *first) == scoped_key(digest, *second)
     assert same == (first == second)
 
 
@@ -39,7 +37,7 @@ def test_two_callers_never_share_a_key(first: tuple[str | None, str | None], sec
 def test_the_same_request_and_caller_give_the_same_key(tenant: str | None, user: str | None, text: str) -> None:
     def key() -> str:
         request = ChatRequest((Message.user(text),), options={"temperature": 0, "seed": 1})
-        return cache_key(request_digest(OP, CONFIG, request), caller_scope(tenant, user))
+        return scoped_key(request_digest(OP, CONFIG, request), tenant, user)
 
     assert key() == key()
 
@@ -92,7 +90,7 @@ def test_keys_are_pinned_so_they_are_stable_across_processes_and_versions() -> N
     # A change here means every deployed shared cache silently goes cold: do it on purpose.
     digest = request_digest(OP, CONFIG, CHAT)
     assert digest == "06c3f2960af900f0ab7fead190793ddf593f7bb908a8d03b141453651da4c189"
-    assert cache_key(digest, caller_scope("acme", "ada")) == hashlib.sha256(
+    assert scoped_key(digest, "acme", "ada") == hashlib.sha256(
         f'["acme", "ada"]\n{digest}'.encode()).hexdigest()
 
 
