@@ -250,16 +250,11 @@ class SqliteBudgetStore:
         await self.db.run(work)
 
     async def states(self, *, now: float) -> list[BucketState]:
-        return await self.db.run(lambda connection: self.select_states(connection, now))
+        def select(connection: sqlite3.Connection) -> list[BucketState]:
+            rows = connection.execute("SELECT key, scope, subject, period, window, resets_at FROM budget_buckets")
+            return [BucketState(BucketId(*row[1:]), *self._held(connection, row[0], now)) for row in list(rows)]
 
-    def states_sync(self, *, now: float) -> list[BucketState]:
-        """The same, for synchronous callers such as the CLI."""
-        return self.db.run_sync(lambda connection: self.select_states(connection, now))
-
-    @classmethod
-    def select_states(cls, connection: sqlite3.Connection, now: float) -> list[BucketState]:
-        rows = connection.execute("SELECT key, scope, subject, period, window, resets_at FROM budget_buckets")
-        return [BucketState(BucketId(*row[1:]), *cls._held(connection, row[0], now)) for row in list(rows)]
+        return await self.db.run(select)
 
     async def aclose(self) -> None:
         self.db.close()

@@ -112,17 +112,12 @@ class SqliteUsageStore:
         await self.db.run(insert)
 
     async def records(self, since: float | None = None) -> list[UsageRecord]:
-        return await self.db.run(lambda connection: self.select(connection, since))
+        def select(connection: sqlite3.Connection) -> list[UsageRecord]:
+            query = f"SELECT {', '.join(_FIELDS)} FROM usage WHERE timestamp >= ? ORDER BY timestamp, attempt"
+            rows = connection.execute(query, (since if since is not None else float("-inf"),))
+            return [UsageRecord(**dict(zip(_FIELDS, row, strict=True))) for row in rows]
 
-    def records_sync(self, since: float | None = None) -> list[UsageRecord]:
-        """The same, for synchronous callers such as the CLI."""
-        return self.db.run_sync(lambda connection: self.select(connection, since))
-
-    @staticmethod
-    def select(connection: sqlite3.Connection, since: float | None) -> list[UsageRecord]:
-        query = f"SELECT {', '.join(_FIELDS)} FROM usage WHERE timestamp >= ? ORDER BY timestamp, attempt"
-        rows = connection.execute(query, (since if since is not None else float("-inf"),))
-        return [UsageRecord(**dict(zip(_FIELDS, row, strict=True))) for row in rows]
+        return await self.db.run(select)
 
     async def aclose(self) -> None:
         self.db.close()

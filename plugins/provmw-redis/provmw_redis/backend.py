@@ -1,9 +1,11 @@
 """The Redis state backend: one client, the options of ``[state]``, and what happens when Redis is down.
 
 When Redis cannot be reached (refused, timed out, paused) the backend marks it down for
-``retry_s``, logs one warning for the outage, and each concern degrades its own way: the
-cache answers misses, breakers and rate limits use this process's own state, budgets fail
-as their ``failure_policy`` says (closed by default: refused before any request).
+``retry_s``, logs one warning for the outage, and every store raises
+``RedisUnavailableError``. What that means for each concern is the core's outage rule
+(``provmw.stores.outage``, ADR 0013): the cache answers misses, breakers and rate limits use
+this process's own state, budgets fail as their ``failure_policy`` says (closed by
+default: refused before any request).
 """
 
 from __future__ import annotations

@@ -3,20 +3,19 @@
 An entry is the middleware's JSON text, or with a signing key ``s1:<hmac>:<text>`` where
 the HMAC-SHA256 covers the cache key and the text: an entry altered, forged, or copied
 under another key (another tenant's) fails verification and is a miss. Nothing read back
-is ever unpickled; bytes that are not UTF-8 are a miss too. Redis errors never reach the
-caller: while Redis is down the cache misses and stores nothing.
+is ever unpickled; bytes that are not UTF-8 are a miss too. While Redis is down every
+method raises ``RedisUnavailableError``, which the core's outage rule turns into a miss.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import logging
 import uuid
 from typing import TYPE_CHECKING
 
-from provmw_redis.backend import RedisUnavailableError, milliseconds
+from provmw_redis.backend import milliseconds
 
 if TYPE_CHECKING:
     from provmw_redis.backend import RedisState
@@ -39,10 +38,7 @@ class RedisCacheStore:
         self._unclaim = state.script("cache_unclaim")
 
     async def get(self, key: str) -> str | None:
-        try:
-            raw = await self._state.run(lambda: self._client.get(self._prefix + key))
-        except RedisUnavailableError:
-            return None
+        raw = await self._state.run(lambda: self._client.get(self._prefix + key))
         if raw is None:
             return None
         try:
@@ -54,25 +50,19 @@ class RedisCacheStore:
 
     async def set(self, key: str, value: str, ttl_s: float) -> None:
         text = value if self._secret is None else f"{_SIGNED}{self._sign(key, value)}:{value}"
-        with contextlib.suppress(RedisUnavailableError):
-            await self._state.run(lambda: self._client.set(self._prefix + key, text, px=milliseconds(ttl_s)))
+        await self._state.run(lambda: self._client.set(self._prefix + key, text, px=milliseconds(ttl_s)))
 
     async def delete(self, key: str) -> None:
-        with contextlib.suppress(RedisUnavailableError):
-            await self._state.run(lambda: self._client.delete(self._prefix + key))
+        await self._state.run(lambda: self._client.delete(self._prefix + key))
 
     async def claim(self, key: str, ttl_s: float) -> str | None:
         token = uuid.uuid4().hex
-        try:
-            claimed = await self._state.run(
-                lambda: self._client.set(f"{self._prefix}{key}:claim", token, nx=True, px=milliseconds(ttl_s)))
-        except RedisUnavailableError:
-            return ""  # nobody to wait for: go upstream
+        claimed = await self._state.run(
+            lambda: self._client.set(f"{self._prefix}{key}:claim", token, nx=True, px=milliseconds(ttl_s)))
         return token if claimed else None
 
     async def unclaim(self, key: str, token: str) -> None:
-        with contextlib.suppress(RedisUnavailableError):  # the claim expires by itself
-            await self._state.run(lambda: self._unclaim(keys=[f"{self._prefix}{key}:claim"], args=[token]))
+        await self._state.run(lambda: self._unclaim(keys=[f"{self._prefix}{key}:claim"], args=[token]))
 
     def _sign(self, key: str, text: str) -> str:
         assert self._secret is not None

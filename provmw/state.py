@@ -1,0 +1,113 @@
+"""Where each concern keeps its state, decided in one place (ADR 0013).
+
+:func:`open_state` reads the settings once: a concern listed in ``[state] shared`` uses the
+shared backend a plugin serves (Redis), every other one the embedded backend (memory, and
+SQLite files for budgets and the ledger). The resulting :class:`State` hands each store out,
+wrapped by the outage rule of :mod:`provmw.stores.outage`, to the built-in middleware and to
+``provmw usage`` / ``provmw budget`` alike; the manager closes it last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from provmw.middleware import BUDGET, CACHE, USAGE, section_options
+from provmw.stores.embedded import EmbeddedState, SqliteFile
+from provmw.stores.journal import FailurePolicy, UsageJournal
+from provmw.stores.outage import (
+    BudgetFailurePolicy,
+    GuardedBreakers,
+    GuardedBudgets,
+    GuardedCache,
+    GuardedRateLimiter,
+)
+
+if TYPE_CHECKING:
+    from provmw.settings import Settings
+    from provmw.stores.breakers import BreakerStore
+    from provmw.stores.budgets import BudgetStore
+    from provmw.stores.cache import CacheStore
+    from provmw.stores.rate_limits import RateLimiter
+    from provmw.stores.shared import StateBackend
+
+__all__ = ["State", "open_state"]
+
+T = TypeVar("T")
+
+
+class State:
+    """Each concern's store, made on first use and closed with the manager.
+
+    ``shared`` serves the concerns in ``shared_concerns``; ``embedded`` serves the rest and
+    stands in for the shared breakers and rate limits while their store is unreachable.
+    """
+
+    def __init__(self, embedded: EmbeddedState | None = None, shared: StateBackend | None = None, *,
+                 shared_concerns: Collection[str] = (), budget_failure_policy: BudgetFailurePolicy = "fail_closed",
+                 journal_policy: FailurePolicy = "fail_open", journal_max_records: int = 50_000) -> None:
+        self.embedded = embedded if embedded is not None else EmbeddedState()
+        self.shared = shared
+        self.shared_concerns = frozenset(shared_concerns) if shared is not None else frozenset()
+        self._budget_policy = budget_failure_policy
+        self._journal_options: dict[str, Any] = {"policy": journal_policy, "max_records": journal_max_records}
+        self._made: dict[str, Any] = {}
+
+    def cache_store(self) -> CacheStore:
+        return self._once("cache", lambda: GuardedCache(self._backend("cache").cache_store()))
+
+    def budget_store(self) -> BudgetStore:
+        return self._once("budget", lambda: GuardedBudgets(self._backend("budget").budget_store(),
+                                                           self._budget_policy))
+
+    def breaker_store(self) -> BreakerStore:
+        if self.shared is None or "circuit_breaker" not in self.shared_concerns:
+            return self._once("circuit_breaker", self.embedded.breaker_store)
+        shared = self.shared
+        return self._once("circuit_breaker", lambda: GuardedBreakers(shared.breaker_store(),
+                                                                     self.embedded.breaker_store()))
+
+    def rate_limiter(self) -> RateLimiter:
+        if self.shared is None or "rate_limit" not in self.shared_concerns:
+            return self._once("rate_limit", self.embedded.rate_limiter)
+        shared = self.shared
+        return self._once("rate_limit", lambda: GuardedRateLimiter(shared.rate_limiter(),
+                                                                   self.embedded.rate_limiter()))
+
+    def usage_journal(self) -> UsageJournal:
+        """The ledger's journal, shared by ``usage`` and ``usage_hits``."""
+        return self._once("usage", lambda: UsageJournal(self.embedded.usage_store(), **self._journal_options))
+
+    async def aclose(self) -> None:
+        """Write what the ledger's journal still holds, close every store made, then the shared backend."""
+        journal = self._made.pop("usage", None)
+        if journal is not None:
+            await journal.aclose()
+        budgets = self._made.pop("budget", None)
+        if budgets is not None:
+            await budgets.aclose()
+        if self.shared is not None:
+            await self.shared.aclose()
+
+    def _backend(self, concern: str) -> StateBackend | EmbeddedState:
+        return self.shared if self.shared is not None and concern in self.shared_concerns else self.embedded
+
+    def _once(self, concern: str, make: Callable[[], T]) -> T:
+        made = self._made.get(concern)
+        if made is None:
+            made = self._made[concern] = make()
+        return made
+
+
+def open_state(settings: Settings, shared: StateBackend | None = None) -> State:
+    """The state ``settings`` describe; ``shared`` is the backend serving ``[state]``, if any."""
+    budget = section_options(settings, BUDGET)
+    usage = section_options(settings, USAGE)
+    cache = section_options(settings, CACHE)
+    embedded = EmbeddedState(
+        budgets=SqliteFile(budget.path, budget.busy_timeout_s) if budget.store == "sqlite" else None,
+        ledger=SqliteFile(usage.path, usage.busy_timeout_s) if usage.store == "sqlite" else None,
+        cache_max_entries=cache.max_entries, cache_max_bytes=cache.max_bytes)
+    return State(embedded, shared, shared_concerns=settings.state.shared if settings.state else (),
+                 budget_failure_policy=budget.failure_policy, journal_policy=usage.failure_policy,
+                 journal_max_records=usage.max_journal_records)

@@ -1,0 +1,54 @@
+"""The embedded state backend: memory for the cache, breakers and rate limits, SQLite (or memory)
+for budgets and the usage ledger. It serves the same ``StateBackend`` interface as a shared one."""
+
+from __future__ import annotations
+
+import attrs
+
+from provmw.stores.breakers import MemoryBreakerStore
+from provmw.stores.budgets import BudgetStore, MemoryBudgetStore, SqliteBudgetStore
+from provmw.stores.cache import MemoryCacheStore
+from provmw.stores.rate_limits import MemoryRateLimiter
+from provmw.stores.usage import MemoryUsageStore, SqliteUsageStore, UsageStore
+
+__all__ = ["EmbeddedState", "SqliteFile"]
+
+
+@attrs.frozen
+class SqliteFile:
+    """Where a SQLite store lives, and how long a write waits for another process's lock."""
+
+    path: str
+    busy_timeout_s: float = 5.0
+
+
+@attrs.frozen(kw_only=True)
+class EmbeddedState:
+    """This process's stores; budgets and the ledger in SQLite files, or in memory when None."""
+
+    budgets: SqliteFile | None = None
+    ledger: SqliteFile | None = None
+    cache_max_entries: int = 10_000
+    cache_max_bytes: int = 64 * 1024 * 1024
+
+    def cache_store(self) -> MemoryCacheStore:
+        return MemoryCacheStore(max_entries=self.cache_max_entries, max_bytes=self.cache_max_bytes)
+
+    def budget_store(self) -> BudgetStore:
+        if self.budgets is None:
+            return MemoryBudgetStore()
+        return SqliteBudgetStore(self.budgets.path, busy_timeout_s=self.budgets.busy_timeout_s)
+
+    def breaker_store(self) -> MemoryBreakerStore:
+        return MemoryBreakerStore()
+
+    def rate_limiter(self) -> MemoryRateLimiter:
+        return MemoryRateLimiter()
+
+    def usage_store(self) -> UsageStore:
+        if self.ledger is None:
+            return MemoryUsageStore()
+        return SqliteUsageStore(self.ledger.path, busy_timeout_s=self.ledger.busy_timeout_s)
+
+    async def aclose(self) -> None:
+        """Nothing to close: each store it made is closed by its owner."""
