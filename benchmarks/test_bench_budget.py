@@ -18,17 +18,18 @@ import pytest
 
 from benchmarks.conftest import run_batch
 from provmw.config import ProviderConfig
-from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.middleware.budget import BudgetMiddleware, BudgetOptions
-from provmw.middleware.usage import UsageMiddleware, UsageOptions
+from provmw.middleware.usage import UsageMiddleware
 from provmw.pipeline import Middleware, MiddlewarePipeline
 from provmw.responses import CompletionResponse, Usage
+from provmw.stores.embedded import EmbeddedState, SqliteFile
+from provmw.stores.journal import UsageJournal
+from provmw.testing import call_context
 
 CONFIG = ProviderConfig(identifier="bench", provider="openai", model="m")
 RESPONSE = CompletionResponse(provider="openai", model="m", text="x",
                               usage=Usage(input_tokens=10, output_tokens=5, cost_usd=0.00001))
-CTX = ProviderCallContext(ProviderOperation.CHAT, metadata={"planned_cost_usd": 0.0001, "estimated_input_tokens": 10,
-                                                            "max_output_tokens": 20})
+CTX = call_context(planned_cost_usd=0.0001, estimated_input_tokens=10, max_output_tokens=20)
 
 
 async def terminal(config: ProviderConfig) -> CompletionResponse:
@@ -41,8 +42,8 @@ def test_budget_reserve_and_settle(benchmark: Any, loop: asyncio.AbstractEventLo
     layers: list[Middleware] = []
     if store != "none":
         limit = {"scope": "global", "period": "day", "max_cost_usd": 1e9}
-        options = BudgetOptions(limits=[limit], store=store, path=str(tmp_path / "b.db"))  # type: ignore[arg-type]
-        layers.append(BudgetMiddleware(options))
+        file = SqliteFile(str(tmp_path / "b.db")) if store == "sqlite" else None
+        layers.append(BudgetMiddleware(BudgetOptions(limits=[limit]), store=EmbeddedState(budgets=file).budget_store()))
     pipeline = MiddlewarePipeline(layers)
     benchmark.group = "budget reserve + settle, 200 calls"
     benchmark(run_batch(loop, lambda: pipeline.run(CTX, CONFIG, terminal), 200))
@@ -53,8 +54,8 @@ def test_usage_recording(benchmark: Any, loop: asyncio.AbstractEventLoop, tmp_pa
     layers: list[Middleware] = []
     usage = None
     if store != "none":
-        journal = UsageOptions(store=store, path=str(tmp_path / "u.db")).journal()  # type: ignore[arg-type]
-        usage = UsageMiddleware(journal)
+        file = SqliteFile(str(tmp_path / "u.db")) if store == "sqlite" else None
+        usage = UsageMiddleware(journal=UsageJournal(EmbeddedState(ledger=file).usage_store()))
         layers.append(usage)
     pipeline = MiddlewarePipeline(layers)
 

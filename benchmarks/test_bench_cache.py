@@ -17,20 +17,20 @@ import pytest
 
 from benchmarks.conftest import run_batch
 from provmw.config import ProviderConfig
-from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.context import ProviderOperation
 from provmw.manager import ServiceManager
 from provmw.middleware import builtin_middleware
 from provmw.pipeline import MiddlewarePipeline
 from provmw.plugins import PluginHost, PluginPolicy
 from provmw.responses import EmbeddingResponse
 from provmw.settings import Settings
-from provmw.testing import FakeProvider
+from provmw.state import State
+from provmw.testing import FakeProvider, call_context
 
 CALLS = 1_000
 CONFIG = ProviderConfig(identifier="bench", provider="openai", model="m")
 RESPONSE = EmbeddingResponse(provider="openai", model="m", vectors=[[0.1] * 8])
-CTX = ProviderCallContext(ProviderOperation.EMBEDDING, metadata={
-    "call_options": {}, "cache_key": "a" * 64, "shared_cache_key": "b" * 64, "deterministic": True})
+CTX = call_context(ProviderOperation.EMBEDDING, digest="b" * 64, deterministic=True)
 
 
 async def terminal(config: ProviderConfig) -> EmbeddingResponse:
@@ -39,7 +39,7 @@ async def terminal(config: ProviderConfig) -> EmbeddingResponse:
 
 @pytest.mark.parametrize("stack", ["empty pipeline, pass-through", "built-in stack, cache hit"])
 def test_pipeline_cache_hit(benchmark: Any, loop: asyncio.AbstractEventLoop, stack: str) -> None:
-    pipeline = MiddlewarePipeline(builtin_middleware(Settings()) if stack.startswith("built-in") else [])
+    pipeline = MiddlewarePipeline(builtin_middleware(Settings(), State()) if stack.startswith("built-in") else [])
     loop.run_until_complete(pipeline.run(CTX, CONFIG, terminal))  # fill the cache
     benchmark.group = "cache hit, pipeline level, 1,000 calls"
     benchmark(run_batch(loop, lambda: pipeline.run(CTX, CONFIG, terminal), CALLS))

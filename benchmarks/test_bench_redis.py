@@ -22,19 +22,21 @@ import redis
 
 from benchmarks.conftest import run_batch
 from benchmarks.test_bench_budget import CONFIG, CTX, terminal
-from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.context import ProviderOperation
 from provmw.middleware.budget import BudgetMiddleware, BudgetOptions
 from provmw.middleware.cache import CacheMiddleware, CacheOptions
 from provmw.pipeline import MiddlewarePipeline
 from provmw.responses import EmbeddingResponse
 from provmw.stores.budgets import BudgetStore
 from provmw.stores.cache import CacheStore, MemoryCacheStore
+from provmw.stores.embedded import EmbeddedState, SqliteFile
 from provmw.stores.shared import StateSettings
+from provmw.testing import call_context
 
 URL = os.environ.get("PROVMW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 CALLS = 200
 LIMIT = {"scope": "global", "period": "day", "max_cost_usd": 1e9}
-HIT = ProviderCallContext(ProviderOperation.EMBEDDING, metadata={"cache_key": "bench", "deterministic": True})
+HIT = call_context(ProviderOperation.EMBEDDING, digest="bench", deterministic=True)
 VECTORS = EmbeddingResponse(provider="openai", model="m", vectors=((0.1,) * 1536,))
 
 
@@ -63,10 +65,10 @@ def redis_state(prefix: str, **options: Any) -> Any:
 @pytest.mark.parametrize("store", ["memory", "sqlite", "redis"])
 def test_budget_reserve_and_settle(benchmark: Any, loop: asyncio.AbstractEventLoop, tmp_path: Path, prefix: str,
                                    store: str) -> None:
-    shared: BudgetStore | None = redis_state(prefix).budget_store() if store == "redis" else None
-    kind = "memory" if store == "redis" else store
-    options = BudgetOptions(limits=[LIMIT], store=kind, path=str(tmp_path / "b.db"))  # type: ignore[arg-type]
-    pipeline = MiddlewarePipeline([BudgetMiddleware(options, store=shared)])
+    file = SqliteFile(str(tmp_path / "b.db")) if store == "sqlite" else None
+    chosen: BudgetStore = redis_state(prefix).budget_store() if store == "redis" else \
+        EmbeddedState(budgets=file).budget_store()
+    pipeline = MiddlewarePipeline([BudgetMiddleware(BudgetOptions(limits=[LIMIT]), store=chosen)])
     benchmark.group = "shared state: budget reserve + settle, 200 calls"
     benchmark(run_batch(loop, lambda: pipeline.run(CTX, CONFIG, terminal), CALLS))
 

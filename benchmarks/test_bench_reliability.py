@@ -19,19 +19,19 @@ import pytest
 
 from benchmarks.conftest import run_batch
 from provmw.config import ProviderConfig
-from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.manager import ServiceManager
 from provmw.middleware import builtin_middleware
 from provmw.pipeline import MiddlewarePipeline
 from provmw.plugins import PluginHost, PluginPolicy
 from provmw.responses import CompletionResponse
 from provmw.settings import Settings
-from provmw.testing import FakeProvider, Fault
+from provmw.state import open_state
+from provmw.testing import FakeProvider, Fault, call_context
 
 CALLS = 1_000
 CONFIG = ProviderConfig(identifier="bench", provider="openai", model="m")
 RESPONSE = CompletionResponse(provider="openai", model="m", text="x")
-CTX = ProviderCallContext(ProviderOperation.CHAT, metadata={"call_options": {}, "estimated_input_tokens": 3})
+CTX = call_context(estimated_input_tokens=3)
 
 
 async def terminal(config: ProviderConfig) -> CompletionResponse:
@@ -41,7 +41,7 @@ async def terminal(config: ProviderConfig) -> CompletionResponse:
 @pytest.mark.parametrize("stack", ["empty", "built-in"])
 def test_happy_path_overhead(benchmark: Any, loop: Any, stack: str) -> None:
     settings = Settings(middleware={"usage": {"store": "memory"}, "usage_hits": {"enabled": False}})
-    middlewares = [m for m in builtin_middleware(settings) if m.name != "usage_hits"] if stack == "built-in" else []
+    middlewares = builtin_middleware(settings, open_state(settings)) if stack == "built-in" else []
     pipeline = MiddlewarePipeline(middlewares)
     benchmark.group = "reliability stack, happy path, 1,000 calls"
     benchmark(run_batch(loop, lambda: pipeline.run(CTX, CONFIG, terminal), CALLS))

@@ -9,19 +9,17 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from zoneinfo import ZoneInfo
 
 from provmw.errors import ConfigurationError, ProvmwError
 
 if TYPE_CHECKING:
-    from provmw.middleware.budget import BudgetOptions
-    from provmw.middleware.usage import UsageOptions
     from provmw.settings import Settings
-    from provmw.stores.budgets import BucketState
+    from provmw.state import State
 
-S = TypeVar("S", "BudgetOptions", "UsageOptions")
+T = TypeVar("T")
 
 __all__ = ["main"]
 
@@ -91,83 +89,62 @@ def _plugins(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _usage(args: argparse.Namespace, out: TextIO) -> int:
-    from provmw.middleware.usage import UsageOptions
+    from provmw.middleware import USAGE, section_options
     from provmw.reports import render, usage_rows
-    from provmw.stores.usage import SqliteUsageStore
 
-    settings, zone = _state_settings(args)
-    options = _section(settings, UsageOptions, "usage")
+    settings, zone = _report_settings(args)
+    options = section_options(settings, USAGE)
     if options.store != "sqlite":
         raise ConfigurationError("provmw usage reads the SQLite ledger, but [middleware.usage] store is 'memory'")
     if not _exists(options.path, out, "usage ledger"):
         return 0
-    store = SqliteUsageStore(options.path)
-    try:
-        records = store.records_sync(_since(args.since, zone))
-    finally:
-        store.db.close()
+    records = asyncio.run(_read_state(settings, lambda state: state.usage_journal().store.records(
+        _since(args.since, zone))))
     out.write(render(usage_rows(records, args.group_by, zone), args.format))
     return 0
 
 
 def _budget(args: argparse.Namespace, out: TextIO) -> int:
-    from provmw.middleware.budget import BudgetOptions
+    from provmw.middleware import BUDGET, section_options
     from provmw.reports import budget_rows, render
 
-    settings, zone = _state_settings(args)
-    options = _section(settings, BudgetOptions, "budget")
+    settings, zone = _report_settings(args)
+    options = section_options(settings, BUDGET)
     if not options.limits:
         out.write("no budget limits are configured ([[middleware.budget.limits]])\n")
         return 0
+    shared = settings.state is not None and "budget" in settings.state.shared
+    if not shared and options.store != "sqlite":
+        raise ConfigurationError("provmw budget reads the SQLite store, but [middleware.budget] store is 'memory'")
+    if not shared and not _exists(options.path, out, "budget store"):
+        return 0
     now = time.time()
-    if settings.state is not None and "budget" in settings.state.shared:
-        states: list[BucketState] | None = asyncio.run(_shared_budget_states(settings, now))
-    else:
-        states = _sqlite_budget_states(options, now, out)
-    if states is not None:
-        out.write(render(budget_rows(states, options.limits, zone, now), args.format))
+    states = asyncio.run(_read_state(settings, lambda state: state.budget_store().states(now=now)))
+    out.write(render(budget_rows(states, options.limits, zone, now), args.format))
     return 0
 
 
-async def _shared_budget_states(settings: Settings, now: float) -> list[BucketState]:
+async def _read_state(settings: Settings, read: Callable[[State], Awaitable[T]]) -> T:
+    """Read the state the settings name, through the same stores the middleware use."""
     from provmw.plugins import PluginHost
+    from provmw.state import open_state
 
-    backend = PluginHost(settings.plugins).collect_state(settings)
-    assert backend is not None  # collect_state raises when no plugin serves [state]
+    state = open_state(settings, PluginHost(settings.plugins).collect_state(settings))
     try:
-        return await backend.budget_store().states(now=now)
+        return await read(state)
     finally:
-        await backend.aclose()
+        await state.aclose()
 
 
-def _sqlite_budget_states(options: BudgetOptions, now: float, out: TextIO) -> list[BucketState] | None:
-    from provmw.stores.budgets import SqliteBudgetStore
-
-    if options.store != "sqlite":
-        raise ConfigurationError("provmw budget reads the SQLite store, but [middleware.budget] store is 'memory'")
-    if not _exists(options.path, out, "budget store"):
-        return None
-    store = SqliteBudgetStore(options.path)
-    try:
-        return store.states_sync(now=now)
-    finally:
-        store.db.close()
-
-
-def _state_settings(args: argparse.Namespace) -> tuple[Settings, ZoneInfo]:
+def _report_settings(args: argparse.Namespace) -> tuple[Settings, ZoneInfo]:
+    from provmw.middleware import BUDGET, section_options
     from provmw.middleware.budget import BudgetOptions
     from provmw.settings import load_settings
 
     settings = load_settings(args.config)
-    name = args.tz or _section(settings, BudgetOptions, "budget").timezone
+    name = args.tz or section_options(settings, BUDGET).timezone
     BudgetOptions(timezone=name)  # the same check, and error, as in the settings file
     return settings, ZoneInfo(name)
-
-
-def _section(settings: Settings, cls: type[S], name: str) -> S:
-    from provmw.middleware import state_options
-
-    return state_options(settings, cls, name)
 
 
 def _exists(path: str, out: TextIO, what: str) -> bool:

@@ -3,30 +3,24 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
 
-from provmw.config import ProviderConfig, Secret, check_options, did_you_mean, fallback_chain
+from provmw._checks import did_you_mean
+from provmw.config import ProviderConfig, Secret, check_options, fallback_chain
 from provmw.context import FrozenMap, ProviderCallContext, ProviderOperation
-from provmw.errors import ConfigurationError
+from provmw.errors import AttemptTimeoutError, ConfigurationError
+from provmw.facts import call_facts
 from provmw.http import HttpClient
 from provmw.messages import ContentPart, ImagePart, Message, TextPart, ToolSpec
+from provmw.middleware._common import run_within
 from provmw.pipeline import Middleware, MiddlewarePipeline
 from provmw.plugins import PluginHost
 from provmw.pricing import PriceTable
 from provmw.providers import ProviderAdapter
-from provmw.requests import (
-    ChatRequest,
-    CompletionRequest,
-    EmbeddingRequest,
-    ProviderRequest,
-    cache_key,
-    caller_scope,
-    is_deterministic,
-    request_digest,
-)
+from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, ProviderRequest
 from provmw.responses import (
     Attempt,
     ChatChunk,
@@ -36,6 +30,7 @@ from provmw.responses import (
     VisionResponse,
 )
 from provmw.settings import Settings, load_settings
+from provmw.state import open_state
 
 __all__ = ["ServiceManager", "StackEntry"]
 
@@ -52,33 +47,54 @@ class StackEntry:
     plugin: str
 
 
+@attrs.frozen
+class _Call:
+    """The caller's keyword arguments of one call, as the public methods spell them out."""
+
+    configuration: str | None = None
+    user: str | None = None
+    tenant: str | None = None
+    controls: Mapping[str, Any] | None = None
+    idempotency_key: str | None = None
+    correlation_id: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | Secret | None = None
+    timeout_s: float | None = None
+
+
 class ServiceManager:
     """Runs chat, completion, embedding, vision and tool calls through one middleware stack.
 
     Plugins are discovered and the pipeline is ordered once, here; every call builds its
-    typed terminal and context and runs the pipeline exactly once. Use as
+    typed terminal and context and runs the pipeline exactly once. ``http`` is the one
+    HTTP client of the manager (made here when not given) and is closed with it. Use as
     ``async with ServiceManager(...) as manager:`` or call ``aclose()``.
+
+    Every call method takes the same keyword arguments: ``configuration`` (a named one; the
+    default otherwise), ``user`` and ``tenant`` (strings: who budgets, usage and the cache
+    count the call for), ``controls`` (per-call middleware controls), ``idempotency_key``,
+    ``correlation_id``, or an ad-hoc target instead of a configuration: ``provider`` and
+    ``model``, with ``base_url``, ``api_key`` and ``timeout_s``.
     """
 
     def __init__(self, settings: Settings | None = None, *, host: PluginHost | None = None,
-                 middleware: Iterable[Middleware] = ()) -> None:
+                 middleware: Iterable[Middleware] = (), http: HttpClient | None = None) -> None:
         self.settings = settings if settings is not None else Settings()
         self.host = host if host is not None else PluginHost(self.settings.plugins)
         self.host.load()
-        self.state = self.host.collect_state(self.settings)
+        self.state = open_state(self.settings, self.host.collect_state(self.settings))
         contributions = self.host.collect_middleware(self.settings, self.state)
-        extra = tuple(middleware)
-        self.pipeline = MiddlewarePipeline([*(c.middleware for c in contributions), *extra])
+        self.pipeline = MiddlewarePipeline([*(c.middleware for c in contributions), *middleware])
         plugins = {c.middleware.name: c.plugin for c in contributions}
         self.stack = tuple(StackEntry(m.name, m.priority, plugins.get(m.name, "(application)"))
                            for m in self.pipeline.middlewares)
-        self.controls: frozenset[str] = frozenset().union(
-            *(getattr(m, "controls", ()) for m in self.pipeline.middlewares))
         self.providers: Mapping[str, ProviderAdapter] = self.host.collect_providers()
         for config in self.settings.configurations.values():
             self._adapter(config.provider, where=f"[configurations.{config.identifier}] provider")
         self.prices = PriceTable()
-        self._http = HttpClient()
+        self.http = http if http is not None else HttpClient()
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> ServiceManager:
@@ -92,63 +108,101 @@ class ServiceManager:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the HTTP session, then let each middleware that has ``aclose`` finish its work
-        (the usage ledger writes what it still holds), then close the shared state's connection;
-        the manager may not be used afterwards."""
-        await self._http.aclose()
-        for middleware in self.pipeline.middlewares:
-            close = getattr(middleware, "aclose", None)
-            if close is not None:
-                await close()
-        if self.state is not None:
-            await self.state.aclose()
+        """Close the HTTP client, then the middleware that hold resources, then the state (the
+        usage ledger writes what it still holds); the manager may not be used afterwards."""
+        await self.http.aclose()
+        await self.pipeline.aclose()
+        await self.state.aclose()
 
     async def chat(self, /, messages: Messages, *, options: Mapping[str, Any] | None = None,
-                   **call: Any) -> CompletionResponse:
+                   configuration: str | None = None, user: str | None = None, tenant: str | None = None,
+                   controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
+                   correlation_id: str | None = None, provider: str | None = None, model: str | None = None,
+                   base_url: str | None = None, api_key: str | Secret | None = None,
+                   timeout_s: float | None = None) -> CompletionResponse:
         """Answer a conversation (a string is one user message)."""
         request = ChatRequest(_messages(messages), options=_options(options))
-        return await self._run(ProviderOperation.CHAT, request, _chat, call)
+        return await self._run(ProviderOperation.CHAT, request, CompletionResponse, _Call(
+            configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
+            api_key, timeout_s))
 
     async def complete(self, /, prompt: str, *, options: Mapping[str, Any] | None = None,
-                       **call: Any) -> CompletionResponse:
+                       configuration: str | None = None, user: str | None = None, tenant: str | None = None,
+                       controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
+                       correlation_id: str | None = None, provider: str | None = None, model: str | None = None,
+                       base_url: str | None = None, api_key: str | Secret | None = None,
+                       timeout_s: float | None = None) -> CompletionResponse:
         """Complete a bare prompt."""
         request = CompletionRequest(prompt, options=_options(options))
-        return await self._run(ProviderOperation.COMPLETION, request, _complete, call)
+        return await self._run(ProviderOperation.COMPLETION, request, CompletionResponse, _Call(
+            configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
+            api_key, timeout_s))
 
     async def embed(self, /, inputs: str | Sequence[str], *, dimensions: int | None = None,
-                    **call: Any) -> EmbeddingResponse:
+                    configuration: str | None = None, user: str | None = None, tenant: str | None = None,
+                    controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
+                    correlation_id: str | None = None, provider: str | None = None, model: str | None = None,
+                    base_url: str | None = None, api_key: str | Secret | None = None,
+                    timeout_s: float | None = None) -> EmbeddingResponse:
         """Embed one text or several, returning one vector per input in order."""
         texts = (inputs,) if isinstance(inputs, str) else tuple(inputs)
         if not texts or not all(isinstance(t, str) for t in texts):
             raise ConfigurationError("embed needs one or more strings")
         request = EmbeddingRequest(texts, dimensions)
-        return await self._run(ProviderOperation.EMBEDDING, request, _embed, call)
+        return await self._run(ProviderOperation.EMBEDDING, request, EmbeddingResponse, _Call(
+            configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
+            api_key, timeout_s))
 
     async def vision(self, /, prompt: str, images: Sequence[ImagePart | str], *,
-                     options: Mapping[str, Any] | None = None, **call: Any) -> VisionResponse:
+                     options: Mapping[str, Any] | None = None,
+                     configuration: str | None = None, user: str | None = None, tenant: str | None = None,
+                     controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
+                     correlation_id: str | None = None, provider: str | None = None, model: str | None = None,
+                     base_url: str | None = None, api_key: str | Secret | None = None,
+                     timeout_s: float | None = None) -> VisionResponse:
         """Ask about images (parts, or URLs as strings)."""
         parts: list[ContentPart] = [TextPart(prompt)]
         parts += [ImagePart(url=i) if isinstance(i, str) else i for i in images]
         if len(parts) == 1:
             raise ConfigurationError("vision needs at least one image")
         request = ChatRequest((Message.user(parts),), options=_options(options))
-        return await self._run(ProviderOperation.VISION, request, _vision, call)
+        return await self._run(ProviderOperation.VISION, request, VisionResponse, _Call(
+            configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
+            api_key, timeout_s))
 
     async def chat_with_tools(self, /, messages: Messages, tools: Sequence[ToolSpec], *,
-                              options: Mapping[str, Any] | None = None, **call: Any) -> CompletionResponse:
+                              options: Mapping[str, Any] | None = None,
+                              configuration: str | None = None, user: str | None = None, tenant: str | None = None,
+                              controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
+                              correlation_id: str | None = None, provider: str | None = None,
+                              model: str | None = None, base_url: str | None = None,
+                              api_key: str | Secret | None = None, timeout_s: float | None = None,
+                              ) -> CompletionResponse:
         """Answer a conversation in which the model may call ``tools``."""
         if not tools:
             raise ConfigurationError("chat_with_tools needs at least one tool")
         request = ChatRequest(_messages(messages), tools=tuple(tools), options=_options(options))
-        return await self._run(ProviderOperation.TOOLS, request, _chat, call)
+        return await self._run(ProviderOperation.TOOLS, request, CompletionResponse, _Call(
+            configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
+            api_key, timeout_s))
 
-    async def stream_chat(self, messages: Messages, *, options: Mapping[str, Any] | None = None,
-                          configuration: str | None = None, **target: Any) -> AsyncIterator[ChatChunk]:
-        """Stream an answer; deliberately outside the pipeline (see ADR 0005)."""
-        config = self.resolve(configuration, **target)
+    async def stream_chat(self, /, messages: Messages, *, options: Mapping[str, Any] | None = None,
+                          configuration: str | None = None, user: str | None = None, tenant: str | None = None,
+                          controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
+                          correlation_id: str | None = None, provider: str | None = None,
+                          model: str | None = None, base_url: str | None = None,
+                          api_key: str | Secret | None = None, timeout_s: float | None = None,
+                          ) -> AsyncGenerator[ChatChunk, None]:
+        """Stream an answer; deliberately outside the pipeline (see ADR 0005).
+
+        The caller arguments are checked as for ``chat``; the stream itself is not budgeted,
+        recorded or retried yet.
+        """
+        call = _Call(configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model,
+                     base_url, api_key, timeout_s)
         request = ChatRequest(_messages(messages), options=_options(options))
-        adapter = self._adapter(config.provider)
-        async for chunk in adapter.stream_chat(self._http, config, request):
+        config, _ = self._facts(ProviderOperation.CHAT, request, call)
+        async for chunk in self._adapter(config.provider).stream_chat(self.http, config, request):
             yield chunk
 
     def resolve(self, configuration: str | None = None, *, provider: str | None = None,
@@ -167,68 +221,45 @@ class ServiceManager:
             fields["timeout_s"] = timeout_s
         return ProviderConfig.ad_hoc(provider, model, **fields)
 
-    async def _run(self, operation: ProviderOperation, request: ProviderRequest,
-                   call_adapter: Callable[[ProviderAdapter, HttpClient, ProviderConfig, Any], Awaitable[R]],
-                   call: Mapping[str, Any]) -> R:
-        target = {k: call[k] for k in _TARGET_KEYS if k in call}
-        people = {k: call[k] for k in _CALL_KEYS if k in call}
-        unknown = set(call) - set(_TARGET_KEYS) - set(_CALL_KEYS)
-        if unknown:
-            name = sorted(unknown)[0]
-            raise ConfigurationError(f"unknown argument {name!r}{did_you_mean(name, _ALL_KEYS)}")
-        config = self.resolve(**target)
-        ctx = self._context(operation, config, request, people)
-        adapters, http, prices = self.providers, self._http, self.prices
-        attempts: list[Attempt] = []
+    def _facts(self, operation: ProviderOperation, request: ProviderRequest,
+               call: _Call) -> tuple[ProviderConfig, ProviderCallContext]:
+        config = self.resolve(call.configuration, provider=call.provider, model=call.model,
+                              base_url=call.base_url, api_key=call.api_key, timeout_s=call.timeout_s)
+        chain = fallback_chain(config, self.settings.configurations) if config.fallbacks else (config,)
+        facts = call_facts(operation, config, request, chain=chain, prices=self.prices,
+                           known_controls=self.pipeline.controls, user=call.user, tenant=call.tenant,
+                           controls=call.controls, idempotency_key=call.idempotency_key)
+        if call.correlation_id is not None:
+            return config, ProviderCallContext(operation, call.correlation_id, facts=facts)
+        return config, ProviderCallContext(operation, facts=facts)
 
-        # The terminal is the one place that sees every request that reached a provider:
-        # it records each attempt and prices each answer.
+    async def _run(self, operation: ProviderOperation, request: ProviderRequest, response_type: type[R],
+                   call: _Call) -> R:
+        config, ctx = self._facts(operation, request, call)
+        method = _METHODS[operation]
+        adapters, http, prices, attempts = self.providers, self.http, self.prices, ctx.attempts
+
+        # The terminal is the one place that sees every request that reached a provider: it
+        # enforces the attempt's time limit, records the attempt, and prices the answer.
         async def terminal(chosen: ProviderConfig) -> R:
+            call_adapter: Callable[..., Awaitable[ProviderResponse]] = getattr(adapters[chosen.provider], method)
             try:
-                response = await call_adapter(adapters[chosen.provider], http, chosen, request)
+                response = await run_within(chosen.timeout_s, call_adapter(http, chosen, request),
+                                            lambda: _attempt_timeout(chosen))
             except BaseException as exc:
-                attempts.append(Attempt(config_id=chosen.identifier, error_type=type(exc).__name__,
+                attempts.record(Attempt(config_id=chosen.identifier, error_type=type(exc).__name__,
                                         status=getattr(exc, "status", None)))
                 raise
-            attempts.append(Attempt(config_id=chosen.identifier))
+            attempts.record(Attempt(config_id=chosen.identifier))
+            if type(response) is not response_type:  # vision is a chat whose answer is typed apart
+                response = response_type(**{f.name: getattr(response, f.name) for f in attrs.fields(type(response))})
             price = prices.price_for(chosen)
             if price is None or response.usage.cost_usd is not None:
                 return response
             return attrs.evolve(response, usage=attrs.evolve(response.usage, cost_usd=price.cost_usd(response.usage)))
 
         response = await self.pipeline.run(ctx, config, terminal)
-        return attrs.evolve(response, attempts=tuple(attempts)) if attempts else response
-
-    def _context(self, operation: ProviderOperation, config: ProviderConfig,
-                 request: ProviderRequest, call: Mapping[str, Any]) -> ProviderCallContext:
-        user, tenant = call.get("user"), call.get("tenant")
-        digest = request_digest(operation, config, request)
-        controls = call.get("controls") or {}
-        for name in controls:
-            if name not in self.controls:
-                known = sorted(self.controls)
-                raise ConfigurationError(f"controls: no installed middleware reads {name!r}"
-                                         f"{did_you_mean(name, known)}; known: {', '.join(known) or 'none'}")
-        metadata: dict[str, Any] = {
-            "user": user,
-            "tenant": tenant,
-            "cache_key": cache_key(digest, caller_scope(tenant, user)),
-            "shared_cache_key": digest,
-            "deterministic": is_deterministic(config, request),
-            "estimated_input_tokens": _estimate_tokens(request),
-            "call_options": FrozenMap(controls),
-        }
-        options = getattr(request, "options", {})
-        if "max_tokens" in options or "max_tokens" in config.options:
-            metadata["max_output_tokens"] = options.get("max_tokens", config.options.get("max_tokens"))
-        chain = fallback_chain(config, self.settings.configurations) if config.fallbacks else (config,)
-        metadata["planned_cost_usd"] = self.prices.planned_cost_usd(
-            chain, metadata["estimated_input_tokens"], metadata.get("max_output_tokens"))
-        if call.get("idempotency_key") is not None:
-            metadata["idempotency_key"] = call["idempotency_key"]
-        if call.get("correlation_id") is not None:
-            return ProviderCallContext(operation, call["correlation_id"], metadata)
-        return ProviderCallContext(operation, metadata=metadata)
+        return attrs.evolve(response, attempts=tuple(attempts.recorded)) if attempts.recorded else response
 
     def _adapter(self, provider: str, where: str = "provider") -> ProviderAdapter:
         try:
@@ -241,9 +272,19 @@ class ServiceManager:
             ) from None
 
 
-_TARGET_KEYS = ("configuration", "provider", "model", "base_url", "api_key", "timeout_s")
-_CALL_KEYS = ("user", "tenant", "idempotency_key", "correlation_id", "controls")
-_ALL_KEYS = (*_TARGET_KEYS, *_CALL_KEYS, "options")
+# The adapter method that serves each operation (ProviderAdapter documents them).
+_METHODS: Mapping[ProviderOperation, str] = {
+    ProviderOperation.CHAT: "chat",
+    ProviderOperation.TOOLS: "chat",
+    ProviderOperation.VISION: "chat",
+    ProviderOperation.COMPLETION: "complete",
+    ProviderOperation.EMBEDDING: "embed",
+}
+
+
+def _attempt_timeout(config: ProviderConfig) -> AttemptTimeoutError:
+    return AttemptTimeoutError(f"attempt on {config.identifier!r} exceeded its timeout of {config.timeout_s:g}s",
+                               limit_s=config.timeout_s, provider=config.provider, model=config.model)
 
 
 def _messages(messages: Messages) -> tuple[Message, ...]:
@@ -260,35 +301,3 @@ def _messages(messages: Messages) -> tuple[Message, ...]:
 def _options(options: Mapping[str, Any] | None) -> FrozenMap:
     check_options(options or {})
     return FrozenMap(options)
-
-
-def _estimate_tokens(request: ProviderRequest) -> int:
-    """A cheap upper-ish estimate (4 characters a token) for budgets and rate limits."""
-    if isinstance(request, EmbeddingRequest):
-        chars = sum(len(t) for t in request.inputs)
-    elif isinstance(request, CompletionRequest):
-        chars = len(request.prompt)
-    else:
-        chars = sum(len(m.text) for m in request.messages) + 340 * sum(len(m.images) for m in request.messages)
-    return chars // 4 + 1
-
-
-async def _chat(adapter: ProviderAdapter, http: HttpClient, config: ProviderConfig,
-                request: ChatRequest) -> CompletionResponse:
-    return await adapter.chat(http, config, request)
-
-
-async def _complete(adapter: ProviderAdapter, http: HttpClient, config: ProviderConfig,
-                    request: CompletionRequest) -> CompletionResponse:
-    return await adapter.complete(http, config, request)
-
-
-async def _embed(adapter: ProviderAdapter, http: HttpClient, config: ProviderConfig,
-                 request: EmbeddingRequest) -> EmbeddingResponse:
-    return await adapter.embed(http, config, request)
-
-
-async def _vision(adapter: ProviderAdapter, http: HttpClient, config: ProviderConfig,
-                  request: ChatRequest) -> VisionResponse:
-    answer = await adapter.chat(http, config, request)
-    return VisionResponse(**{f.name: getattr(answer, f.name) for f in attrs.fields(CompletionResponse)})

@@ -23,8 +23,15 @@ No base class is needed. Inside ``handle`` a middleware may
 The context ``ctx`` is frozen and the very same object reaches every layer; only the
 configuration travels through ``next``. The payload stays inside the terminal callable
 the ServiceManager built, so a middleware sees the typed response, never the request;
-what it needs to know about the call is in ``ctx.metadata``. Inner layers report outward
-through the response (``attrs.evolve``) or the exception they raise.
+what it needs to know about the call is in ``ctx.facts`` (typed: ``ctx.facts.tenant``,
+``ctx.facts.controls`` ...), and plugins may pass their own facts in ``ctx.metadata``.
+Inner layers report outward through the response (``attrs.evolve``) or the exception
+they raise.
+
+Two optional companions say what else the host relies on. A middleware that reads
+per-call controls declares them (:class:`DeclaresControls`): the manager refuses a control
+no installed middleware declares. One that holds resources is closed by the pipeline
+(:class:`Closeable`), outermost first, when the manager closes.
 
 ``MiddlewarePipeline`` orders its middleware once, at build: the highest ``priority`` is
 the outermost layer, ties are broken by ``name``; the input order never matters.
@@ -41,7 +48,7 @@ from provmw.context import ProviderCallContext
 from provmw.errors import DuplicateMiddlewareError, PluginError
 from provmw.responses import ProviderResponse
 
-__all__ = ["Middleware", "MiddlewarePipeline", "Next", "Terminal"]
+__all__ = ["Closeable", "DeclaresControls", "Middleware", "MiddlewarePipeline", "Next", "Terminal"]
 
 R = TypeVar("R", bound=ProviderResponse)
 
@@ -58,6 +65,22 @@ class Middleware(Protocol):
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         """Produce the response for ``ctx``, usually by awaiting ``next(config)``."""
+        ...
+
+
+@runtime_checkable
+class DeclaresControls(Protocol):
+    """A middleware that reads per-call controls (``controls={"name": value}``) names them here."""
+
+    controls: frozenset[str]
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """A middleware holding resources (files, connections, tasks) releases them here."""
+
+    async def aclose(self) -> None:
+        """Finish outstanding work and release resources; called once, when the manager closes."""
         ...
 
 
@@ -86,12 +109,14 @@ def _resolve(middlewares: Iterable[object]) -> tuple[Middleware, ...]:
 class MiddlewarePipeline:
     """An ordered stack of middleware around a terminal call, built once, run per call."""
 
-    __slots__ = ("_handlers", "_middlewares")
+    __slots__ = ("_handlers", "_middlewares", "controls")
 
     def __init__(self, middlewares: Iterable[object] = ()) -> None:
         self._middlewares = _resolve(middlewares)
         # Bound methods looked up once; run() only composes them around the terminal.
         self._handlers = tuple(m.handle for m in reversed(self._middlewares))
+        self.controls: frozenset[str] = frozenset().union(
+            *(m.controls for m in self._middlewares if isinstance(m, DeclaresControls)))
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -106,6 +131,12 @@ class MiddlewarePipeline:
     def __repr__(self) -> str:
         layers = ", ".join(f"{m.name}({m.priority})" for m in self._middlewares)
         return f"MiddlewarePipeline([{layers}])"
+
+    async def aclose(self) -> None:
+        """Close every middleware that is :class:`Closeable`, outermost first."""
+        for middleware in self._middlewares:
+            if isinstance(middleware, Closeable):
+                await middleware.aclose()
 
     async def run(self, ctx: ProviderCallContext, config: ProviderConfig, terminal: Terminal[R]) -> R:
         """Run the call described by ``ctx`` through every layer down to ``terminal``."""

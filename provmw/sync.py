@@ -7,8 +7,9 @@ method is the async manager's own code; several threads may call it at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -24,12 +25,31 @@ R = TypeVar("R")
 def _blocking(
     method: Callable[Concatenate[ServiceManager, P], Coroutine[Any, Any, R]],
 ) -> Callable[Concatenate[SyncServiceManager, P], R]:
+    @functools.wraps(method)  # the same signature, for help() and IDEs; ParamSpec keeps it for mypy
     def call(self: SyncServiceManager, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._wait(method(self.manager, *args, **kwargs))
 
-    call.__name__ = method.__name__
     call.__doc__ = f"Blocking ``ServiceManager.{method.__name__}``. {method.__doc__ or ''}"
     return call
+
+
+def _blocking_stream(
+    method: Callable[Concatenate[ServiceManager, P], AsyncGenerator[ChatChunk, None]],
+) -> Callable[Concatenate[SyncServiceManager, P], Iterator[ChatChunk]]:
+    @functools.wraps(method)
+    def stream(self: SyncServiceManager, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[ChatChunk]:
+        chunks = method(self.manager, *args, **kwargs)
+        try:
+            while True:
+                try:
+                    yield self._wait(chunks.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._wait(chunks.aclose())
+
+    stream.__doc__ = f"Blocking ``ServiceManager.{method.__name__}``: yields chunks as they arrive."
+    return stream
 
 
 async def _awaited(awaitable: Awaitable[R]) -> R:
@@ -51,18 +71,7 @@ class SyncServiceManager:
     embed = _blocking(ServiceManager.embed)
     vision = _blocking(ServiceManager.vision)
     chat_with_tools = _blocking(ServiceManager.chat_with_tools)
-
-    def stream_chat(self, *args: Any, **kwargs: Any) -> Iterator[ChatChunk]:
-        """Blocking ``ServiceManager.stream_chat``: yields chunks as they arrive."""
-        chunks = self.manager.stream_chat(*args, **kwargs)
-        try:
-            while True:
-                try:
-                    yield self._wait(chunks.__anext__())
-                except StopAsyncIteration:
-                    return
-        finally:
-            self._wait(chunks.aclose())  # type: ignore[attr-defined]  # an async generator
+    stream_chat = _blocking_stream(ServiceManager.stream_chat)
 
     def close(self) -> None:
         """Close the manager and stop the loop thread; safe to call twice."""

@@ -64,16 +64,43 @@ async def test_each_method_runs_the_pipeline_once_with_its_operation(
     assert fake.count() == 1
 
 
-async def test_metadata_carries_documented_keys(manager: ServiceManager, spy: Spy) -> None:
+async def test_the_context_carries_the_call_facts(manager: ServiceManager, spy: Spy) -> None:
     async with manager:
         await manager.chat("hi", user="ada", tenant="acme", idempotency_key="idem-1",
                            options={"max_tokens": 7}, controls={"no_cache": True})
-    metadata = spy.calls[0][0].metadata
-    assert (metadata["user"], metadata["tenant"], metadata["idempotency_key"]) == ("ada", "acme", "idem-1")
-    assert len(metadata["cache_key"]) == 64
-    assert metadata["max_output_tokens"] == 7
-    assert metadata["estimated_input_tokens"] >= 1
-    assert metadata["call_options"]["no_cache"] is True
+    facts = spy.calls[0][0].facts
+    assert (facts.user, facts.tenant, facts.idempotency_key) == ("ada", "acme", "idem-1")
+    assert facts.cache_key is not None and len(facts.cache_key) == 64
+    assert facts.max_output_tokens == 7
+    assert facts.estimated_input_tokens >= 1
+    assert facts.controls["no_cache"] is True
+
+
+@pytest.mark.parametrize("who", ["user", "tenant"])
+async def test_a_user_or_tenant_that_is_not_a_string_is_refused(manager: ServiceManager, spy: Spy, who: str) -> None:
+    bad: dict[str, Any] = {who: 42}
+    with pytest.raises(ConfigurationError, match=f"{who} must be a string, got int 42"):
+        await manager.chat("hi", **bad)
+    assert spy.calls == []
+
+
+async def test_the_request_digest_is_computed_only_when_a_layer_reads_it(
+        manager: ServiceManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    digests: list[object] = []
+
+    def counted(*args: object) -> str:
+        digests.append(args)
+        return "d"
+
+    monkeypatch.setattr("provmw.facts.request_digest", counted)
+    async with manager:
+        await manager.chat("hi")  # no cache installed: nobody asks for the key
+    assert digests == []
+
+
+async def test_a_misspelt_call_argument_is_a_type_error(manager: ServiceManager) -> None:
+    with pytest.raises(TypeError, match="usr"):
+        await manager.chat("hi", usr="ada")  # type: ignore[call-arg]
 
 
 async def test_cache_key_differs_per_tenant(manager: ServiceManager, spy: Spy) -> None:
@@ -81,7 +108,7 @@ async def test_cache_key_differs_per_tenant(manager: ServiceManager, spy: Spy) -
         await manager.chat("hi", tenant="a")
         await manager.chat("hi", tenant="b")
         await manager.chat("hi", tenant="a")
-    keys = [ctx.metadata["cache_key"] for ctx, _ in spy.calls]
+    keys = [ctx.facts.cache_key for ctx, _ in spy.calls]
     assert keys[0] != keys[1]
     assert keys[0] == keys[2]
 
@@ -121,7 +148,6 @@ async def test_correlation_id_can_be_given(manager: ServiceManager, spy: Spy) ->
         ({"configuration": "nope"}, "no configuration named 'nope'"),
         ({"provider": "opnai", "model": "m"}, "did you mean 'openai'"),
         ({"provider": "openai"}, "both provider= and model="),
-        ({"usr": "ada"}, "did you mean 'user'"),
         ({"options": {"temprature": 1}}, "did you mean 'temperature'"),
     ],
 )

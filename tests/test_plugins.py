@@ -9,6 +9,7 @@ import pytest
 from provmw.errors import ConfigurationError, PluginError, PluginLoadError
 from provmw.plugins import PluginHost, PluginPolicy, hookimpl
 from provmw.settings import Settings
+from provmw.state import State, open_state
 from provmw.stores.cache import MemoryCacheStore
 from provmw.stores.shared import StateSettings
 
@@ -52,7 +53,7 @@ def names(host: PluginHost) -> dict[str, str]:
 
 def test_entry_point_plugin_is_discovered_and_contributes(site: Path) -> None:
     host = PluginHost(PluginPolicy(block=("broken",)), environ={}).load()
-    contributed = {c.middleware.name: c.plugin for c in host.collect_middleware(Settings())}
+    contributed = {c.middleware.name: c.plugin for c in host.collect_middleware(Settings(), State())}
     assert contributed["stamp"] == "stamp"
 
 
@@ -91,13 +92,13 @@ def test_builtin_plugin_registers_the_providers(builtin_only: PluginHost) -> Non
 def test_disabled_middleware_section_drops_the_middleware(site: Path) -> None:
     host = PluginHost(PluginPolicy(allow=("stamp",)), environ={}).load()
     settings = Settings(middleware={"stamp": {"enabled": False}})
-    assert "stamp" not in [c.middleware.name for c in host.collect_middleware(settings)]
+    assert "stamp" not in [c.middleware.name for c in host.collect_middleware(settings, State())]
 
 
 def test_section_for_unknown_middleware_is_an_error_with_a_hint(site: Path) -> None:
     host = PluginHost(PluginPolicy(allow=("stamp",)), environ={}).load()
     with pytest.raises(ConfigurationError, match="did you mean 'stamp'"):
-        host.collect_middleware(Settings(middleware={"stmp": {}}))
+        host.collect_middleware(Settings(middleware={"stmp": {}}), State())
 
 
 def test_discovery_order_is_deterministic(site: Path) -> None:
@@ -134,10 +135,10 @@ STATEFUL = Settings(state=StateSettings("mem://x", shared=("cache",)),
 def test_the_backend_serving_the_state_url_reaches_the_middleware(builtin_only: PluginHost) -> None:
     backend = Backend()
     builtin_only.register(serving("mem", backend), "mem")
-    state = builtin_only.collect_state(STATEFUL)
+    state = open_state(STATEFUL, builtin_only.collect_state(STATEFUL))
     cache: Any = next(c.middleware for c in builtin_only.collect_middleware(STATEFUL, state)
                       if c.middleware.name == "cache")
-    assert cache.store is backend.store
+    assert cache.store.store is backend.store  # behind the outage rule's guard
 
 
 def test_a_state_url_no_plugin_serves_is_a_configuration_error(builtin_only: PluginHost) -> None:

@@ -1,4 +1,4 @@
-"""provmw's built-in middleware, one module each, and the builder that reads their settings.
+"""provmw's built-in middleware, one module each, declared in one table.
 
 ========== ================= ==================================================
 priority   name              job
@@ -12,24 +12,25 @@ priority   name              job
 500        ``retry``         retries with backoff, hints and a retry budget
 400        ``circuit_breaker`` stop calling a failing endpoint, then probe it
 300        ``usage``         one priced ledger record per attempt that reached a provider
-200        ``timeout``       per-attempt time limit
+200        ``timeout``       a per-call attempt time limit (``controls={"attempt_timeout_s": x}``)
 ========== ================= ==================================================
 
-ADR 0007 explains the order, ADR 0010 the cache, ADR 0011 budgets and usage, ADR 0012 shared
-state. Each reads its own ``[middleware.<name>]`` section (``usage_hits`` writes to ``usage``'s
-ledger and takes only ``enabled``); unknown keys are errors that name a near match. The cache,
-budget, breakers and rate limits keep their state in the ``[state]`` backend when it shares
-them.
+ADR 0007 explains the order, ADR 0010 the cache, ADR 0011 budgets and usage, ADR 0013 where
+state lives. :data:`BUILTINS` declares each one: its name (also its ``[middleware.<name>]``
+section), its class, its options class, and what it is handed from the manager's
+:class:`~provmw.state.State`. A built-in whose section says ``enabled = false`` is never
+constructed; a section is parsed by :func:`section_options`, whose errors name the file,
+the section and the key with a "did you mean".
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 
-from provmw.config import did_you_mean
+from provmw._checks import did_you_mean, options_from
 from provmw.errors import ConfigurationError
 from provmw.middleware.budget import BudgetMiddleware, BudgetOptions
 from provmw.middleware.cache import CacheMiddleware, CacheOptions
@@ -40,16 +41,17 @@ from provmw.middleware.rate_limit import RateLimitMiddleware, RateLimitOptions
 from provmw.middleware.retry import RetryMiddleware, RetryOptions
 from provmw.middleware.timeout import TimeoutMiddleware
 from provmw.middleware.usage import UsageHitsMiddleware, UsageMiddleware, UsageOptions
-from provmw.settings import options_from
 from provmw.stores.breakers import BreakerPolicy
 
 if TYPE_CHECKING:
     from provmw.pipeline import Middleware
     from provmw.settings import Settings
-    from provmw.stores.shared import StateBackend
+    from provmw.state import State
 
 __all__ = [
+    "BUILTINS",
     "BudgetMiddleware",
+    "Builtin",
     "CacheMiddleware",
     "CircuitBreakerMiddleware",
     "DeadlineMiddleware",
@@ -60,65 +62,82 @@ __all__ = [
     "UsageHitsMiddleware",
     "UsageMiddleware",
     "builtin_middleware",
-    "state_options",
+    "section_options",
 ]
 
-T = TypeVar("T")
+OptionsT = TypeVar("OptionsT")
 
 
 @attrs.frozen
-class _NoOptions:
-    """A section that takes no keys but ``enabled``."""
+class NoOptions:
+    """The options of a built-in whose section takes no key but ``enabled``."""
 
 
-def builtin_middleware(settings: Settings, state: StateBackend | None = None) -> list[Middleware]:
-    """The built-in middleware, configured from ``settings`` (disabled ones are dropped later)."""
+@attrs.frozen
+class Builtin(Generic[OptionsT]):
+    """One built-in: ``name`` (and section), class, options class, and what it is handed.
 
-    def shared(concern: str, store: Callable[[StateBackend], T]) -> T | None:
-        if state is None or settings.state is None or concern not in settings.state.shared:
-            return None
-        return store(state)
+    ``inject`` returns the keyword arguments the class takes besides its options (its store,
+    from the manager's state). The options are passed first unless ``takes_options`` is
+    false: ``usage``'s options say where its ledger lives, which the state reads.
+    """
 
-    def options(cls: type[T], name: str) -> T:
-        return options_from(cls, settings.section(name), f"{settings.source}: [middleware.{name}]")
-
-    rate_limits = options(RateLimitOptions, "rate_limit")
-    _check_names(settings, "[middleware.rate_limit.limits]", rate_limits.limits)
-    budget = state_options(settings, BudgetOptions, "budget")
-    _check_names(settings, "[middleware.budget] limits: match",
-                 [b.match for b in budget.limits if b.scope == "configuration"])
-    options(_NoOptions, "fallback")
-    options(_NoOptions, "timeout")
-    options(_NoOptions, "usage_hits")
-    journal = state_options(settings, UsageOptions, "usage").journal()
-    return [
-        CacheMiddleware(options(CacheOptions, "cache"), store=shared("cache", lambda s: s.cache_store())),
-        DeadlineMiddleware(options(DeadlineOptions, "deadline")),
-        BudgetMiddleware(budget, store=shared("budget", lambda s: s.budget_store())),
-        FallbackMiddleware(settings.configurations),
-        RateLimitMiddleware(rate_limits, limiter=shared("rate_limit", lambda s: s.rate_limiter())),
-        RetryMiddleware(options(RetryOptions, "retry")),
-        CircuitBreakerMiddleware(options(BreakerPolicy, "circuit_breaker"),
-                                 store=shared("circuit_breaker", lambda s: s.breaker_store())),
-        TimeoutMiddleware(),
-        UsageMiddleware(journal),
-        UsageHitsMiddleware(journal),
-    ]
+    name: str
+    cls: Callable[..., Middleware]
+    options: type[OptionsT]
+    inject: Callable[[Settings, State], Mapping[str, Any]] = lambda settings, state: {}
+    takes_options: bool = True
 
 
-S = TypeVar("S", BudgetOptions, UsageOptions)
+DEADLINE = Builtin("deadline", DeadlineMiddleware, DeadlineOptions)
+USAGE_HITS = Builtin("usage_hits", UsageHitsMiddleware, NoOptions, lambda _, state: {"journal": state.usage_journal()},
+                     takes_options=False)
+CACHE = Builtin("cache", CacheMiddleware, CacheOptions, lambda _, state: {"store": state.cache_store()})
+BUDGET = Builtin("budget", BudgetMiddleware, BudgetOptions, lambda _, state: {"store": state.budget_store()})
+FALLBACK = Builtin("fallback", FallbackMiddleware, NoOptions,
+                   lambda settings, _: {"configurations": settings.configurations}, takes_options=False)
+RATE_LIMIT = Builtin("rate_limit", RateLimitMiddleware, RateLimitOptions,
+                     lambda _, state: {"limiter": state.rate_limiter()})
+RETRY = Builtin("retry", RetryMiddleware, RetryOptions)
+CIRCUIT_BREAKER = Builtin("circuit_breaker", CircuitBreakerMiddleware, BreakerPolicy,
+                          lambda _, state: {"store": state.breaker_store()})
+USAGE = Builtin("usage", UsageMiddleware, UsageOptions, lambda _, state: {"journal": state.usage_journal()},
+                takes_options=False)
+TIMEOUT = Builtin("timeout", TimeoutMiddleware, NoOptions, takes_options=False)
+
+BUILTINS: tuple[Builtin[Any], ...] = (DEADLINE, USAGE_HITS, CACHE, BUDGET, FALLBACK, RATE_LIMIT, RETRY,
+                                      CIRCUIT_BREAKER, USAGE, TIMEOUT)
+
+# Options that name configurations (where, and how to find the names), checked once parsed.
+_CONFIGURATION_NAMES: Mapping[str, tuple[str, Callable[[Any], Iterable[str]]]] = {
+    "rate_limit": ("limits", lambda options: options.limits),
+    "budget": ("limits: match", lambda options: [b.match for b in options.limits if b.scope == "configuration"]),
+}
 
 
-def state_options(settings: Settings, cls: type[S], name: str) -> S:
-    """The options of a middleware that keeps state in a file; its ``path`` is relative to the
-    settings file."""
-    options = options_from(cls, settings.section(name), f"{settings.source}: [middleware.{name}]")
-    return attrs.evolve(options, path=settings.relative_to_file(options.path))
-
-
-def _check_names(settings: Settings, where: str, names: Iterable[str]) -> None:
+def section_options(settings: Settings, builtin: Builtin[OptionsT]) -> OptionsT:
+    """``[middleware.<name>]`` parsed into the built-in's options; a ``path`` is relative to the file."""
+    where = f"{settings.source}: [middleware.{builtin.name}]"
+    options = options_from(builtin.options, settings.section(builtin.name), where)
+    if "path" in attrs.fields_dict(builtin.options):  # type: ignore[arg-type]
+        located: Any = options
+        options = attrs.evolve(located, path=settings.relative_to_file(located.path))
+    label, names = _CONFIGURATION_NAMES.get(builtin.name, ("", lambda _: ()))
     known = [*settings.configurations, "*"]
-    for identifier in names:
+    for identifier in names(options):
         if identifier not in known:
-            raise ConfigurationError(f"{settings.source}: {where} {identifier!r} names no configuration"
+            raise ConfigurationError(f"{where} {label}: {identifier!r} names no configuration"
                                      f"{did_you_mean(identifier, known)}")
+    return options
+
+
+def builtin_middleware(settings: Settings, state: State) -> list[Middleware]:
+    """The enabled built-ins, configured from ``settings`` and handed their stores by ``state``."""
+    built = []
+    for builtin in BUILTINS:
+        if settings.section(builtin.name).get("enabled", True) is False:
+            continue
+        options = section_options(settings, builtin)
+        args = (options,) if builtin.takes_options else ()
+        built.append(builtin.cls(*args, **builtin.inject(settings, state)))
+    return built

@@ -25,7 +25,7 @@ monotonic: Clock = time.monotonic
 
 def seconds_control(ctx: ProviderCallContext, name: str) -> float | None:
     """The per-call control ``name`` as a positive number of seconds, if the caller gave one."""
-    value = ctx.metadata.get("call_options", {}).get(name)
+    value = ctx.facts.controls.get(name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:

@@ -17,7 +17,6 @@ period (``day``, ``week``, ``month`` in the configured time zone, or ``total``):
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import time
 import uuid
@@ -27,18 +26,16 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import attrs
 
-from provmw._checks import number, one_of
+from provmw._checks import number, one_of, options_from
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
-from provmw.errors import BudgetExceededError, BudgetUnavailableError, ConfigurationError
+from provmw.errors import BudgetExceededError, ConfigurationError
 from provmw.middleware._common import Clock
 from provmw.periods import PERIODS, Period, Window, window
 from provmw.pipeline import Next, R
-from provmw.stores.budgets import Amounts, BucketId, BudgetStore, Charge, Limits, Refusal
+from provmw.stores.budgets import Amounts, BucketId, BudgetStore, Charge, Limits, MemoryBudgetStore, Refusal
 
 __all__ = ["BudgetLimit", "BudgetMiddleware", "BudgetOptions"]
-
-log = logging.getLogger(__name__)
 
 Scope = Literal["user", "tenant", "configuration", "global"]
 SCOPES: tuple[str, ...] = get_args(Scope)
@@ -72,20 +69,15 @@ class BudgetLimit:
         elif self.scope == "configuration":
             subject = config.identifier
         else:
-            subject = ctx.metadata.get(self.scope) or ANONYMOUS
+            subject = (ctx.facts.user if self.scope == "user" else ctx.facts.tenant) or ANONYMOUS
         return subject if self.match in ("*", subject) else None
 
 
 def _limits(value: Sequence[BudgetLimit | Mapping[str, Any]]) -> tuple[BudgetLimit, ...]:
     if not isinstance(value, list | tuple):
         raise ConfigurationError(f"limits must be a list of tables ([[middleware.budget.limits]]), got {value!r}")
-    result = []
-    for i, item in enumerate(value):
-        try:
-            result.append(item if isinstance(item, BudgetLimit) else BudgetLimit(**item))
-        except (TypeError, ConfigurationError) as exc:
-            raise ConfigurationError(f"limits[{i}]: {exc}") from None
-    return tuple(result)
+    return tuple(item if isinstance(item, BudgetLimit) else options_from(BudgetLimit, item, f"limits[{i}]")
+                 for i, item in enumerate(value))
 
 
 def _zone(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -98,7 +90,9 @@ def _zone(instance: object, attribute: attrs.Attribute[Any], value: object) -> N
 
 @attrs.frozen(kw_only=True)
 class BudgetOptions:
-    """``[middleware.budget]``: the limits, how to reserve, and where spend is kept."""
+    """``[middleware.budget]``: the limits and how to reserve; ``store``, ``path``, ``busy_timeout_s``
+    and ``failure_policy`` say where spend is kept and what an outage means (the manager's
+    state reads them, ADR 0013)."""
 
     limits: tuple[BudgetLimit, ...] = attrs.field(default=(), converter=_limits)
     mode: Literal["strict", "estimate"] = attrs.field(default="strict", validator=one_of(("strict", "estimate")))
@@ -121,9 +115,9 @@ class BudgetMiddleware:
     known and never refuses for want of a price. After the call the real amounts are
     settled (the response's priced usage, one request); on any failure the reservation is
     released. Leases expire if this process dies, and are renewed while a call runs.
-    Cache hits never reach this layer, so they are never charged. When the store cannot
-    reserve, ``fail_closed`` refuses with ``BudgetUnavailableError`` before anything is sent;
-    ``fail_open`` lets the call go uncounted, with one warning per outage.
+    Cache hits never reach this layer, so they are never charged. What a store that cannot
+    reserve means is the outage rule's (``provmw.stores.outage``): by default
+    ``BudgetUnavailableError`` before anything is sent.
     """
 
     name = "budget"
@@ -132,22 +126,10 @@ class BudgetMiddleware:
     def __init__(self, options: BudgetOptions | None = None, *, store: BudgetStore | None = None,
                  wall_clock: Clock = time.time) -> None:
         self.options = options or BudgetOptions()
+        self.store: BudgetStore = store if store is not None else MemoryBudgetStore()
         self._zone = ZoneInfo(self.options.timezone)
-        self._store = store
         self._clock = wall_clock
         self._windows: dict[str, Window] = {}  # the current window of each period, until it ends
-        self._store_failing = False
-
-    @property
-    def store(self) -> BudgetStore:
-        """The budget store, opened on first use (a stack without limits never opens one)."""
-        if self._store is None:
-            from provmw.stores.budgets import MemoryBudgetStore, SqliteBudgetStore
-
-            options = self.options
-            self._store = MemoryBudgetStore() if options.store == "memory" else \
-                SqliteBudgetStore(options.path, busy_timeout_s=options.busy_timeout_s)
-        return self._store
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         if not self.options.limits:
@@ -157,11 +139,7 @@ class BudgetMiddleware:
         if not charges:
             return await next(config)
         reservation = uuid.uuid4().hex
-        try:
-            refusal = await self.store.reserve(reservation, charges, now=now, lease_s=self.options.lease_s)
-        except Exception as exc:
-            return await self._unbudgeted(exc, config, next)
-        self._store_failing = False
+        refusal = await self.store.reserve(reservation, charges, now=now, lease_s=self.options.lease_s)
         if refusal is not None:
             raise _error(refusal)
         renewal = _Renewal(self.store, reservation, self.options.lease_s, self._clock)
@@ -169,29 +147,11 @@ class BudgetMiddleware:
             response = await next(config)
         except BaseException:
             renewal.stop()
-            await self._settle(reservation, Amounts())  # release: nothing was spent
+            await self.store.settle(reservation, Amounts())  # release: nothing was spent
             raise
         renewal.stop()
-        await self._settle(reservation, _actual(response))
+        await self.store.settle(reservation, _actual(response))
         return response
-
-    async def _unbudgeted(self, exc: Exception, config: ProviderConfig, next: Next[R]) -> R:
-        if self.options.failure_policy == "fail_closed":
-            raise BudgetUnavailableError(f"budget: the store could not reserve ({type(exc).__name__}: {exc}); "
-                                         "refused before any request (failure_policy=fail_closed)") from exc
-        if not self._store_failing:  # once per outage, not once per call
-            log.warning("budget: the store could not reserve (%s: %s); calls go uncounted (failure_policy="
-                        "fail_open)", type(exc).__name__, exc)
-        self._store_failing = True
-        return await next(config)
-
-    async def _settle(self, reservation: str, actual: Amounts) -> None:
-        # The call is over either way: a store that fails now must not turn an answer into an
-        # error. The lease frees the reservation; the usage ledger still has the spend.
-        try:
-            await self.store.settle(reservation, actual)
-        except Exception:
-            log.exception("budget: could not settle reservation %s; its lease will expire", reservation)
 
     def charges(self, ctx: ProviderCallContext, config: ProviderConfig, now: float) -> list[Charge]:
         """What the call reserves against each bucket it touches (the same worst case in each)."""
@@ -216,19 +176,20 @@ class BudgetMiddleware:
     def _worst_case(self, ctx: ProviderCallContext, config: ProviderConfig,
                     limits: Sequence[BudgetLimit]) -> Amounts:
         strict = self.options.mode == "strict"
-        planned = ctx.metadata.get("planned_cost_usd")
+        facts = ctx.facts
+        planned = facts.planned_cost_usd
         if planned is None and strict and any(limit.max_cost_usd is not None for limit in limits):
             raise ConfigurationError(
                 f"budget: the worst-case cost of a call on {config.identifier!r} is unknown (a configuration in "
                 "its chain has no price, or the call sets no max_tokens and the model's ceiling is unknown); "
                 "strict cost limits need it: add [configurations.<name>.price] or options.max_tokens")
-        output = ctx.metadata.get("max_output_tokens")
+        output = facts.max_output_tokens
         if output is None and ctx.operation is not ProviderOperation.EMBEDDING:
             if strict and any(limit.max_tokens is not None for limit in limits):
                 raise ConfigurationError(
                     f"budget: a call on {config.identifier!r} sets no max_tokens; strict token limits need it")
             output = 0
-        tokens = ctx.metadata.get("estimated_input_tokens", 0) + (output or 0)
+        tokens = facts.estimated_input_tokens + (output or 0)
         return Amounts(math.ceil((planned or 0.0) * 1e6), tokens, 1)
 
 
@@ -265,10 +226,7 @@ class _Renewal:
         self._timer = self._loop.call_later(self._lease_s / 2, self._renew)
 
     async def _extend(self) -> None:
-        try:
-            await self._store.renew(self._reservation, now=self._clock(), lease_s=self._lease_s)
-        except Exception as exc:  # the next renewal tries again; meanwhile the lease still holds
-            log.warning("budget: could not renew reservation %s (%s: %s)", self._reservation, type(exc).__name__, exc)
+        await self._store.renew(self._reservation, now=self._clock(), lease_s=self._lease_s)
 
     def stop(self) -> None:
         self._timer.cancel()

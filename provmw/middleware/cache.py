@@ -1,8 +1,8 @@
 """``cache``: answer repeated requests from a store, scoped to who asked, one upstream call at a time.
 
-The key comes from the manager (``ctx.metadata["cache_key"]``: the canonical request bound
-to the caller's tenant and user), so two tenants never share an entry; a namespace listed
-in ``shared_namespaces`` uses the unscoped digest on purpose. Per-call controls:
+The key is the call's ``ctx.facts.cache_key`` (the canonical request bound to the caller's
+tenant and user), so two tenants never share an entry; a namespace listed in
+``shared_namespaces`` uses the unscoped ``shared_cache_key`` on purpose. Per-call controls:
 ``no_cache`` (do not read), ``no_store`` (do not write), ``ttl_s``, ``namespace``.
 """
 
@@ -91,7 +91,6 @@ class CacheMiddleware:
             max_entries=o.max_entries, max_bytes=o.max_bytes, timer=timer)
         self._operations = frozenset(ProviderOperation(name) for name in o.operations)
         self._in_flight: dict[str, asyncio.Future[Any]] = {}
-        self._store_failing = False
         # Decoding a stored answer costs more than the rest of a hit; remember the last few
         # decodings, each valid only while the store returns the very same text.
         self._decoded: collections.OrderedDict[str, tuple[str, ProviderResponse]] = collections.OrderedDict()
@@ -100,7 +99,7 @@ class CacheMiddleware:
         key = self._key(ctx)
         if key is None:
             return await next(config)
-        controls = ctx.metadata.get("call_options", {})
+        controls = ctx.facts.controls
         if controls.get("no_cache"):
             return await self._fill(key, ctx, config, next, controls)
         while True:
@@ -119,15 +118,13 @@ class CacheMiddleware:
             return attrs.evolve(response, cached=True)  # type: ignore[no-any-return]
 
     def _key(self, ctx: ProviderCallContext) -> str | None:
-        if ctx.operation not in self._operations:
+        facts = ctx.facts
+        if ctx.operation not in self._operations or not facts.deterministic:
             return None
-        metadata = ctx.metadata
-        if not metadata.get("deterministic"):
-            return None
-        namespace = metadata.get("call_options", {}).get("namespace", "default")
+        namespace = facts.controls.get("namespace", "default")
         if not isinstance(namespace, str) or not namespace:
             raise ConfigurationError(f"controls['namespace'] must be a non-empty string, got {namespace!r}")
-        key = metadata.get("shared_cache_key" if namespace in self.options.shared_namespaces else "cache_key")
+        key = facts.shared_cache_key if namespace in self.options.shared_namespaces else facts.cache_key
         return None if key is None else f"{namespace}:{key}"
 
     async def _fill(self, key: str, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R],
@@ -167,11 +164,7 @@ class CacheMiddleware:
         """The store's claim on ``key``, or the entry its holder wrote while we polled."""
         delay = _POLL_FIRST_S
         while True:
-            try:
-                token = await self.store.claim(key, self.options.lock_s)
-            except Exception as exc:
-                self._failing(exc)
-                return ""  # no claim to be had: go upstream
+            token = await self.store.claim(key, self.options.lock_s)
             if token is not None:
                 return token
             await asyncio.sleep(delay)
@@ -182,22 +175,14 @@ class CacheMiddleware:
 
     async def _unclaim(self, key: str, claim: str | None) -> None:
         if claim:
-            try:
-                await self.store.unclaim(key, claim)
-            except Exception as exc:  # the claim expires by itself after lock_s
-                self._failing(exc)
+            await self.store.unclaim(key, claim)
 
     def _done(self, key: str, leader: asyncio.Future[Any]) -> None:
         if self._in_flight.get(key) is leader:
             del self._in_flight[key]
 
     async def _read(self, key: str, operation: ProviderOperation) -> ProviderResponse | None:
-        try:
-            text = await self.store.get(key)
-        except Exception as exc:
-            self._failing(exc)
-            return None
-        self._store_failing = False
+        text = await self.store.get(key)
         if text is None:
             return None
         known = self._decoded.get(key)
@@ -216,11 +201,7 @@ class CacheMiddleware:
 
     async def _write(self, key: str, response: ProviderResponse, ttl_s: float) -> None:
         text = json.dumps(response.to_dict(), separators=(",", ":"))
-        try:
-            await self.store.set(key, text, ttl_s)
-        except Exception as exc:
-            self._failing(exc)
-            return
+        await self.store.set(key, text, ttl_s)
         self._remember(key, text, response)
 
     def _remember(self, key: str, text: str, response: ProviderResponse) -> ProviderResponse:
@@ -230,11 +211,6 @@ class CacheMiddleware:
         if len(self._decoded) > _DECODED_MAX:
             self._decoded.popitem(last=False)
         return hit
-
-    def _failing(self, exc: Exception) -> None:
-        if not self._store_failing:  # once per outage, not once per call
-            log.warning("cache: the store failed (%s: %s); serving misses", type(exc).__name__, exc)
-        self._store_failing = True
 
 
 _TYPES: dict[ProviderOperation, type[ProviderResponse]] = {

@@ -55,7 +55,7 @@ class RateLimitMiddleware:
         limits = self.options.limits.get(config.identifier) or self.options.limits.get("*")
         if limits is None:
             return await next(config)
-        tokens = ctx.metadata.get("estimated_input_tokens", 0) + (ctx.metadata.get("max_output_tokens") or 0)
+        tokens = ctx.facts.estimated_input_tokens + (ctx.facts.max_output_tokens or 0)
         permit = await self._admit(config, limits, tokens)
         used = 0
         try:

@@ -93,7 +93,7 @@ class RetryMiddleware:
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         budget = self.budget(config.identifier)
         budget.deposit()
-        max_attempts = _max_attempts(ctx.metadata.get("call_options", {}), self.options.max_attempts)
+        max_attempts = _max_attempts(ctx.facts.controls, self.options.max_attempts)
         try:
             return await next(config)
         except Exception as exc:

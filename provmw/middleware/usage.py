@@ -17,10 +17,7 @@ call never waits on the store and a store outage loses nothing (ADR 0011)::
 
 from __future__ import annotations
 
-import contextvars
-import itertools
 import time
-from collections.abc import Iterator
 from typing import Any, Literal
 
 import attrs
@@ -31,18 +28,14 @@ from provmw.context import ProviderCallContext
 from provmw.middleware._common import Clock, monotonic
 from provmw.pipeline import Next, R
 from provmw.stores.journal import FailurePolicy, UsageJournal
-from provmw.stores.usage import Billed, MemoryUsageStore, SqliteUsageStore, UsageRecord
+from provmw.stores.usage import Billed, UsageRecord
 
 __all__ = ["UsageHitsMiddleware", "UsageMiddleware", "UsageOptions"]
 
-# (correlation id, attempt counter) of the logical call running in this task: every
-# attempt of one call runs in the caller's task, one after another.
-_ATTEMPTS: contextvars.ContextVar[tuple[str, Iterator[int]]] = contextvars.ContextVar("provmw_usage_attempts")
-
-
 @attrs.frozen(kw_only=True)
 class UsageOptions:
-    """``[middleware.usage]``: where the ledger lives and what a store outage means."""
+    """``[middleware.usage]``: where the ledger lives and what a store outage means (the manager's
+    state reads these and hands both usage layers one journal, ADR 0013)."""
 
     store: Literal["sqlite", "memory"] = attrs.field(default="sqlite", validator=one_of(("sqlite", "memory")))
     path: str = "provmw.sqlite3"
@@ -50,20 +43,6 @@ class UsageOptions:
                                                 validator=one_of(("fail_open", "fail_closed")))
     max_journal_records: int = attrs.field(default=50_000, validator=number(gt=0, integer=True))
     busy_timeout_s: float = attrs.field(default=5.0, validator=number(ge=0))
-
-    def journal(self) -> UsageJournal:
-        """A journal over the configured store (the SQLite file is created on the first write)."""
-        store = MemoryUsageStore() if self.store == "memory" else \
-            SqliteUsageStore(self.path, busy_timeout_s=self.busy_timeout_s)
-        return UsageJournal(store, max_records=self.max_journal_records, policy=self.failure_policy)
-
-
-def _next_attempt(correlation_id: str) -> int:
-    current = _ATTEMPTS.get(None)
-    if current is None or current[0] != correlation_id:
-        current = (correlation_id, itertools.count(1))
-        _ATTEMPTS.set(current)
-    return next(current[1])
 
 
 def _billed(exc: BaseException) -> Billed:
@@ -77,14 +56,14 @@ class UsageMiddleware:
     name = "usage"
     priority = 300
 
-    def __init__(self, journal: UsageJournal, *, wall_clock: Clock = time.time, clock: Clock = monotonic) -> None:
+    def __init__(self, *, journal: UsageJournal, wall_clock: Clock = time.time, clock: Clock = monotonic) -> None:
         self.journal = journal
         self._wall_clock = wall_clock
         self._clock = clock
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         self.journal.admit()
-        attempt = _next_attempt(ctx.correlation_id)
+        attempt = ctx.attempts.number()
         started, start = self._wall_clock(), self._clock()
         try:
             response = await next(config)
@@ -100,10 +79,6 @@ class UsageMiddleware:
                                     cached_input_tokens=usage.cached_input_tokens, cost_usd=usage.cost_usd))
         return response
 
-    async def aclose(self) -> None:
-        """Write what the journal still holds, then close the store."""
-        await self.journal.aclose()
-
 
 class UsageHitsMiddleware:
     """Record the calls the cache answered (attempt 0, nothing billed); shares ``usage``'s journal."""
@@ -111,7 +86,7 @@ class UsageHitsMiddleware:
     name = "usage_hits"
     priority = 810
 
-    def __init__(self, journal: UsageJournal, *, wall_clock: Clock = time.time, clock: Clock = monotonic) -> None:
+    def __init__(self, *, journal: UsageJournal, wall_clock: Clock = time.time, clock: Clock = monotonic) -> None:
         self.journal = journal
         self._wall_clock = wall_clock
         self._clock = clock
@@ -132,5 +107,5 @@ def _record(ctx: ProviderCallContext, config: ProviderConfig, attempt: int, star
     values: dict[str, Any] = {"config_id": config.identifier, "provider": config.provider,
                               "model": config.model, **fields}
     return UsageRecord(correlation_id=ctx.correlation_id, attempt=attempt, timestamp=started,
-                       operation=ctx.operation.value, user=ctx.metadata.get("user"),
-                       tenant=ctx.metadata.get("tenant"), latency_s=latency_s, **values)
+                       operation=ctx.operation.value, user=ctx.facts.user,
+                       tenant=ctx.facts.tenant, latency_s=latency_s, **values)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from provmw.config import ProviderConfig
-from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.context import ProviderCallContext
 from provmw.errors import BudgetExceededError, BudgetUnavailableError, ConfigurationError, ProviderUnavailableError
 from provmw.manager import ServiceManager
 from provmw.middleware.budget import BudgetMiddleware, BudgetOptions
@@ -19,7 +20,8 @@ from provmw.plugins import PluginHost
 from provmw.responses import CompletionResponse, Usage
 from provmw.settings import Settings
 from provmw.stores.budgets import Amounts, BucketState, Charge, MemoryBudgetStore, Refusal
-from provmw.testing import FakeClock, FakeProvider, ScriptedNext
+from provmw.stores.outage import GuardedBudgets
+from provmw.testing import FakeClock, FakeProvider, ScriptedNext, call_context
 from tests.conftest import anthropic_config, openai_config
 
 CONFIG = ProviderConfig(identifier="oa", provider="openai", model="gpt-test")
@@ -27,9 +29,9 @@ LA = ZoneInfo("America/Los_Angeles")
 NOON = dt.datetime(2026, 11, 22, 12, tzinfo=LA).timestamp()
 
 
-def ctx(planned_usd: float | None = 0.01, **metadata: Any) -> ProviderCallContext:
-    values = {"planned_cost_usd": planned_usd, "estimated_input_tokens": 10, "max_output_tokens": 20, **metadata}
-    return ProviderCallContext(ProviderOperation.CHAT, metadata=values)
+def ctx(planned_usd: float | None = 0.01, **facts: Any) -> ProviderCallContext:
+    values = {"planned_cost_usd": planned_usd, "estimated_input_tokens": 10, "max_output_tokens": 20, **facts}
+    return call_context(**values)
 
 
 def answer(cost_usd: float | None = 0.006, tokens: int = 30) -> CompletionResponse:
@@ -121,10 +123,13 @@ async def test_estimate_mode_lets_an_unpriced_call_through() -> None:
     assert (await middleware.handle(ctx(None), CONFIG, ScriptedNext(answer(None)))).text == "ok"
 
 
-async def test_no_limits_means_no_store_is_ever_opened() -> None:
-    middleware = BudgetMiddleware(BudgetOptions())
-    await middleware.handle(ctx(), CONFIG, ScriptedNext())
-    assert middleware._store is None
+async def test_no_limits_means_no_store_is_ever_opened(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    settings = Settings(configurations={"oa": openai_config(fake)},
+                        middleware={"budget": {"path": str(tmp_path / "budget.db")}})
+    async with ServiceManager(settings, host=builtin_only) as manager:
+        await manager.chat("hi")
+    assert not (tmp_path / "budget.db").exists()
 
 
 def test_an_unknown_time_zone_is_a_configuration_error() -> None:
@@ -250,7 +255,7 @@ class DownStore(MemoryBudgetStore):
 
 
 async def test_a_store_that_cannot_reserve_refuses_the_call_before_it_goes_out() -> None:
-    middleware = budget({"scope": "global", "period": "day", "max_cost_usd": 1.0}, store=DownStore())
+    middleware = budget({"scope": "global", "period": "day", "max_cost_usd": 1.0}, store=GuardedBudgets(DownStore()))
     upstream = ScriptedNext()
     with pytest.raises(BudgetUnavailableError, match="budget store down.*fail_closed"):
         await middleware.handle(ctx(), CONFIG, upstream)
@@ -258,8 +263,8 @@ async def test_a_store_that_cannot_reserve_refuses_the_call_before_it_goes_out()
 
 
 async def test_fail_open_lets_calls_go_uncounted_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
-    middleware = budget({"scope": "global", "period": "day", "max_cost_usd": 1.0}, store=DownStore(),
-                        failure_policy="fail_open")
+    middleware = budget({"scope": "global", "period": "day", "max_cost_usd": 1.0},
+                        store=GuardedBudgets(DownStore(), "fail_open"))
     upstream = ScriptedNext(answer(), answer(), answer())
     for _ in range(3):
         await middleware.handle(ctx(), CONFIG, upstream)
@@ -293,7 +298,7 @@ async def test_a_long_call_renews_its_lease_every_half_lease() -> None:
 
 
 async def test_a_failed_renewal_is_logged_and_the_call_goes_on(caplog: pytest.LogCaptureFixture) -> None:
-    store = Renewals(failing=True)
+    store = GuardedBudgets(Renewals(failing=True))
     middleware = budget({"scope": "global", "period": "day", "max_cost_usd": 1.0}, store=store, lease_s=0.04)
     assert (await middleware.handle(ctx(), CONFIG, slow_answer)).text == "ok"
     assert "could not renew reservation" in caplog.text

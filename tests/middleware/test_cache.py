@@ -19,7 +19,8 @@ from provmw.plugins import PluginHost
 from provmw.responses import CompletionResponse, EmbeddingResponse
 from provmw.settings import Settings
 from provmw.stores.cache import MemoryCacheStore
-from provmw.testing import FakeProvider, Fault, ScriptedNext
+from provmw.stores.outage import GuardedCache
+from provmw.testing import FakeProvider, Fault, ScriptedNext, call_context
 from tests.conftest import BUILTIN_MIDDLEWARE_OFF, openai_config
 
 CONFIG = ProviderConfig(identifier="p", provider="openai", model="m")
@@ -28,8 +29,14 @@ ANSWER = CompletionResponse(provider="openai", model="m", text="42", finish_reas
 
 def ctx(key: str = "k1", operation: ProviderOperation = ProviderOperation.CHAT, deterministic: bool = True,
         **controls: Any) -> ProviderCallContext:
-    return ProviderCallContext(operation, metadata={"cache_key": key, "shared_cache_key": "shared-" + key[-1],
-                                                    "deterministic": deterministic, "call_options": controls})
+    # ``key`` stands for the caller; requests ending in the same character share a digest.
+    return call_context(operation, digest="shared-" + key[-1], tenant=key, deterministic=deterministic,
+                        controls=controls)
+
+
+def stored_key(key: str = "k1", namespace: str = "default") -> str:
+    """The store key the cache uses for ``ctx(key)``."""
+    return f"{namespace}:{ctx(key).facts.cache_key}"
 
 
 def cache(**options: Any) -> CacheMiddleware:
@@ -131,7 +138,7 @@ async def test_a_bad_namespace_control_names_itself(value: object) -> None:
                                                              "pickle-bytes"])
 async def test_a_corrupt_entry_is_a_miss_logged_once(raw: str, caplog: pytest.LogCaptureFixture) -> None:
     middleware = cache()
-    await middleware.store.set("default:k1", raw, 60)
+    await middleware.store.set(stored_key(), raw, 60)
     first = await middleware.handle(ctx(no_store=True), CONFIG, ScriptedNext(ANSWER))
     second = await middleware.handle(ctx(), CONFIG, ScriptedNext(ANSWER))
     assert not first.cached and not second.cached
@@ -155,7 +162,7 @@ async def test_a_failing_store_degrades_to_misses_with_one_warning(caplog: pytes
         async def unclaim(self, key: str, token: str) -> None:
             raise ConnectionError("store down")
 
-    middleware = CacheMiddleware(CacheOptions(operations=("chat",)), store=BrokenStore())
+    middleware = CacheMiddleware(CacheOptions(operations=("chat",)), store=GuardedCache(BrokenStore()))
     for _ in range(3):
         assert (await middleware.handle(ctx(), CONFIG, ScriptedNext(ANSWER))).text == "42"
     assert caplog.text.count("the store failed") == 1
@@ -285,7 +292,7 @@ async def test_a_miss_whose_claim_is_held_elsewhere_waits_for_that_entry() -> No
     middleware, upstream = CacheMiddleware(CacheOptions(operations=("chat",)), store=store), ScriptedNext()
     waiting = asyncio.ensure_future(middleware.handle(ctx(), CONFIG, upstream))
     await asyncio.sleep(0.05)
-    await store.set("default:k1", json.dumps(ANSWER.to_dict()), 60)  # the other process answers
+    await store.set(stored_key(), json.dumps(ANSWER.to_dict()), 60)  # the other process answers
     hit = await waiting
     assert hit.cached and hit.text == "42" and upstream.calls == []
 

@@ -9,12 +9,12 @@ import attrs
 import pytest
 
 from provmw.config import ProviderConfig
-from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.context import ProviderCallContext
 from provmw.errors import ConfigurationError, LocalRateLimitError, ProviderUnavailableError
 from provmw.middleware.rate_limit import RateLimitMiddleware, RateLimitOptions
 from provmw.responses import CompletionResponse, Usage
 from provmw.stores.rate_limits import Grant, MemoryRateLimiter, RateLimits
-from provmw.testing import FakeClock, ScriptedNext
+from provmw.testing import FakeClock, ScriptedNext, call_context
 
 CONFIG = ProviderConfig(identifier="p", provider="openai", model="m")
 
@@ -25,8 +25,7 @@ def limiter(clock: FakeClock, max_wait_s: float = 60, **limits: int) -> RateLimi
 
 
 def ctx(tokens: int = 10, max_output: int | None = None) -> ProviderCallContext:
-    return ProviderCallContext(ProviderOperation.CHAT, metadata={"estimated_input_tokens": tokens,
-                                                                  "max_output_tokens": max_output})
+    return call_context(estimated_input_tokens=tokens, max_output_tokens=max_output)
 
 
 def answer(total_tokens: int) -> CompletionResponse:

@@ -12,12 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from provmw.config import ProviderConfig
-from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.errors import ConfigurationError, ProviderError, ProviderUnavailableError, RateLimitError
 from provmw.http import HttpClient
 from provmw.middleware.fallback import FallbackMiddleware
 from provmw.middleware.retry import RetryBudget, RetryMiddleware, RetryOptions, full_jitter
-from provmw.testing import FakeClock, FakeProvider, Fault, ScriptedNext
+from provmw.testing import FakeClock, FakeProvider, Fault, ScriptedNext, call_context
 from tests.conftest import anthropic_config, openai_config
 from tests.middleware.conftest import CTX, chat_through
 
@@ -128,7 +127,7 @@ async def test_backoff_grows_and_is_capped_per_wait() -> None:
 
 
 async def test_the_max_attempts_control_overrides_the_setting() -> None:
-    ctx = ProviderCallContext(ProviderOperation.CHAT, metadata={"call_options": {"max_attempts": 1}})
+    ctx = call_context(controls={"max_attempts": 1})
     inner = ScriptedNext(ProviderUnavailableError("down"))
     with pytest.raises(ProviderUnavailableError):
         await retry(FakeClock()).handle(ctx, _config(), inner)
@@ -137,7 +136,7 @@ async def test_the_max_attempts_control_overrides_the_setting() -> None:
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, True, "3"])
 async def test_a_bad_max_attempts_control_names_itself(value: object) -> None:
-    ctx = ProviderCallContext(ProviderOperation.CHAT, metadata={"call_options": {"max_attempts": value}})
+    ctx = call_context(controls={"max_attempts": value})
     with pytest.raises(ConfigurationError, match="max_attempts"):
         await retry(FakeClock()).handle(ctx, _config(), ScriptedNext())
 

@@ -1,4 +1,4 @@
-"""Deadline (the whole call) and timeout (each attempt): which limit fired, and what it cancels."""
+"""Deadline (the whole call) and each attempt's limit: which one fired, what it cancels, who may change it."""
 
 from __future__ import annotations
 
@@ -7,22 +7,25 @@ import asyncio
 import pytest
 
 from provmw.config import ProviderConfig
-from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.context import ProviderCallContext
 from provmw.errors import AttemptTimeoutError, ConfigurationError, DeadlineExceededError, disposition
-from provmw.http import HttpClient
+from provmw.manager import ServiceManager
+from provmw.middleware._common import run_within
 from provmw.middleware.deadline import DeadlineMiddleware, DeadlineOptions
 from provmw.middleware.retry import RetryMiddleware
 from provmw.middleware.timeout import TimeoutMiddleware
+from provmw.plugins import PluginHost
 from provmw.responses import CompletionResponse
-from provmw.testing import FakeClock, FakeProvider, Fault, ScriptedNext
-from tests.conftest import openai_config
-from tests.middleware.conftest import CTX, chat_through
+from provmw.settings import Settings
+from provmw.testing import FakeProvider, Fault, ScriptedNext, call_context
+from tests.conftest import BUILTIN_MIDDLEWARE_OFF, openai_config
+from tests.middleware.conftest import CTX
 
 CONFIG = ProviderConfig(identifier="p", provider="openai", model="m", timeout_s=0.01)
 
 
 def controls(**values: object) -> ProviderCallContext:
-    return ProviderCallContext(ProviderOperation.CHAT, metadata={"call_options": values})
+    return call_context(controls=values)
 
 
 async def hang(config: ProviderConfig) -> CompletionResponse:
@@ -30,40 +33,67 @@ async def hang(config: ProviderConfig) -> CompletionResponse:
     raise AssertionError("unreachable")
 
 
-async def test_an_attempt_past_the_configurations_timeout_raises_attempt_timeout() -> None:
-    with pytest.raises(AttemptTimeoutError) as caught:
-        await TimeoutMiddleware().handle(CTX, CONFIG, hang)
-    assert caught.value.limit_s == 0.01 and "'p' exceeded its timeout of 0.01s" in str(caught.value)
+def manager(fake: FakeProvider, host: PluginHost, *enabled: str, **fields: object) -> ServiceManager:
+    off = {name: section for name, section in BUILTIN_MIDDLEWARE_OFF.items() if name not in enabled}
+    return ServiceManager(Settings(configurations={"oa": openai_config(fake, **fields)}, middleware=off), host=host)
+
+
+async def test_a_timed_out_attempt_is_an_attempt_timeout_naming_its_limit(
+        fake: FakeProvider, builtin_only: PluginHost) -> None:
+    fake.script(Fault(delay_s=5))
+    async with manager(fake, builtin_only, timeout_s=0.2) as m:
+        with pytest.raises(AttemptTimeoutError) as caught:
+            await m.chat("hi")
+    assert caught.value.limit_s == 0.2 and "'oa' exceeded its timeout of 0.2s" in str(caught.value)
+
+
+async def test_a_timed_out_attempt_is_recorded_as_a_timeout(fake: FakeProvider, builtin_only: PluginHost) -> None:
+    fake.script(Fault(delay_s=5))
+    async with manager(fake, builtin_only, "retry", timeout_s=0.2) as m:
+        response = await m.chat("hi")
+    assert [a.error_type for a in response.attempts] == ["AttemptTimeoutError", None]
+
+
+async def test_the_control_lengthens_an_attempt_past_the_configuration(
+        fake: FakeProvider, builtin_only: PluginHost) -> None:
+    fake.script(Fault(delay_s=0.3))
+    async with manager(fake, builtin_only, "timeout", timeout_s=0.1) as m:
+        response = await m.chat("hi", controls={"attempt_timeout_s": 5})
+    assert response.text == "echo: hi"
+
+
+async def test_the_control_shortens_an_attempt(fake: FakeProvider, builtin_only: PluginHost) -> None:
+    fake.script(Fault(delay_s=5))
+    async with manager(fake, builtin_only, "timeout", timeout_s=30) as m:
+        with pytest.raises(AttemptTimeoutError) as caught:
+            await m.chat("hi", controls={"attempt_timeout_s": 0.1})
+    assert caught.value.limit_s == 0.1
 
 
 async def test_an_attempt_timeout_is_retryable_and_may_fall_back() -> None:
-    with pytest.raises(AttemptTimeoutError) as caught:
-        await TimeoutMiddleware().handle(CTX, CONFIG, hang)
-    assert disposition(caught.value).retryable and disposition(caught.value).may_fall_back
+    error = AttemptTimeoutError("slow", limit_s=1)
+    assert disposition(error).retryable and disposition(error).may_fall_back
 
 
-async def test_the_attempt_timeout_control_overrides_the_configuration() -> None:
-    slow_config = ProviderConfig(identifier="p", provider="openai", model="m", timeout_s=600)
-    with pytest.raises(AttemptTimeoutError, match="0.02s"):
-        await TimeoutMiddleware().handle(controls(attempt_timeout_s=0.02), slow_config, hang)
+async def test_without_the_control_the_configuration_passes_unchanged() -> None:
+    inner = ScriptedNext()
+    await TimeoutMiddleware().handle(CTX, CONFIG, inner)
+    assert inner.calls == [CONFIG]
 
 
-async def test_a_fast_attempt_is_untouched() -> None:
-    response = await TimeoutMiddleware().handle(CTX, CONFIG, ScriptedNext())
-    assert response.text == "ok"
+async def test_an_inner_timeout_error_is_not_mistaken_for_the_limits_own() -> None:
+    async def inner_limit() -> None:
+        raise TimeoutError("some inner limit")
 
-
-async def test_an_inner_timeout_error_is_not_mistaken_for_ours() -> None:
     with pytest.raises(TimeoutError) as caught:
-        await TimeoutMiddleware().handle(CTX, CONFIG, ScriptedNext(TimeoutError("some inner limit")))
+        await run_within(5, inner_limit(), lambda: AttemptTimeoutError("mine", limit_s=5))
     assert not isinstance(caught.value, AttemptTimeoutError)
 
 
-async def test_each_retry_gets_its_own_attempt_timeout(fake: FakeProvider, http: HttpClient) -> None:
+async def test_each_retry_gets_its_own_attempt_timeout(fake: FakeProvider, builtin_only: PluginHost) -> None:
     fake.script(Fault(delay_s=5), Fault(delay_s=5))
-    clock = FakeClock()
-    stack = [RetryMiddleware(sleep=clock.sleep), TimeoutMiddleware()]
-    response = await chat_through(stack, http, openai_config(fake, timeout_s=0.2))
+    async with manager(fake, builtin_only, "retry", timeout_s=0.2) as m:
+        response = await m.chat("hi")
     assert response.text == "echo: hi" and fake.count() == 3
 
 

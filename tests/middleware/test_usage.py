@@ -50,7 +50,7 @@ async def test_503_then_timeout_then_fallback_gives_three_records_of_one_call(
     found = await records(tmp_path / "u.db")
     assert [(r.attempt, r.config_id, r.status, r.error_type, r.billed) for r in found] == [
         (1, "oa", "error", "ProviderUnavailableError", "no"),
-        (2, "oa", "error", "ProviderTimeoutError", "unknown"),  # the fake did process it
+        (2, "oa", "error", "AttemptTimeoutError", "unknown"),  # the fake did process it
         (3, "an", "ok", None, "yes")]
     assert len({r.correlation_id for r in found}) == 1
     assert found[2].cost_usd == response.usage.cost_usd is not None

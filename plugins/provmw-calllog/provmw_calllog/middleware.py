@@ -73,4 +73,4 @@ class CallLogMiddleware:
         elapsed_ms = (self._clock() - started) * 1000.0
         log.log(self.options.level, "call %s %s config=%s user=%s tenant=%s %.1fms %s",
                 ctx.correlation_id, ctx.operation.value, config.identifier,
-                ctx.metadata.get("user"), ctx.metadata.get("tenant"), elapsed_ms, outcome)
+                ctx.facts.user, ctx.facts.tenant, elapsed_ms, outcome)

@@ -40,17 +40,18 @@ def layer(manager: ServiceManager, name: str) -> Any:
 
 def test_a_redis_url_puts_all_four_concerns_in_redis() -> None:
     manager = build({"url": REDIS_URL})
-    assert isinstance(manager.state, RedisState)
-    assert isinstance(layer(manager, "cache").store, RedisCacheStore)
-    assert isinstance(layer(manager, "budget").store, RedisBudgetStore)
-    assert isinstance(layer(manager, "circuit_breaker").store, RedisBreakerStore)
-    assert isinstance(layer(manager, "rate_limit").limiter, RedisRateLimiter)
+    assert isinstance(manager.state.shared, RedisState)
+    # Each store sits behind the outage rule's guard (provmw.stores.outage).
+    assert isinstance(layer(manager, "cache").store.store, RedisCacheStore)
+    assert isinstance(layer(manager, "budget").store.store, RedisBudgetStore)
+    assert isinstance(layer(manager, "circuit_breaker").store.shared, RedisBreakerStore)
+    assert isinstance(layer(manager, "rate_limit").limiter.shared, RedisRateLimiter)
 
 
 def test_shared_picks_the_concerns_that_live_in_redis() -> None:
     manager = build({"url": REDIS_URL, "shared": ["budget"]})
-    assert isinstance(layer(manager, "budget").store, RedisBudgetStore)
-    assert isinstance(layer(manager, "cache").store, MemoryCacheStore)
+    assert isinstance(layer(manager, "budget").store.store, RedisBudgetStore)
+    assert isinstance(layer(manager, "cache").store.store, MemoryCacheStore)
 
 
 def test_a_scheme_no_plugin_serves_is_named() -> None:
@@ -76,7 +77,7 @@ def test_a_missing_signing_key_variable_is_named() -> None:
 async def test_the_url_s_password_appears_in_no_repr_or_error() -> None:
     url = "redis://:hunter2-SECRET@127.0.0.1:1/0"
     async with build({"url": url}, budget=BUDGET) as manager:
-        assert "hunter2" not in repr(manager.settings) and "hunter2" not in repr(manager.state.client)  # type: ignore[union-attr]
+        assert "hunter2" not in repr(manager.settings) and "hunter2" not in repr(manager.state.shared.client)  # type: ignore[union-attr]
         with pytest.raises(BudgetUnavailableError) as refused:
             await manager.chat("hello")
     assert "hunter2" not in str(refused.value) and "hunter2" not in repr(refused.value.__cause__)

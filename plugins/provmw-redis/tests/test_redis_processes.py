@@ -79,7 +79,7 @@ async def test_four_processes_never_commit_or_reserve_past_a_strict_limit(fake: 
     assert max(r["peak"] for r in results) <= DOLLAR
     assert fake.count() == served  # a refused call sent nothing
     async with manager(document(fake, prefix, budget=budget)) as check:
-        [bucket] = await check.state.budget_store().states(now=time.time())  # type: ignore[union-attr]
+        [bucket] = await check.state.budget_store().states(now=time.time())
         assert bucket.reserved == Amounts() and bucket.spent.requests == served
 
 
