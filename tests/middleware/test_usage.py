@@ -106,3 +106,23 @@ async def test_fail_closed_refuses_past_the_journal_before_the_provider_sees_it(
         assert fake.count() == 3
         locked.unlock()
     assert len(await records(locked.path)) == 3
+
+
+class HedgeMiddleware:
+    """Sends every attempt twice at once and answers with the first; a test of per-call numbering."""
+
+    name, priority = "hedge", 350
+
+    async def handle(self, ctx: Any, config: Any, next: Any) -> Any:
+        first, _ = await asyncio.gather(next(config), next(config))
+        return first
+
+
+async def test_parallel_attempts_each_get_a_ledger_record(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    ledger = tmp_path / "u.db"
+    async with ServiceManager(settings(fake, ledger), host=builtin_only, middleware=[HedgeMiddleware()]) as manager:
+        response = await manager.chat("hello there")
+    found = await records(ledger)
+    assert fake.count() == len(response.attempts) == len(found) == 2
+    assert sorted(r.attempt for r in found) == [1, 2]
