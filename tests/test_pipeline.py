@@ -185,3 +185,32 @@ def test_order_is_computed_once_at_build() -> None:
     pipeline = MiddlewarePipeline(source)
     source[0].priority = 99
     assert pipeline.order == ("b", "a")
+
+
+class Closing:
+    """A layer holding resources, and reading one control."""
+
+    priority = 10
+    controls = frozenset({"closing_hint"})
+
+    def __init__(self, name: str, closed: list[str]) -> None:
+        self.name, self._closed = name, closed
+
+    async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
+        return await next(config)
+
+    async def aclose(self) -> None:
+        self._closed.append(self.name)
+
+
+def test_the_pipeline_knows_the_controls_its_layers_declare() -> None:
+    pipeline = MiddlewarePipeline([Closing("a", []), Substitute()])
+    assert pipeline.controls == {"closing_hint"}
+
+
+async def test_the_pipeline_closes_the_layers_that_hold_resources_outermost_first() -> None:
+    closed: list[str] = []
+    outer = Closing("outer", closed)
+    outer.priority = 20
+    await MiddlewarePipeline([Closing("inner", closed), Substitute(), outer]).aclose()
+    assert closed == ["outer", "inner"]

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import inspect
 import threading
 
+import pytest
+
+from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost, PluginPolicy
 from provmw.settings import Settings
 from provmw.sync import SyncServiceManager
@@ -55,3 +59,14 @@ def test_close_twice_is_safe() -> None:
     twin = SyncServiceManager(Settings(), host=PluginHost(PluginPolicy(autoload=False), environ={}))
     twin.close()
     twin.close()
+
+
+CALL_ARGUMENTS = {"configuration", "user", "tenant", "controls", "idempotency_key", "correlation_id", "provider",
+                  "model", "base_url", "api_key", "timeout_s"}
+
+
+@pytest.mark.parametrize("method", ["chat", "complete", "embed", "vision", "chat_with_tools", "stream_chat"])
+@pytest.mark.parametrize("manager", [ServiceManager, SyncServiceManager], ids=["async", "sync"])
+def test_every_call_method_spells_out_the_call_arguments(manager: type, method: str) -> None:
+    parameters = inspect.signature(getattr(manager, method)).parameters
+    assert {name for name, p in parameters.items() if p.kind is p.KEYWORD_ONLY} >= CALL_ARGUMENTS

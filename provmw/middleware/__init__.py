@@ -62,6 +62,7 @@ __all__ = [
     "UsageHitsMiddleware",
     "UsageMiddleware",
     "builtin_middleware",
+    "enabled",
     "section_options",
 ]
 
@@ -116,9 +117,11 @@ _CONFIGURATION_NAMES: Mapping[str, tuple[str, Callable[[Any], Iterable[str]]]] =
 
 
 def section_options(settings: Settings, builtin: Builtin[OptionsT]) -> OptionsT:
-    """``[middleware.<name>]`` parsed into the built-in's options; a ``path`` is relative to the file."""
+    """``[middleware.<name>]`` parsed into the built-in's options (the defaults when the section says
+    ``enabled = false``); a ``path`` is relative to the settings file."""
     where = f"{settings.source}: [middleware.{builtin.name}]"
-    options = options_from(builtin.options, settings.section(builtin.name), where)
+    section = settings.section(builtin.name)
+    options = options_from(builtin.options, section if enabled(settings, builtin) else {}, where)
     if "path" in attrs.fields_dict(builtin.options):  # type: ignore[arg-type]
         located: Any = options
         options = attrs.evolve(located, path=settings.relative_to_file(located.path))
@@ -131,12 +134,15 @@ def section_options(settings: Settings, builtin: Builtin[OptionsT]) -> OptionsT:
     return options
 
 
+def enabled(settings: Settings, builtin: Builtin[Any]) -> bool:
+    """Whether the settings leave ``builtin`` on (``enabled = false`` turns it off)."""
+    return settings.section(builtin.name).get("enabled", True) is not False
+
+
 def builtin_middleware(settings: Settings, state: State) -> list[Middleware]:
     """The enabled built-ins, configured from ``settings`` and handed their stores by ``state``."""
     built = []
-    for builtin in BUILTINS:
-        if settings.section(builtin.name).get("enabled", True) is False:
-            continue
+    for builtin in (b for b in BUILTINS if enabled(settings, b)):
         options = section_options(settings, builtin)
         args = (options,) if builtin.takes_options else ()
         built.append(builtin.cls(*args, **builtin.inject(settings, state)))

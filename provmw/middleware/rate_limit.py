@@ -8,10 +8,10 @@ from typing import Any
 
 import attrs
 
-from provmw._checks import number
+from provmw._checks import number, options_from
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
-from provmw.errors import LocalRateLimitError
+from provmw.errors import ConfigurationError, LocalRateLimitError
 from provmw.middleware._common import Clock, Sleep, monotonic
 from provmw.pipeline import Next, R
 from provmw.stores.rate_limits import MemoryRateLimiter, RateLimiter, RateLimits
@@ -20,7 +20,10 @@ __all__ = ["RateLimitMiddleware", "RateLimitOptions"]
 
 
 def _limits(value: Mapping[str, Any]) -> dict[str, RateLimits]:
-    return {name: v if isinstance(v, RateLimits) else RateLimits(**v) for name, v in value.items()}
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"limits must be a table of configuration names, got {value!r}")
+    return {name: v if isinstance(v, RateLimits) else options_from(RateLimits, v, f"limits.{name}")
+            for name, v in value.items()}
 
 
 @attrs.frozen
