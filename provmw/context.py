@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -136,6 +137,35 @@ class AttemptLog:
         self.recorded.append(attempt)
 
 
+# The metadata keys 0.1.0 documented for the built-in facts, and the fact each one is now.
+_DEPRECATED_KEYS = {"user": "user", "tenant": "tenant", "cache_key": "cache_key",
+                    "shared_cache_key": "shared_cache_key", "deterministic": "deterministic",
+                    "idempotency_key": "idempotency_key", "estimated_input_tokens": "estimated_input_tokens",
+                    "max_output_tokens": "max_output_tokens", "planned_cost_usd": "planned_cost_usd",
+                    "call_options": "controls"}
+
+
+class _Metadata(FrozenMap):
+    """Plugins' metadata, still answering 0.1.0's built-in keys from the facts, with a warning."""
+
+    __slots__ = ("_facts",)
+    _facts: CallFacts
+
+    def __init__(self, data: Mapping[str, Any], facts: CallFacts) -> None:
+        super().__init__(data)
+        object.__setattr__(self, "_facts", facts)
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self._data[key]
+        except KeyError:
+            fact = _DEPRECATED_KEYS.get(key)
+            if fact is None:
+                raise
+        warnings.warn(f"ctx.metadata[{key!r}] is deprecated: read ctx.facts.{fact}", DeprecationWarning, stacklevel=3)
+        return getattr(self._facts, fact)
+
+
 def _new_correlation_id() -> str:
     return uuid.uuid4().hex
 
@@ -149,6 +179,9 @@ class ProviderCallContext:
     metadata: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze)
     facts: CallFacts = attrs.field(factory=CallFacts, kw_only=True)
     attempts: AttemptLog = attrs.field(factory=AttemptLog, kw_only=True, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "metadata", _Metadata(self.metadata, self.facts))
 
     def with_metadata(self, **values: Any) -> ProviderCallContext:
         """Return a copy whose metadata is merged with ``values`` (the same facts and attempts)."""

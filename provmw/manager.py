@@ -110,9 +110,13 @@ class ServiceManager:
     async def aclose(self) -> None:
         """Close the HTTP client, then the middleware that hold resources, then the state (the
         usage ledger writes what it still holds); the manager may not be used afterwards."""
-        await self.http.aclose()
-        await self.pipeline.aclose()
-        await self.state.aclose()
+        try:
+            await self.http.aclose()
+        finally:
+            try:
+                await self.pipeline.aclose()
+            finally:
+                await self.state.aclose()
 
     async def chat(self, /, messages: Messages, *, options: Mapping[str, Any] | None = None,
                    configuration: str | None = None, user: str | None = None, tenant: str | None = None,
@@ -196,8 +200,10 @@ class ServiceManager:
         """Stream an answer; deliberately outside the pipeline (see ADR 0005).
 
         The caller arguments are checked as for ``chat``; the stream itself is not budgeted,
-        recorded or retried yet.
+        recorded or retried yet, so per-call ``controls`` are refused.
         """
+        if controls:  # nothing in the pipeline would read them
+            raise ConfigurationError("stream_chat takes no controls yet: streams run outside the pipeline (ADR 0005)")
         call = _Call(configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model,
                      base_url, api_key, timeout_s)
         request = ChatRequest(_messages(messages), options=_options(options))

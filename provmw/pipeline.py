@@ -134,9 +134,15 @@ class MiddlewarePipeline:
 
     async def aclose(self) -> None:
         """Close every middleware that is :class:`Closeable`, outermost first."""
+        failures = []
         for middleware in self._middlewares:
             if isinstance(middleware, Closeable):
-                await middleware.aclose()
+                try:
+                    await middleware.aclose()
+                except Exception as exc:  # the others still close; the first failure is raised after
+                    failures.append(exc)
+        if failures:
+            raise failures[0]
 
     async def run(self, ctx: ProviderCallContext, config: ProviderConfig, terminal: Terminal[R]) -> R:
         """Run the call described by ``ctx`` through every layer down to ``terminal``."""

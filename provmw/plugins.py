@@ -19,7 +19,7 @@ import pluggy
 from provmw import hookspecs
 from provmw._checks import did_you_mean
 from provmw.errors import ConfigurationError, PluginError, PluginLoadError, ProvmwError
-from provmw.hookspecs import hookimpl
+from provmw.hookspecs import hookimpl, hookspec
 from provmw.middleware import BUILTINS
 from provmw.settings import PluginPolicy, PluginStatus
 
@@ -38,6 +38,7 @@ __all__ = [
     "PluginInfo",
     "PluginPolicy",
     "hookimpl",
+    "hookspec",
 ]
 
 ENTRY_POINT_GROUP = "provmw"
@@ -150,7 +151,7 @@ class PluginHost:
             for middleware in result
         ]
         _check_sections(settings, [c.middleware for c in found])
-        return tuple(c for c in found if settings.section(c.middleware.name).get("enabled", True))
+        return tuple(c for c in found if settings.enabled(c.middleware.name))
 
     def collect_providers(self) -> Mapping[str, ProviderAdapter]:
         """Provider adapters by name; two adapters with one name are an error."""

@@ -119,6 +119,14 @@ class Settings:
         found = self.middleware.get(name)
         return found if isinstance(found, FrozenMap) else FrozenMap(found)
 
+    def enabled(self, name: str) -> bool:
+        """Whether ``[middleware.<name>]`` leaves that middleware on (``enabled = false`` turns it off)."""
+        value = self.section(name).get("enabled", True)
+        if not isinstance(value, bool):
+            raise ConfigurationError(f"{self.source}: [middleware.{name}] enabled: must be true or false, "
+                                     f"got {value!r}")
+        return value
+
     def relative_to_file(self, path: str) -> str:
         """A relative path written in a settings file is relative to that file's folder."""
         source = Path(self.source)

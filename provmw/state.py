@@ -80,14 +80,17 @@ class State:
 
     async def aclose(self) -> None:
         """Write what the ledger's journal still holds, close every store made, then the shared backend."""
-        journal = self._made.pop("usage", None)
-        if journal is not None:
-            await journal.aclose()
-        budgets = self._made.pop("budget", None)
-        if budgets is not None:
-            await budgets.aclose()
-        if self.shared is not None:
-            await self.shared.aclose()
+        journal, budgets = self._made.pop("usage", None), self._made.pop("budget", None)
+        try:
+            if journal is not None:
+                await journal.aclose()
+        finally:
+            try:
+                if budgets is not None:
+                    await budgets.aclose()
+            finally:
+                if self.shared is not None:
+                    await self.shared.aclose()
 
     def _backend(self, concern: str) -> StateBackend | EmbeddedState:
         return self.shared if self.shared is not None and concern in self.shared_concerns else self.embedded

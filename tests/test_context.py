@@ -6,6 +6,7 @@ import attrs
 import pytest
 
 from provmw.context import FrozenMap, ProviderCallContext, ProviderOperation
+from provmw.testing import call_context
 
 
 def test_correlation_id_is_uuid4_hex_unless_given() -> None:
@@ -55,3 +56,15 @@ def test_metadata_given_as_dict_is_copied() -> None:
 
 def test_operation_values_are_the_documented_strings() -> None:
     assert [op.value for op in ProviderOperation] == ["chat", "completion", "embedding", "vision", "tools"]
+
+
+def test_a_built_in_fact_read_as_metadata_still_answers_with_a_deprecation_warning() -> None:
+    ctx = call_context(tenant="acme", metadata={"mine": 1})
+    with pytest.warns(DeprecationWarning, match=r"read ctx.facts.tenant"):
+        assert ctx.metadata.get("tenant") == "acme"
+    assert dict(ctx.metadata) == {"mine": 1}
+
+
+def test_plugin_metadata_survives_with_metadata_and_keeps_the_facts() -> None:
+    ctx = call_context(user="ada").with_metadata(mine=2)
+    assert ctx.metadata["mine"] == 2 and ctx.facts.user == "ada"

@@ -98,6 +98,11 @@ async def test_the_request_digest_is_computed_only_when_a_layer_reads_it(
     assert digests == []
 
 
+async def test_stream_chat_refuses_controls_it_would_not_apply(manager: ServiceManager) -> None:
+    with pytest.raises(ConfigurationError, match="stream_chat takes no controls"):
+        [c async for c in manager.stream_chat("hi", controls={"no_cache": True})]
+
+
 async def test_a_misspelt_call_argument_is_a_type_error(manager: ServiceManager) -> None:
     with pytest.raises(TypeError, match="usr"):
         await manager.chat("hi", usr="ada")  # type: ignore[call-arg]

@@ -49,7 +49,10 @@ if TYPE_CHECKING:
     from provmw.state import State
 
 __all__ = [
+    "BUDGET",
     "BUILTINS",
+    "CACHE",
+    "USAGE",
     "BudgetMiddleware",
     "Builtin",
     "CacheMiddleware",
@@ -60,6 +63,7 @@ __all__ = [
     "RetryMiddleware",
     "TimeoutMiddleware",
     "UsageHitsMiddleware",
+    "NoOptions",
     "UsageMiddleware",
     "builtin_middleware",
     "enabled",
@@ -117,11 +121,9 @@ _CONFIGURATION_NAMES: Mapping[str, tuple[str, Callable[[Any], Iterable[str]]]] =
 
 
 def section_options(settings: Settings, builtin: Builtin[OptionsT]) -> OptionsT:
-    """``[middleware.<name>]`` parsed into the built-in's options (the defaults when the section says
-    ``enabled = false``); a ``path`` is relative to the settings file."""
+    """``[middleware.<name>]`` parsed into the built-in's options; a ``path`` is relative to the file."""
     where = f"{settings.source}: [middleware.{builtin.name}]"
-    section = settings.section(builtin.name)
-    options = options_from(builtin.options, section if enabled(settings, builtin) else {}, where)
+    options = options_from(builtin.options, settings.section(builtin.name), where)
     if "path" in attrs.fields_dict(builtin.options):  # type: ignore[arg-type]
         located: Any = options
         options = attrs.evolve(located, path=settings.relative_to_file(located.path))
@@ -136,7 +138,7 @@ def section_options(settings: Settings, builtin: Builtin[OptionsT]) -> OptionsT:
 
 def enabled(settings: Settings, builtin: Builtin[Any]) -> bool:
     """Whether the settings leave ``builtin`` on (``enabled = false`` turns it off)."""
-    return settings.section(builtin.name).get("enabled", True) is not False
+    return settings.enabled(builtin.name)
 
 
 def builtin_middleware(settings: Settings, state: State) -> list[Middleware]:

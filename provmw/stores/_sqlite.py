@@ -51,8 +51,9 @@ class SqliteDatabase:
         return self._executor.submit(self._call, work).result()
 
     def close(self) -> None:
-        """Close the connection and stop the thread."""
-        self._executor.submit(self._close).result()
+        """Close the connection and stop the thread (a database never used has neither)."""
+        if self._connection is not None:
+            self._executor.submit(self._close).result()
         self._executor.shutdown()
 
     def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:

@@ -34,7 +34,8 @@ FailurePolicy = Literal["fail_open", "fail_closed"]
 
 
 class UsageJournal:
-    """Holds records until ``store`` acknowledges them; owned by the usage middleware."""
+    """Holds records until ``store`` acknowledges them; owned by the manager's state, shared by
+    ``usage`` and ``usage_hits``."""
 
     def __init__(self, store: UsageStore, *, max_records: int = 50_000, policy: FailurePolicy = "fail_open",
                  batch_size: int = 500, retry_s: float = 0.05, max_retry_s: float = 5.0,

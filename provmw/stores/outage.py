@@ -8,8 +8,10 @@ concern                   when its store fails (ADR 0013)
                           ``BudgetUnavailableError`` before any request; ``fail_open``: the
                           call goes uncounted); renew and settle: logged, the lease frees
                           the hold
-``circuit_breaker``,      this process's own embedded store decides; each outcome goes
-``rate_limit``            back to the store that admitted it
+``circuit_breaker``,      unreachable (``ConnectionError``, ``TimeoutError``): this
+``rate_limit``            process's own embedded store decides; each outcome goes back
+                          to the store that admitted it. Any other error is a bug and
+                          propagates
 ``usage``                 the journal keeps every record and retries
                           (:mod:`provmw.stores.journal`); its ``failure_policy`` says what
                           a full journal means
@@ -23,8 +25,8 @@ one warning per outage, not one per call.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Awaitable, Sequence
+from typing import Literal, TypeVar
 
 import attrs
 
@@ -38,19 +40,34 @@ __all__ = ["BudgetFailurePolicy", "GuardedBreakers", "GuardedBudgets", "GuardedC
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 BudgetFailurePolicy = Literal["fail_closed", "fail_open"]
 
 _LOCAL_PERMIT = "local"
+# How a shared store says it cannot be reached (RedisUnavailableError is a ConnectionError).
+_UNREACHABLE = (ConnectionError, TimeoutError)
 
 
 class _Outage:
-    """Logs a concern's outage once when it starts and once when it ends."""
+    """Runs store calls for one concern, logging its outage once when it starts and once when it ends."""
 
     __slots__ = ("_concern", "_consequence", "down")
 
     def __init__(self, concern: str, consequence: str) -> None:
         self._concern, self._consequence = concern, consequence
         self.down = False
+
+    async def call(self, work: Awaitable[T], otherwise: T,
+                   failures: tuple[type[Exception], ...] = (Exception,)) -> T:
+        """``work``'s result, or ``otherwise`` when the store fails with one of ``failures``."""
+        try:
+            result = await work
+        except failures as exc:
+            self.failed(exc)
+            return otherwise
+        self.ok()
+        return result
 
     def failed(self, exc: Exception) -> None:
         if not self.down:
@@ -65,45 +82,26 @@ class _Outage:
 
 
 class GuardedCache:
-    """A ``CacheStore`` whose failures are misses."""
+    """A ``CacheStore`` whose failures are misses; a failed claim means nobody to wait for."""
 
     def __init__(self, store: CacheStore) -> None:
         self.store = store
         self._outage = _Outage("cache", "serving misses")
 
     async def get(self, key: str) -> str | None:
-        try:
-            text = await self.store.get(key)
-        except Exception as exc:
-            self._outage.failed(exc)
-            return None
-        self._outage.ok()
-        return text
+        return await self._outage.call(self.store.get(key), None)
 
     async def set(self, key: str, value: str, ttl_s: float) -> None:
-        try:
-            await self.store.set(key, value, ttl_s)
-        except Exception as exc:
-            self._outage.failed(exc)
+        await self._outage.call(self.store.set(key, value, ttl_s), None)
 
     async def delete(self, key: str) -> None:
-        try:
-            await self.store.delete(key)
-        except Exception as exc:
-            self._outage.failed(exc)
+        await self._outage.call(self.store.delete(key), None)
 
     async def claim(self, key: str, ttl_s: float) -> str | None:
-        try:
-            return await self.store.claim(key, ttl_s)
-        except Exception as exc:
-            self._outage.failed(exc)
-            return ""  # nobody to wait for: go upstream
+        return await self._outage.call(self.store.claim(key, ttl_s), "")
 
     async def unclaim(self, key: str, token: str) -> None:
-        try:
-            await self.store.unclaim(key, token)
-        except Exception as exc:  # the claim expires by itself
-            self._outage.failed(exc)
+        await self._outage.call(self.store.unclaim(key, token), None)  # the claim also expires by itself
 
 
 class GuardedBudgets:
@@ -162,7 +160,7 @@ class GuardedBreakers:
     async def admit(self, key: str, policy: BreakerPolicy, now: float) -> Admission:
         try:
             admission = await self.shared.admit(key, policy, now)
-        except Exception as exc:
+        except _UNREACHABLE as exc:
             self._outage.failed(exc)
             return _flipped(await self.local.admit(key, policy, now))
         self._outage.ok()
@@ -172,20 +170,15 @@ class GuardedBreakers:
                      failed: bool, slow: bool, now: float) -> Transition | None:
         if admission.generation < 0:
             return await self.local.record(key, _flipped(admission), policy, failed=failed, slow=slow, now=now)
-        try:
-            return await self.shared.record(key, admission, policy, failed=failed, slow=slow, now=now)
-        except Exception as exc:  # the outcome is lost; the next calls go by this process's breaker
-            self._outage.failed(exc)
-            return None
+        # An outcome lost to an outage is lost; the next calls go by this process's breaker.
+        return await self._outage.call(
+            self.shared.record(key, admission, policy, failed=failed, slow=slow, now=now), None, _UNREACHABLE)
 
     async def release(self, key: str, admission: Admission) -> None:
         if admission.generation < 0:
             await self.local.release(key, _flipped(admission))
-            return
-        try:
-            await self.shared.release(key, admission)
-        except Exception as exc:  # a probe permit lost to an outage is given up by its lease
-            self._outage.failed(exc)
+        else:  # a probe permit lost to an outage is given up by its lease
+            await self._outage.call(self.shared.release(key, admission), None, _UNREACHABLE)
 
 
 def _flipped(admission: Admission) -> Admission:
@@ -202,7 +195,7 @@ class GuardedRateLimiter:
     async def acquire(self, key: str, limits: RateLimits, tokens: int, now: float) -> Grant:
         try:
             grant = await self.shared.acquire(key, limits, tokens, now)
-        except Exception as exc:
+        except _UNREACHABLE as exc:
             self._outage.failed(exc)
             return attrs.evolve(await self.local.acquire(key, limits, tokens, now), permit=_LOCAL_PERMIT)
         self._outage.ok()
@@ -211,7 +204,6 @@ class GuardedRateLimiter:
     async def release(self, key: str, limits: RateLimits, *, permit: str, reserved: int, used: int,
                       now: float) -> None:
         store = self.local if permit == _LOCAL_PERMIT else self.shared
-        try:
-            await store.release(key, limits, permit=permit, reserved=reserved, used=used, now=now)
-        except Exception as exc:  # a shared slot's lease frees it
-            self._outage.failed(exc)
+        # A shared slot lost to an outage is freed by its lease.
+        await self._outage.call(store.release(key, limits, permit=permit, reserved=reserved, used=used, now=now),
+                                None, _UNREACHABLE)

@@ -14,10 +14,15 @@ from provmw.settings import Settings
 from provmw.state import State
 
 
-def test_a_disabled_built_in_is_never_built_nor_its_section_parsed(builtin_only: PluginHost) -> None:
-    settings = Settings(middleware={"budget": {"enabled": False, "limits": [{"scope": "nobody"}]}})
+def test_a_disabled_built_in_is_never_built(builtin_only: PluginHost) -> None:
+    settings = Settings(middleware={"budget": {"enabled": False}})
     manager = ServiceManager(settings, host=builtin_only)
-    assert "budget" not in manager.pipeline.order
+    assert "budget" not in manager.pipeline.order and "deadline" in manager.pipeline.order
+
+
+def test_enabled_must_be_true_or_false(builtin_only: PluginHost) -> None:
+    with pytest.raises(ConfigurationError, match=r"\[middleware.retry\] enabled: must be true or false, got 0"):
+        ServiceManager(Settings(middleware={"retry": {"enabled": 0}}), host=builtin_only)
 
 
 @pytest.mark.parametrize(("section", "match"), [
