@@ -61,18 +61,16 @@ class State:
                                                            self._budget_policy))
 
     def breaker_store(self) -> BreakerStore:
-        if self.shared is None or "circuit_breaker" not in self.shared_concerns:
-            return self._once("circuit_breaker", self.embedded.breaker_store)
-        shared = self.shared
-        return self._once("circuit_breaker", lambda: GuardedBreakers(shared.breaker_store(),
-                                                                     self.embedded.breaker_store()))
+        shared, local = self._shared("circuit_breaker"), self.embedded.breaker_store
+        make: Callable[[], BreakerStore] = local if shared is None else \
+            lambda: GuardedBreakers(shared.breaker_store(), local())
+        return self._once("circuit_breaker", make)
 
     def rate_limiter(self) -> RateLimiter:
-        if self.shared is None or "rate_limit" not in self.shared_concerns:
-            return self._once("rate_limit", self.embedded.rate_limiter)
-        shared = self.shared
-        return self._once("rate_limit", lambda: GuardedRateLimiter(shared.rate_limiter(),
-                                                                   self.embedded.rate_limiter()))
+        shared, local = self._shared("rate_limit"), self.embedded.rate_limiter
+        make: Callable[[], RateLimiter] = local if shared is None else \
+            lambda: GuardedRateLimiter(shared.rate_limiter(), local())
+        return self._once("rate_limit", make)
 
     def usage_journal(self) -> UsageJournal:
         """The ledger's journal, shared by ``usage`` and ``usage_hits``."""
@@ -92,8 +90,11 @@ class State:
                 if self.shared is not None:
                     await self.shared.aclose()
 
+    def _shared(self, concern: str) -> StateBackend | None:
+        return self.shared if concern in self.shared_concerns else None
+
     def _backend(self, concern: str) -> StateBackend | EmbeddedState:
-        return self.shared if self.shared is not None and concern in self.shared_concerns else self.embedded
+        return self._shared(concern) or self.embedded
 
     def _once(self, concern: str, make: Callable[[], T]) -> T:
         made = self._made.get(concern)
