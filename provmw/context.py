@@ -178,6 +178,8 @@ class ProviderCallContext:
     correlation_id: str = attrs.field(factory=_new_correlation_id)
     metadata: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze)
     facts: CallFacts = attrs.field(factory=CallFacts, kw_only=True)
+    # The ledger keys records by this, never by the caller's correlation id, which callers reuse.
+    call_id: str = attrs.field(factory=_new_correlation_id, kw_only=True, eq=False, repr=False)
     attempts: AttemptLog = attrs.field(factory=AttemptLog, kw_only=True, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:

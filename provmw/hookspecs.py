@@ -23,8 +23,8 @@ the settings never import each other through it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from provmw.settings import Settings
     from provmw.state import State
     from provmw.stores.shared import StateBackend
+    from provmw.stores.usage import UsageStore
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
 
@@ -53,6 +54,13 @@ def provmw_middleware(settings: Settings, state: State) -> Iterable[Middleware]:
 @hookspec
 def provmw_state_backend(settings: Settings) -> StateBackend | None:
     """Return a shared state backend when this plugin serves ``settings.state.url``'s scheme."""
+    raise NotImplementedError  # pragma: no cover - a specification, never called
+
+
+@hookspec
+def provmw_usage_store(url: str, options: Mapping[str, Any]) -> UsageStore | None:
+    """Return a usage ledger store when this plugin serves ``url``'s scheme (``[middleware.usage]
+    store = "postgresql://..."``); ``options`` are the section's other keys."""
     raise NotImplementedError  # pragma: no cover - a specification, never called
 
 

@@ -38,7 +38,7 @@ def usage_rows(records: Iterable[UsageRecord], group_by: Group, zone: ZoneInfo) 
         row = rows.setdefault(name, {group_by: name, "calls": 0, "attempts": 0, "input_tokens": 0,
                                      "output_tokens": 0, "cost_usd": 0.0, "cache_hits": 0, "errors": 0,
                                      "billed_unknown": 0})
-        calls.setdefault(name, set()).add(record.correlation_id)
+        calls.setdefault(name, set()).add(record.call_id)
         hit = record.status == "cache_hit"
         row["attempts"] += not hit
         row["cache_hits"] += hit

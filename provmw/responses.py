@@ -33,12 +33,23 @@ R = TypeVar("R", bound="ProviderResponse")
 
 @attrs.frozen(kw_only=True)
 class Usage:
-    """Tokens a call consumed and, once priced, what it cost."""
+    """Tokens a call consumed and, once priced, what it cost (ADR 0015).
+
+    ``input_tokens`` counts every input token, cache reads and writes included;
+    ``cached_input_tokens`` (cache reads) and the cache writes by TTL are parts of it.
+    ``output_tokens`` counts every output token; ``reasoning_tokens`` is the part spent
+    thinking. A cache hit costs nothing: ``cost_usd`` is 0 and ``saved_cost_usd`` is what
+    the answer cost when it was made.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
+    cache_write_5m_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    reasoning_tokens: int = 0
     cost_usd: float | None = None
+    saved_cost_usd: float | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -50,13 +61,20 @@ class Usage:
     @classmethod
     def from_dict(cls, value: object) -> Usage:
         data = _serde.mapping(value, "usage")
-        cost = data.get("cost_usd")
+        counts = {name: _serde.get(data, name, int, "usage", default=0) for name in _OPTIONAL_COUNTS}
         return cls(
             input_tokens=_serde.get(data, "input_tokens", int, "usage"),
             output_tokens=_serde.get(data, "output_tokens", int, "usage"),
-            cached_input_tokens=_serde.get(data, "cached_input_tokens", int, "usage", default=0),
-            cost_usd=None if cost is None else _serde.finite(cost, "usage.cost_usd"),
+            cost_usd=_cost(data, "cost_usd"), saved_cost_usd=_cost(data, "saved_cost_usd"), **counts,
         )
+
+
+_OPTIONAL_COUNTS = ("cached_input_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens", "reasoning_tokens")
+
+
+def _cost(data: Mapping[str, Any], key: str) -> float | None:
+    value = data.get(key)
+    return None if value is None else _serde.finite(value, f"usage.{key}")
 
 
 @attrs.frozen(kw_only=True)

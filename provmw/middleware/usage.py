@@ -76,7 +76,10 @@ class UsageMiddleware:
         usage = response.usage
         self.journal.record(_record(ctx, config, attempt, started, self._clock() - start, model=response.model,
                                     input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                                    cached_input_tokens=usage.cached_input_tokens, cost_usd=usage.cost_usd))
+                                    cached_input_tokens=usage.cached_input_tokens,
+                                    cache_write_5m_tokens=usage.cache_write_5m_tokens,
+                                    cache_write_1h_tokens=usage.cache_write_1h_tokens,
+                                    reasoning_tokens=usage.reasoning_tokens, cost_usd=usage.cost_usd))
         return response
 
 
@@ -106,6 +109,6 @@ def _record(ctx: ProviderCallContext, config: ProviderConfig, attempt: int, star
             **fields: Any) -> UsageRecord:
     values: dict[str, Any] = {"config_id": config.identifier, "provider": config.provider,
                               "model": config.model, **fields}
-    return UsageRecord(correlation_id=ctx.correlation_id, attempt=attempt, timestamp=started,
+    return UsageRecord(call_id=ctx.call_id, correlation_id=ctx.correlation_id, attempt=attempt, timestamp=started,
                        operation=ctx.operation.value, user=ctx.facts.user,
                        tenant=ctx.facts.tenant, latency_s=latency_s, **values)

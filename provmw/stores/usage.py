@@ -1,7 +1,8 @@
 """The usage ledger: one record per attempt that reached a provider, and one per cache hit.
 
-A record's key is ``(correlation_id, attempt)``; writing the same key again changes
-nothing, so a replayed batch never counts twice. Cache hits use attempt 0.
+A record's key is ``(call_id, attempt)``, the call id being provmw's own per logical call
+(a caller may reuse a correlation id; it stays a column); writing the same key again
+changes nothing, so a replayed batch never counts twice. Cache hits use attempt 0.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ Billed = Literal["yes", "no", "unknown"]
 class UsageRecord:
     """One attempt (or cache hit) of one logical call, priced when the model is."""
 
-    correlation_id: str
+    call_id: str
     attempt: int
+    correlation_id: str
     timestamp: float
     operation: str
     config_id: str
@@ -37,6 +39,9 @@ class UsageRecord:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
+    cache_write_5m_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    reasoning_tokens: int = 0
     cost_usd: float | None = None
     latency_s: float = 0.0
     status: Literal["ok", "error", "cache_hit"] = "ok"
@@ -45,7 +50,7 @@ class UsageRecord:
 
     @property
     def key(self) -> tuple[str, int]:
-        return (self.correlation_id, self.attempt)
+        return (self.call_id, self.attempt)
 
 
 _FIELDS = tuple(a.name for a in attrs.fields(UsageRecord))
@@ -83,17 +88,18 @@ class MemoryUsageStore:
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (
-    correlation_id TEXT NOT NULL, attempt INTEGER NOT NULL, timestamp REAL NOT NULL,
+    call_id TEXT NOT NULL, attempt INTEGER NOT NULL, correlation_id TEXT NOT NULL, timestamp REAL NOT NULL,
     operation TEXT NOT NULL, config_id TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,
     user TEXT, tenant TEXT, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,
-    cached_input_tokens INTEGER NOT NULL, cost_usd REAL, latency_s REAL NOT NULL,
+    cached_input_tokens INTEGER NOT NULL, cache_write_5m_tokens INTEGER NOT NULL,
+    cache_write_1h_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL, cost_usd REAL, latency_s REAL NOT NULL,
     status TEXT NOT NULL, error_type TEXT, billed TEXT NOT NULL,
-    PRIMARY KEY (correlation_id, attempt)
+    PRIMARY KEY (call_id, attempt)
 );
 CREATE INDEX IF NOT EXISTS usage_by_time ON usage (timestamp);
 """
 _INSERT = (f"INSERT INTO usage ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))}) "
-           "ON CONFLICT (correlation_id, attempt) DO NOTHING")
+           "ON CONFLICT (call_id, attempt) DO NOTHING")
 
 
 class SqliteUsageStore:

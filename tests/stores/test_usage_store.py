@@ -15,7 +15,7 @@ from provmw.stores.usage import MemoryUsageStore, SqliteUsageStore, UsageRecord,
 def record(correlation_id: str = "c1", attempt: int = 1, **fields: object) -> UsageRecord:
     values: dict[str, object] = {"timestamp": 100.0, "operation": "chat", "config_id": "oa",
                                  "provider": "openai", "model": "gpt", **fields}
-    return UsageRecord(correlation_id=correlation_id, attempt=attempt, **values)  # type: ignore[arg-type]
+    return UsageRecord(call_id=correlation_id, correlation_id=correlation_id, attempt=attempt, **values)  # type: ignore[arg-type]
 
 
 @pytest.fixture(params=["memory", "sqlite"])
