@@ -71,8 +71,9 @@ WRITER = """
     async def main():
         store = SqliteUsageStore(sys.argv[1])
         for i in range(1_000_000):
-            batch = [UsageRecord(call_id=f"c{i}", correlation_id=f"c{i}", attempt=a, timestamp=time.time(), operation="chat",
-                                 config_id="oa", provider="openai", model="m", input_tokens=i) for a in (1, 2)]
+            batch = [UsageRecord(call_id=f"c{i}", correlation_id=f"c{i}", attempt=a, timestamp=time.time(),
+                                 operation="chat", config_id="oa", provider="openai", model="m", input_tokens=i)
+                     for a in (1, 2)]
             await store.write(batch)
             print(i, flush=True)  # acknowledged: the transaction has committed with synchronous=FULL
     asyncio.run(main())
