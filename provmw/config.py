@@ -13,7 +13,7 @@ from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
 from provmw.pricing import Price, to_price
 
-__all__ = ["KNOWN_OPTIONS", "ProviderConfig", "Secret", "check_options", "did_you_mean", "fallback_chain"]
+__all__ = ["KNOWN_OPTIONS", "OWNED_BODY_KEYS", "ProviderConfig", "Secret", "check_options", "did_you_mean", "fallback_chain"]
 
 _MASK = "**********"
 
@@ -30,6 +30,14 @@ KNOWN_OPTIONS: Mapping[str, tuple[type, ...]] = {
     "tool_choice": (str, dict, FrozenMap),
     "extra_body": (dict, FrozenMap),
 }
+
+
+# Body keys an adapter writes itself, from the request and the configuration, and which pricing,
+# budgets and the cache key were computed on: ``extra_body`` may not replace them afterwards.
+OWNED_BODY_KEYS = frozenset({
+    *KNOWN_OPTIONS, "model", "messages", "prompt", "input", "system", "tools", "functions", "n", "best_of",
+    "stream", "stream_options", "max_completion_tokens", "max_output_tokens", "dimensions", "encoding_format",
+})
 
 
 class Secret:
@@ -100,6 +108,11 @@ def check_options(options: Mapping[str, Any]) -> None:
         if isinstance(option, bool) or not isinstance(option, accepted):
             kinds = " or ".join(t.__name__ for t in accepted)
             raise ConfigurationError(f"options.{name} must be {kinds}, got {option!r}")
+    owned = sorted(OWNED_BODY_KEYS.intersection(options.get("extra_body", {})))
+    if owned:
+        raise ConfigurationError(
+            f"options.extra_body may not set {', '.join(owned)}: provmw sends those itself and prices, budgets "
+            "and caches the call on them; pass them as the call's own arguments or options")
 
 
 def _validate_options(instance: object, attribute: attrs.Attribute[Any], value: FrozenMap) -> None:

@@ -180,3 +180,17 @@ def test_pipeline_is_built_once_per_manager(manager: ServiceManager) -> None:
     assert manager.pipeline is manager.pipeline
     assert manager.pipeline.order == ("spy",)
     assert [(e.name, e.plugin) for e in manager.stack] == [("spy", "(application)")]
+
+
+@pytest.mark.parametrize("key", ["model", "max_tokens", "messages", "n", "max_completion_tokens"])
+async def test_extra_body_cannot_replace_what_the_call_was_priced_on(
+        manager: ServiceManager, fake: FakeProvider, key: str) -> None:
+    async with manager:
+        with pytest.raises(ConfigurationError, match=rf"extra_body may not set {key}"):
+            await manager.chat("hi", options={"extra_body": {key: 100_000}})
+    assert list(fake.received) == []
+
+
+def test_a_configuration_whose_extra_body_sets_the_model_fails_at_load(fake: FakeProvider) -> None:
+    with pytest.raises(ConfigurationError, match="extra_body may not set model"):
+        openai_config(fake, options={"extra_body": {"model": "o1-pro"}})
