@@ -13,7 +13,15 @@ from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
 from provmw.pricing import Price, to_price
 
-__all__ = ["KNOWN_OPTIONS", "OWNED_BODY_KEYS", "ProviderConfig", "Secret", "check_options", "did_you_mean", "fallback_chain"]
+__all__ = [
+    "KNOWN_OPTIONS",
+    "OWNED_BODY_KEYS",
+    "ProviderConfig",
+    "Secret",
+    "check_options",
+    "did_you_mean",
+    "fallback_chain",
+]
 
 _MASK = "**********"
 

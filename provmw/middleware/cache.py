@@ -72,6 +72,10 @@ class CacheOptions:
 class CacheMiddleware:
     """Serve hits marked ``cached=True``; store only whole answers; coalesce identical misses.
 
+    A hit (a coalesced waiter's answer too) costs nothing: its ``usage.cost_usd`` is 0 and
+    ``usage.saved_cost_usd`` is what the answer cost when it was made, so an application
+    that sums its responses' costs gets what the provider billed.
+
     Chat-like operations are cached only when listed in ``operations`` and deterministic
     (temperature 0 or a seed). Errors, answers cut by length or a content filter, and
     anything unreadable in the store are never served or kept. Concurrent identical misses
@@ -115,7 +119,7 @@ class CacheMiddleware:
                 if leader.cancelled():  # the leader was cancelled, not us: try again
                     continue
                 raise
-            return attrs.evolve(response, cached=True)  # type: ignore[no-any-return]
+            return _as_hit(response)  # type: ignore[no-any-return]
 
     def _key(self, ctx: ProviderCallContext) -> str | None:
         facts = ctx.facts
@@ -205,7 +209,7 @@ class CacheMiddleware:
         self._remember(key, text, response)
 
     def _remember(self, key: str, text: str, response: ProviderResponse) -> ProviderResponse:
-        hit = attrs.evolve(response, cached=True)
+        hit = _as_hit(response)
         self._decoded[key] = (text, hit)
         self._decoded.move_to_end(key)
         if len(self._decoded) > _DECODED_MAX:
@@ -217,6 +221,12 @@ _TYPES: dict[ProviderOperation, type[ProviderResponse]] = {
     ProviderOperation.EMBEDDING: EmbeddingResponse,
     ProviderOperation.VISION: VisionResponse,
 }
+
+
+def _as_hit(response: ProviderResponse) -> ProviderResponse:
+    """The answer as a hit serves it: cached, costing nothing, with what it cost when made as the saving."""
+    usage = attrs.evolve(response.usage, cost_usd=0.0, saved_cost_usd=response.usage.cost_usd)
+    return attrs.evolve(response, cached=True, usage=usage)
 
 
 def _whole(response: ProviderResponse) -> bool:

@@ -16,7 +16,7 @@ from provmw.errors import ConfigurationError, ContentPolicyError, ProviderError,
 from provmw.manager import ServiceManager
 from provmw.middleware.cache import CacheMiddleware, CacheOptions
 from provmw.plugins import PluginHost
-from provmw.responses import CompletionResponse, EmbeddingResponse
+from provmw.responses import CompletionResponse, EmbeddingResponse, Usage
 from provmw.settings import Settings
 from provmw.stores.cache import MemoryCacheStore
 from provmw.stores.outage import GuardedCache
@@ -253,6 +253,48 @@ async def test_deterministic_chat_is_cached_when_enabled(fake: FakeProvider, bui
         hit = await manager.chat("2 + 2?", options={"temperature": 0})
         miss = await manager.chat("2 + 2?", options={"temperature": 0.9})
     assert (hit.cached, miss.cached, fake.count()) == (True, False, 2)
+
+
+PRICED = CompletionResponse(provider="openai", model="m", text="42", finish_reason="stop",
+                            usage=Usage(input_tokens=10, output_tokens=5, cost_usd=0.25))
+
+
+async def test_a_hit_costs_nothing_and_reports_what_it_saved() -> None:
+    middleware = cache()
+    await middleware.handle(ctx(), CONFIG, ScriptedNext(PRICED))
+    hit = await middleware.handle(ctx(), CONFIG, ScriptedNext())
+    assert (hit.usage.cost_usd, hit.usage.saved_cost_usd, hit.usage.input_tokens) == (0.0, 0.25, 10)
+
+
+async def test_a_coalesced_waiter_costs_nothing_and_reports_what_it_saved() -> None:
+    middleware, gate = cache(), asyncio.Event()
+
+    async def slow(config: ProviderConfig) -> CompletionResponse:
+        await gate.wait()
+        return PRICED
+
+    tasks = [asyncio.create_task(middleware.handle(ctx(), CONFIG, slow)) for _ in range(10)]
+    await asyncio.sleep(0)
+    gate.set()
+    waiters = [r for r in await asyncio.gather(*tasks) if r.cached]
+    assert len(waiters) == 9
+    assert {(r.usage.cost_usd, r.usage.saved_cost_usd) for r in waiters} == {(0.0, 0.25)}
+
+
+async def test_summed_response_costs_equal_the_ledger_over_real_http(
+        fake: FakeProvider, builtin_only: PluginHost) -> None:
+    price = {"input_usd_per_mtok": 1000.0, "output_usd_per_mtok": 2000.0}
+    settings = Settings(configurations={"oa": openai_config(fake, price=price)},
+                        middleware={**BUILTIN_MIDDLEWARE_OFF, "cache": {"operations": ["chat"]},
+                                    "usage": {"store": "memory"}, "usage_hits": {}})
+    async with ServiceManager(settings, host=builtin_only) as manager:
+        answers = [await manager.chat("2 + 2?", options={"temperature": 0}) for _ in range(5)]
+        journal = manager.state.usage_journal()
+        await journal.flush()
+        billed = sum(r.cost_usd or 0.0 for r in await journal.store.records())
+    assert fake.count() == 1 and billed > 0
+    assert sum(a.usage.cost_usd or 0.0 for a in answers) == pytest.approx(billed)
+    assert all(a.usage.saved_cost_usd == pytest.approx(billed) for a in answers[1:])
 
 
 def _settings(fake: FakeProvider, **cache_options: Any) -> Settings:
