@@ -17,6 +17,7 @@ period (``day``, ``week``, ``month`` in the configured time zone, or ``total``):
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 import uuid
@@ -40,6 +41,8 @@ __all__ = ["BudgetLimit", "BudgetMiddleware", "BudgetOptions"]
 Scope = Literal["user", "tenant", "configuration", "global"]
 SCOPES: tuple[str, ...] = get_args(Scope)
 ANONYMOUS = "(none)"
+
+log = logging.getLogger(__name__)
 
 
 @attrs.frozen(kw_only=True)
@@ -194,9 +197,14 @@ class BudgetMiddleware:
 
 
 def _actual(response: Any) -> Amounts:
+    """What the answer spent; a negative figure (an adapter that let one through) counts as nothing,
+    never as a credit."""
     usage = response.usage
     cost = 0 if usage.cost_usd is None else round(usage.cost_usd * 1e6)
-    return Amounts(cost, usage.total_tokens, 1)
+    if cost < 0 or usage.total_tokens < 0:
+        log.error("budget: %s reported negative usage (cost %r, %d tokens); settled as zero",
+                  response.served_by or response.provider, usage.cost_usd, usage.total_tokens)
+    return Amounts(max(cost, 0), max(usage.total_tokens, 0), 1)
 
 
 def _error(refusal: Refusal) -> BudgetExceededError:

@@ -36,13 +36,19 @@ DIMENSIONS = ("cost_micro_usd", "tokens", "requests")
 _KEEP_EXPIRED_S = 86_400.0  # an expired reservation may still be settled for a day
 
 
+def _never_negative(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    # A negative settle would credit a bucket back: no store may ever be handed one.
+    if value < 0:
+        raise ValueError(f"budget amounts are never negative: {attribute.name}={value}")
+
+
 @attrs.frozen
 class Amounts:
-    """Micro-dollars, tokens and requests."""
+    """Micro-dollars, tokens and requests, none of them negative."""
 
-    cost_micro_usd: int = 0
-    tokens: int = 0
-    requests: int = 0
+    cost_micro_usd: int = attrs.field(default=0, validator=_never_negative)
+    tokens: int = attrs.field(default=0, validator=_never_negative)
+    requests: int = attrs.field(default=0, validator=_never_negative)
 
     def __add__(self, other: Amounts) -> Amounts:
         return Amounts(self.cost_micro_usd + other.cost_micro_usd, self.tokens + other.tokens,

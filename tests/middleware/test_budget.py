@@ -74,6 +74,14 @@ async def test_settling_charges_the_real_cost_not_the_reservation() -> None:
     assert (bucket.spent, bucket.reserved) == (Amounts(6_000, 30, 1), Amounts())
 
 
+async def test_negative_usage_is_never_credited_back_to_the_bucket() -> None:
+    middleware = budget({"scope": "global", "period": "total", "max_cost_usd": 1.0})
+    hostile = answer(-1.0, tokens=-100)
+    await middleware.handle(ctx(0.01), CONFIG, ScriptedNext(hostile))
+    [bucket] = await state(middleware)
+    assert (bucket.spent, bucket.reserved) == (Amounts(0, 0, 1), Amounts())
+
+
 async def test_a_failure_with_no_usage_releases_everything() -> None:
     middleware = budget({"scope": "global", "period": "total", "max_cost_usd": 1.0})
     with pytest.raises(ProviderUnavailableError):

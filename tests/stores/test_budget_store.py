@@ -116,3 +116,9 @@ async def test_spent_plus_reserved_never_passes_the_limit(steps: list[tuple[int,
             await store.settle(f"r{i}", Amounts(int(reserve * fraction), 1, 1))
         spent, reserved = await held(store) if await store.states(now=0) else (0, 0)
         assert spent + reserved <= 1_000_000
+
+
+@pytest.mark.parametrize("field", ["cost_micro_usd", "tokens", "requests"])
+def test_no_store_can_be_handed_a_negative_amount(field: str) -> None:
+    with pytest.raises(ValueError, match=f"never negative: {field}=-1"):
+        Amounts(**{field: -1})
