@@ -56,6 +56,11 @@ class State:
     def cache_store(self) -> CacheStore:
         return self._once("cache", lambda: GuardedCache(self._backend("cache").cache_store()))
 
+    def idempotency_store(self) -> CacheStore:
+        """Where first answers wait for repeats of their ``idempotency_key``: a store of its own, so
+        the response cache's evictions never forget one."""
+        return self._once("idempotency", lambda: GuardedCache(self._backend("idempotency").cache_store()))
+
     def budget_store(self) -> BudgetStore:
         return self._once("budget", lambda: GuardedBudgets(self._backend("budget").budget_store(),
                                                            self._budget_policy))

@@ -12,7 +12,7 @@ from provmw.testing import FakeProvider
 
 SENTINEL_KEY = "sk-SENTINEL-7f3a9c-do-not-print"
 
-BUILTIN_MIDDLEWARE = ("deadline", "usage_hits", "cache", "budget", "fallback", "rate_limit", "retry",
+BUILTIN_MIDDLEWARE = ("deadline", "usage_hits", "idempotency", "cache", "budget", "fallback", "rate_limit", "retry",
                       "circuit_breaker", "usage", "timeout")
 # Settings sections that switch every built-in middleware off: for tests of the bare wiring.
 BUILTIN_MIDDLEWARE_OFF = {name: {"enabled": False} for name in BUILTIN_MIDDLEWARE}

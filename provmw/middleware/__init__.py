@@ -5,6 +5,7 @@ priority   name              job
 ========== ================= ==================================================
 850        ``deadline``      total time of the logical call, cache waits included
 810        ``usage_hits``    ledger records for the calls the cache answered
+805        ``idempotency``   a repeated ``idempotency_key`` gets the first answer, charged once
 800        ``cache``         tenant-scoped answers, single-flight misses
 700        ``budget``        reserve the worst case, settle the real cost, refuse the rest
 600        ``fallback``      walk the configuration's fallback chain
@@ -37,6 +38,7 @@ from provmw.middleware.cache import CacheMiddleware, CacheOptions
 from provmw.middleware.circuit_breaker import CircuitBreakerMiddleware
 from provmw.middleware.deadline import DeadlineMiddleware, DeadlineOptions
 from provmw.middleware.fallback import FallbackMiddleware
+from provmw.middleware.idempotency import IdempotencyMiddleware, IdempotencyOptions
 from provmw.middleware.rate_limit import RateLimitMiddleware, RateLimitOptions
 from provmw.middleware.retry import RetryMiddleware, RetryOptions
 from provmw.middleware.timeout import TimeoutMiddleware
@@ -59,6 +61,7 @@ __all__ = [
     "CircuitBreakerMiddleware",
     "DeadlineMiddleware",
     "FallbackMiddleware",
+    "IdempotencyMiddleware",
     "RateLimitMiddleware",
     "RetryMiddleware",
     "TimeoutMiddleware",
@@ -97,6 +100,8 @@ class Builtin(Generic[OptionsT]):
 DEADLINE = Builtin("deadline", DeadlineMiddleware, DeadlineOptions)
 USAGE_HITS = Builtin("usage_hits", UsageHitsMiddleware, NoOptions, lambda _, state: {"journal": state.usage_journal()},
                      takes_options=False)
+IDEMPOTENCY = Builtin("idempotency", IdempotencyMiddleware, IdempotencyOptions,
+                      lambda _, state: {"store": state.idempotency_store()})
 CACHE = Builtin("cache", CacheMiddleware, CacheOptions, lambda _, state: {"store": state.cache_store()})
 BUDGET = Builtin("budget", BudgetMiddleware, BudgetOptions, lambda _, state: {"store": state.budget_store()})
 FALLBACK = Builtin("fallback", FallbackMiddleware, NoOptions,
@@ -110,7 +115,7 @@ USAGE = Builtin("usage", UsageMiddleware, UsageOptions, lambda _, state: {"journ
                 takes_options=False)
 TIMEOUT = Builtin("timeout", TimeoutMiddleware, NoOptions, takes_options=False)
 
-BUILTINS: tuple[Builtin[Any], ...] = (DEADLINE, USAGE_HITS, CACHE, BUDGET, FALLBACK, RATE_LIMIT, RETRY,
+BUILTINS: tuple[Builtin[Any], ...] = (DEADLINE, USAGE_HITS, IDEMPOTENCY, CACHE, BUDGET, FALLBACK, RATE_LIMIT, RETRY,
                                       CIRCUIT_BREAKER, USAGE, TIMEOUT)
 
 # Options that name configurations (where, and how to find the names), checked once parsed.

@@ -1,4 +1,4 @@
-"""What several built-in middleware share: injectable time, per-call controls, breaker keys."""
+"""What several built-in middleware share: injectable time, per-call controls, breaker keys, hits."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 from urllib.parse import urlsplit
 
+import attrs
+
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.errors import ConfigurationError
+from provmw.pipeline import R
 
-__all__ = ["Clock", "Sleep", "endpoint_key", "monotonic", "run_within", "seconds_control"]
+__all__ = ["Clock", "Sleep", "as_hit", "endpoint_key", "monotonic", "run_within", "seconds_control"]
 
 T = TypeVar("T")
 
@@ -21,6 +24,15 @@ Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
 monotonic: Clock = time.monotonic
+
+
+def as_hit(response: R) -> R:
+    """An answer served again without a provider request: cached, costing nothing, and saving
+    what it cost when it was made (a cache hit, an idempotent repeat)."""
+    if response.cached:
+        return response
+    usage = attrs.evolve(response.usage, cost_usd=0.0, saved_cost_usd=response.usage.cost_usd)
+    return attrs.evolve(response, cached=True, usage=usage)
 
 
 def seconds_control(ctx: ProviderCallContext, name: str) -> float | None:

@@ -21,7 +21,7 @@ from provmw._checks import number
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.errors import ConfigurationError, InvalidDataError
-from provmw.middleware._common import Clock, monotonic, seconds_control
+from provmw.middleware._common import Clock, as_hit, monotonic, seconds_control
 from provmw.pipeline import Next, R
 from provmw.responses import (
     CompletionResponse,
@@ -119,7 +119,7 @@ class CacheMiddleware:
                 if leader.cancelled():  # the leader was cancelled, not us: try again
                     continue
                 raise
-            return _as_hit(response)  # type: ignore[no-any-return]
+            return as_hit(response)  # type: ignore[no-any-return]
 
     def _key(self, ctx: ProviderCallContext) -> str | None:
         facts = ctx.facts
@@ -209,7 +209,7 @@ class CacheMiddleware:
         self._remember(key, text, response)
 
     def _remember(self, key: str, text: str, response: ProviderResponse) -> ProviderResponse:
-        hit = _as_hit(response)
+        hit = as_hit(response)
         self._decoded[key] = (text, hit)
         self._decoded.move_to_end(key)
         if len(self._decoded) > _DECODED_MAX:
@@ -221,12 +221,6 @@ _TYPES: dict[ProviderOperation, type[ProviderResponse]] = {
     ProviderOperation.EMBEDDING: EmbeddingResponse,
     ProviderOperation.VISION: VisionResponse,
 }
-
-
-def _as_hit(response: ProviderResponse) -> ProviderResponse:
-    """The answer as a hit serves it: cached, costing nothing, with what it cost when made as the saving."""
-    usage = attrs.evolve(response.usage, cost_usd=0.0, saved_cost_usd=response.usage.cost_usd)
-    return attrs.evolve(response, cached=True, usage=usage)
 
 
 def _whole(response: ProviderResponse) -> bool:

@@ -5,7 +5,7 @@ name it by URL, and the URL's scheme picks the plugin::
 
     [state]
     url = "redis://127.0.0.1:6379/0"
-    shared = ["budget", "cache", "circuit_breaker", "rate_limit"]   # the default: all four
+    shared = ["budget", "cache", "circuit_breaker", "idempotency", "rate_limit"]   # the default: all
     # every other key is the backend's own (key_prefix, timeout_s, signing_key_env, ...)
 
 Concerns left out of ``shared`` keep their embedded store (memory, or SQLite for budgets).
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SHARED_CONCERNS", "StateBackend", "StateSettings"]
 
-SHARED_CONCERNS = ("budget", "cache", "circuit_breaker", "rate_limit")
+SHARED_CONCERNS = ("budget", "cache", "circuit_breaker", "idempotency", "rate_limit")
 
 
 def _concerns(value: Sequence[str]) -> tuple[str, ...]:

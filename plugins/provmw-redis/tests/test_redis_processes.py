@@ -46,9 +46,9 @@ def document(fake: FakeProvider, prefix: str, **middleware: dict[str, Any]) -> d
 
 
 async def run_workers(document: dict[str, Any], processes: int, calls: int, operation: str = "chat",
-                      watch: bool = False) -> list[dict[str, Any]]:
+                      watch: bool = False, idempotency_key: str | None = None) -> list[dict[str, Any]]:
     job = {"settings": document, "calls": calls, "operation": operation, "start_at": time.time() + 3.0,
-           "watch": watch}
+           "watch": watch, "idempotency_key": idempotency_key}
     workers = [await asyncio.create_subprocess_exec(sys.executable, WORKER, json.dumps(job), cwd=ROOT,
                                                     stdout=asyncio.subprocess.PIPE)
                for _ in range(processes)]
@@ -134,6 +134,19 @@ async def test_a_stampede_across_four_processes_makes_one_upstream_call(fake: Fa
     assert total(results, "EmbeddingResponse") == 100
     assert fake.count() == 1
     assert sum(r["cached"] for r in results) == 99
+
+
+async def test_one_idempotency_key_across_four_processes_makes_one_request_and_one_charge(
+        fake: FakeProvider, prefix: str) -> None:
+    fake.fail_randomly(1.0, Fault(delay_s=0.3))
+    budget = {"limits": [{"scope": "global", "period": "total", "max_cost_usd": 1.0}]}
+    settings = document(fake, prefix, budget=budget)
+    results = await run_workers(settings, processes=4, calls=5, idempotency_key="order-42")
+    assert total(results, "CompletionResponse") == 20 and sum(r["cached"] for r in results) == 19
+    assert fake.count() == 1
+    async with manager(settings) as check:
+        [bucket] = await check.state.budget_store().states(now=time.time())
+    assert bucket.spent.requests == 1
 
 
 BREAKER = {"circuit_breaker": {"window_size": 4, "min_calls": 4, "failure_rate": 0.5, "open_s": 1.0,

@@ -3,8 +3,8 @@
 ``python worker.py JOB`` where JOB is JSON: ``settings`` (a settings document), ``calls``,
 ``operation`` ("chat" or "embed"), ``start_at`` (wall-clock time to begin, so that every
 worker starts together) and ``watch`` (check budget spend plus reservations after every
-budget step). It prints one JSON line: outcomes by type, cached answers, and the budget
-peak it saw.
+budget step) and ``idempotency_key`` (every chat repeats it). It prints one JSON line:
+outcomes by type, cached answers, and the budget peak it saw.
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ async def main(job: dict[str, Any]) -> dict[str, Any]:
         calls: list[Awaitable[Any]]
         if job["operation"] == "embed":
             calls = [manager.embed("the same words, everywhere") for _ in range(job["calls"])]
+        elif job.get("idempotency_key"):
+            calls = [manager.chat("hello", idempotency_key=job["idempotency_key"]) for _ in range(job["calls"])]
         else:
             calls = [manager.chat("hello", user=f"u{i}") for i in range(job["calls"])]
         for outcome in await asyncio.gather(*calls, return_exceptions=True):
