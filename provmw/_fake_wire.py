@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["anthropic_error", "anthropic_message", "anthropic_stream", "embedding_vector",
-           "openai_chat", "openai_chat_stream", "openai_completion", "openai_embeddings",
+__all__ = ["Tokenizer", "anthropic_error", "anthropic_message", "anthropic_stream", "characters",
+           "embedding_vector", "openai_chat", "openai_chat_stream", "openai_completion", "openai_embeddings",
            "openai_error", "words"]
+
+Tokenizer = Callable[[str], int]
 
 # Anthropic documents these types; 408, which it does not document, is told as a timeout too.
 _ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
@@ -25,6 +27,11 @@ _ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_err
 def words(text: str) -> int:
     """The fake tokenizer: one token per whitespace-separated word, at least one."""
     return max(1, len(text.split()))
+
+
+def characters(text: str) -> int:
+    """A tokenizer as dense as real ones are on CJK text: one token per character, at least one."""
+    return max(1, len(text))
 
 
 def _text_of(content: Any) -> str:
@@ -48,9 +55,9 @@ def _answer(messages: list[Any]) -> str:
     return f"{seen}echo: {last_user}".strip()
 
 
-def _prompt_tokens(messages: list[Any], system: str = "") -> int:
-    text_tokens = sum(words(_text_of(m.get("content"))) for m in messages)
-    return (words(system) if system else 0) + text_tokens + 85 * _images_in(messages)
+def _prompt_tokens(messages: list[Any], count: Tokenizer, system: str = "") -> int:
+    text_tokens = sum(count(_text_of(m.get("content"))) for m in messages)
+    return (count(system) if system else 0) + text_tokens + 85 * _images_in(messages)
 
 
 def _wants_tool(body: Mapping[str, Any], messages: list[Any]) -> bool:
@@ -63,7 +70,7 @@ def _wants_tool(body: Mapping[str, Any], messages: list[Any]) -> bool:
     return not is_result
 
 
-def openai_chat(body: Mapping[str, Any]) -> dict[str, Any]:
+def openai_chat(body: Mapping[str, Any], count: Tokenizer = words) -> dict[str, Any]:
     messages = list(body.get("messages", []))
     message: dict[str, Any] = {"role": "assistant", "content": _answer(messages)}
     finish = "stop"
@@ -75,25 +82,26 @@ def openai_chat(body: Mapping[str, Any]) -> dict[str, Any]:
                                    "function": {"name": tool, "arguments": args}}]}
         finish = "tool_calls"
     text = message["content"] or ""
-    output = _cut(text, body.get("max_tokens"))
+    output = _cut(text, body.get("max_tokens"), count)
     if output != text:
         message["content"], finish = output, "length"
-    prompt = _prompt_tokens(messages)
-    completion = words(output) if output else 1
+    prompt = _prompt_tokens(messages, count)
+    completion = count(output) if output else 1
     return {"id": "chatcmpl-fake", "object": "chat.completion", "model": body.get("model"),
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                       "total_tokens": prompt + completion}}
 
 
-def _cut(text: str, max_tokens: Any) -> str:
-    if isinstance(max_tokens, int) and words(text) > max_tokens:
-        return " ".join(text.split()[:max_tokens])
-    return text
+def _cut(text: str, max_tokens: Any, count: Tokenizer) -> str:
+    if not isinstance(max_tokens, int) or count(text) <= max_tokens:
+        return text
+    cut = " ".join(text.split()[:max_tokens])
+    return cut if count(cut) <= max_tokens else cut[:max_tokens]
 
 
-def openai_chat_stream(body: Mapping[str, Any]) -> Iterator[str]:
-    full = openai_chat(body)
+def openai_chat_stream(full: Mapping[str, Any]) -> Iterator[str]:
+    """The events that stream ``full``, an ``openai_chat`` answer."""
     text = full["choices"][0]["message"]["content"] or ""
     for word in text.split(" "):
         yield json.dumps({"choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}]})
@@ -102,13 +110,13 @@ def openai_chat_stream(body: Mapping[str, Any]) -> Iterator[str]:
     yield "[DONE]"
 
 
-def openai_completion(body: Mapping[str, Any]) -> dict[str, Any]:
+def openai_completion(body: Mapping[str, Any], count: Tokenizer = words) -> dict[str, Any]:
     prompt = str(body.get("prompt", ""))
-    text = _cut(f"echo: {prompt}", body.get("max_tokens"))
+    text = _cut(f"echo: {prompt}", body.get("max_tokens"), count)
     return {"id": "cmpl-fake", "object": "text_completion", "model": body.get("model"),
             "choices": [{"index": 0, "text": text, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": words(prompt), "completion_tokens": words(text),
-                      "total_tokens": words(prompt) + words(text)}}
+            "usage": {"prompt_tokens": count(prompt), "completion_tokens": count(text),
+                      "total_tokens": count(prompt) + count(text)}}
 
 
 def embedding_vector(text: str, dimensions: int) -> list[float]:
@@ -122,11 +130,11 @@ def embedding_vector(text: str, dimensions: int) -> list[float]:
             for i in range(dimensions)]
 
 
-def openai_embeddings(body: Mapping[str, Any]) -> dict[str, Any]:
+def openai_embeddings(body: Mapping[str, Any], count: Tokenizer = words) -> dict[str, Any]:
     inputs = body.get("input", [])
     inputs = [inputs] if isinstance(inputs, str) else list(inputs)
     dims = int(body.get("dimensions") or 8)
-    tokens = sum(words(str(t)) for t in inputs)
+    tokens = sum(count(str(t)) for t in inputs)
     return {"object": "list", "model": body.get("model"),
             "data": [{"object": "embedding", "index": i, "embedding": embedding_vector(str(t), dims)}
                      for i, t in enumerate(inputs)],
@@ -140,7 +148,7 @@ def openai_error(status: int, code: str | None, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
-def anthropic_message(body: Mapping[str, Any]) -> dict[str, Any]:
+def anthropic_message(body: Mapping[str, Any], count: Tokenizer = words) -> dict[str, Any]:
     messages = list(body.get("messages", []))
     content: list[dict[str, Any]] = []
     stop = "end_turn"
@@ -151,21 +159,21 @@ def anthropic_message(body: Mapping[str, Any]) -> dict[str, Any]:
         stop = "tool_use"
     else:
         text = _answer(messages)
-        output = _cut(text, body.get("max_tokens"))
+        output = _cut(text, body.get("max_tokens"), count)
         stop = "max_tokens" if output != text else stop
         content.append({"type": "text", "text": output})
-    output_tokens = sum(words(b.get("text", "")) for b in content) if stop != "tool_use" else 1
+    output_tokens = sum(count(b.get("text", "")) for b in content) if stop != "tool_use" else 1
     return {"id": "msg_fake", "type": "message", "role": "assistant", "model": body.get("model"),
             "content": content, "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": _prompt_tokens(messages, str(body.get("system", ""))),
+            "usage": {"input_tokens": _prompt_tokens(messages, count, str(body.get("system", ""))),
                       "output_tokens": output_tokens}}
 
 
-def anthropic_stream(body: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
-    full = anthropic_message(body)
+def anthropic_stream(full: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """The events that stream ``full``, an ``anthropic_message`` answer: the input side of its
+    usage opens the stream, the output count ends it, as the Messages API sends them."""
     text = "".join(b.get("text", "") for b in full["content"])
-    start = {**full, "content": [], "stop_reason": None,
-             "usage": {"input_tokens": full["usage"]["input_tokens"], "output_tokens": 0}}
+    start = {**full, "content": [], "stop_reason": None, "usage": {**full["usage"], "output_tokens": 0}}
     yield "message_start", json.dumps({"type": "message_start", "message": start})
     yield "content_block_start", json.dumps({"type": "content_block_start", "index": 0,
                                              "content_block": {"type": "text", "text": ""}})
@@ -174,7 +182,7 @@ def anthropic_stream(body: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
                                                  "delta": {"type": "text_delta", "text": word + " "}})
     yield "content_block_stop", json.dumps({"type": "content_block_stop", "index": 0})
     yield "message_delta", json.dumps({"type": "message_delta", "delta": {"stop_reason": full["stop_reason"]},
-                                       "usage": {"output_tokens": full["usage"]["output_tokens"]}})
+                                       "usage": {"output_tokens": full["usage"].get("output_tokens", 0)}})
     yield "message_stop", json.dumps({"type": "message_stop"})
 
 

@@ -86,10 +86,14 @@ class CallFacts:
     ``user``, ``tenant``: who the call is for (budgets and usage group by them, the cache
     scopes keys by them). ``controls``: per-call middleware controls. ``idempotency_key``:
     the caller's, when given. ``deterministic``: embeddings, or generation with temperature 0
-    or a seed. ``estimated_input_tokens`` and ``max_output_tokens``: what the call may
-    consume. ``planned_cost_usd``: the worst case over the fallback chain (None when a
-    configuration in it is unpriced). ``shared_cache_key`` (the canonical request digest) and
-    ``cache_key`` (the digest bound to tenant and user) are computed on first read only.
+    or a seed. ``estimated_input_tokens`` (4 characters a token, for rate limits and
+    estimates), ``max_input_tokens`` (a true upper bound over the fallback chain, ADR 0015)
+    and ``max_output_tokens``: what the call may consume. ``planned_cost_usd``: the worst
+    case over the fallback chain at the bound, every input token at the highest rate the
+    call can incur (None when a configuration in it is unpriced or has no output bound);
+    ``estimated_cost_usd``: the same at the estimate and the input rate. ``shared_cache_key``
+    (the canonical request digest) and ``cache_key`` (the digest bound to tenant and user)
+    are computed on first read only.
     """
 
     user: str | None = None
@@ -98,8 +102,10 @@ class CallFacts:
     idempotency_key: str | None = None
     deterministic: bool = False
     estimated_input_tokens: int = 0
+    max_input_tokens: int = 0
     max_output_tokens: int | None = None
     planned_cost_usd: float | None = None
+    estimated_cost_usd: float | None = None
     digest: Callable[[], str] | None = attrs.field(default=None, eq=False, repr=False)
 
     @functools.cached_property

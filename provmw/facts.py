@@ -4,23 +4,74 @@
 and the caller's arguments into one frozen :class:`~provmw.context.CallFacts`, and raises
 ``ConfigurationError`` for caller arguments of the wrong kind. A new built-in fact is a
 field of ``CallFacts`` and a line here; the manager only calls this.
+
+Two sizes of a call's input are computed. The estimate (4 characters a token) is cheap and
+close, for rate limits and estimate-mode budgets. The bound (ADR 0015) is never below what a
+provider can count: byte-level tokenizers emit at least one UTF-8 byte per token, so the
+bytes of all text, tool specs and options, plus each provider's fixed allowances for what
+it adds around them (:data:`ALLOWANCES`), bound the input tokens; strict budgets reserve it.
 """
 
 from __future__ import annotations
 
+import json
+import types
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from provmw._checks import did_you_mean
 from provmw.config import ProviderConfig
 from provmw.context import CallFacts, FrozenMap, ProviderOperation
 from provmw.errors import ConfigurationError
-from provmw.pricing import PriceTable
-from provmw.requests import CompletionRequest, EmbeddingRequest, ProviderRequest, is_deterministic, request_digest
+from provmw.pricing import CacheTTL, PriceTable
+from provmw.requests import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    ProviderRequest,
+    is_deterministic,
+    merged_options,
+    request_digest,
+)
 
-__all__ = ["call_facts", "estimate_tokens"]
+__all__ = ["ALLOWANCES", "Allowance", "cache_write_ttl", "call_facts", "estimate_tokens", "input_token_bound"]
 
 _IMAGE_CHARS = 340  # an image counts as this much text; what providers charge varies by size
+
+
+@attrs.frozen
+class Allowance:
+    """Tokens a provider adds around the text it is sent, each a documented maximum with room to spare."""
+
+    per_request: int  # reply priming and framing of the whole request
+    per_message: int  # role markers and separators of one message (or one embedding input)
+    per_image: int  # the most one image can count, whatever its size
+    per_tool: int  # the wrapping of one tool spec beyond its JSON
+    with_tools: int  # the hidden system prompt a request with tools gets
+
+
+ALLOWANCES: Mapping[str, Allowance] = types.MappingProxyType({
+    # 3 tokens prime each reply and about 4 frame each message; gpt-4o-mini counts an image
+    # as up to 2,833 + 8 tiles x 5,667 = 48,169 tokens, the most of any OpenAI model.
+    "openai": Allowance(per_request=16, per_message=8, per_image=48_200, per_tool=64, with_tools=256),
+    # Images are scaled to at most about 1,600 tokens (long edge 1,568 px); high-resolution
+    # models go further, so 5,000. Tool use adds a system prompt of up to 530 tokens.
+    "anthropic": Allowance(per_request=16, per_message=8, per_image=5_000, per_tool=64, with_tools=600),
+})
+# A provider provmw has no figures for gets the largest of each.
+_UNKNOWN = Allowance(*(max(getattr(a, f.name) for a in ALLOWANCES.values()) for f in attrs.fields(Allowance)))
+
+
+@attrs.frozen
+class _Shape:
+    """What a request's size is made of: text bytes, and the things each provider adds tokens for."""
+
+    text_bytes: int
+    messages: int
+    images: int = 0
+    tools: int = 0
 
 
 def call_facts(operation: ProviderOperation, config: ProviderConfig, request: ProviderRequest, *,
@@ -30,13 +81,14 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
     """The facts of one call on ``config`` whose fallback chain is ``chain``."""
     estimated = estimate_tokens(request)
     max_output = _max_output_tokens(config, request)
+    max_input, planned = _bound_over(chain, request, prices)
     return CallFacts(
         user=_text("user", user), tenant=_text("tenant", tenant),
         controls=_controls(controls, known_controls),
         idempotency_key=_text("idempotency_key", idempotency_key),
         deterministic=is_deterministic(config, request),
-        estimated_input_tokens=estimated, max_output_tokens=max_output,
-        planned_cost_usd=prices.planned_cost_usd(chain, estimated, max_output),
+        estimated_input_tokens=estimated, max_input_tokens=max_input, max_output_tokens=max_output,
+        planned_cost_usd=planned, estimated_cost_usd=prices.planned_cost_usd(chain, estimated, max_output),
         digest=lambda: request_digest(operation, config, request),
     )
 
@@ -50,6 +102,85 @@ def estimate_tokens(request: ProviderRequest) -> int:
     else:
         chars = sum(len(m.text) + _IMAGE_CHARS * len(m.images) for m in request.messages)
     return chars // 4 + 1
+
+
+def input_token_bound(provider: str, request: ProviderRequest, options: Mapping[str, Any]) -> int:
+    """The most input tokens ``provider`` can count for ``request`` sent with ``options``."""
+    return _bound(_shape(request), ALLOWANCES.get(provider, _UNKNOWN), options)
+
+
+def cache_write_ttl(options: Mapping[str, Any]) -> CacheTTL | None:
+    """The longest cache TTL any ``cache_control`` in ``options`` asks for ("1h" for one it cannot read)."""
+    found: CacheTTL | None = None
+    pending: list[Any] = [options]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Mapping):
+            if "cache_control" in item:
+                control = item["cache_control"]
+                if not isinstance(control, Mapping) or control.get("ttl", "5m") != "5m":
+                    return "1h"
+                found = "5m"
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return found
+
+
+def _bound_over(chain: Sequence[ProviderConfig], request: ProviderRequest,
+                prices: PriceTable) -> tuple[int, float | None]:
+    """The largest input bound over the chain, and the most any configuration in it may cost
+    (None when one of them has no price or no output bound)."""
+    shape = _shape(request)
+    most = 0
+    worst: float | None = 0.0
+    for config in chain:
+        options = merged_options(config, getattr(request, "options", {}))
+        tokens = _bound(shape, ALLOWANCES.get(config.provider, _UNKNOWN), options)
+        most = max(most, tokens)
+        price = prices.price_for(config) if worst is not None else None
+        output = 0 if isinstance(request, EmbeddingRequest) else _max_output_tokens(config, request)
+        cost = None if price is None else price.worst_case_usd(tokens, output,
+                                                                cache_write_ttl=cache_write_ttl(options))
+        worst = None if cost is None or worst is None else max(worst, cost)
+    return most, worst
+
+
+def _bound(shape: _Shape, allowance: Allowance, options: Mapping[str, Any]) -> int:
+    tools = allowance.with_tools + allowance.per_tool * shape.tools if shape.tools else 0
+    return (shape.text_bytes + _json_bytes(options) + allowance.per_request + allowance.per_message * shape.messages
+            + allowance.per_image * shape.images + tools)
+
+
+def _shape(request: ProviderRequest) -> _Shape:
+    if isinstance(request, EmbeddingRequest):
+        return _Shape(sum(_utf8(text) for text in request.inputs), len(request.inputs))
+    if isinstance(request, CompletionRequest):
+        return _Shape(_utf8(request.prompt), 1)
+    return _chat_shape(request)
+
+
+def _chat_shape(request: ChatRequest) -> _Shape:
+    text = 0
+    for message in request.messages:
+        text += _utf8(message.text) + _utf8(message.tool_call_id or "")
+        text += sum(_utf8(call.id) + _utf8(call.name) + _utf8(call.arguments) for call in message.tool_calls)
+    text += sum(_json_bytes(tool.to_dict()) for tool in request.tools)
+    images = sum(len(message.images) for message in request.messages)
+    return _Shape(text, len(request.messages), images, len(request.tools))
+
+
+def _utf8(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def _json_bytes(value: Mapping[str, Any]) -> int:
+    return _utf8(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_plain)) if value else 0
+
+
+def _plain(value: object) -> object:
+    # What the adapter would send; anything else is counted by its text, which is no shorter.
+    return dict(value) if isinstance(value, Mapping) else str(value)
 
 
 def _max_output_tokens(config: ProviderConfig, request: ProviderRequest) -> int | None:

@@ -8,8 +8,16 @@ overrides it::
     input_usd_per_mtok = 0.15
     cached_input_usd_per_mtok = 0.075
     output_usd_per_mtok = 0.60
+    cache_write_5m_usd_per_mtok = 0.1875   # unset: 1.25x input
+    cache_write_1h_usd_per_mtok = 0.30     # unset: 2x input
     max_output_tokens = 16384
 
+    [[configurations.primary.price.tiers]]  # every rate, once input exceeds the threshold
+    above_input_tokens = 200000
+    input_usd_per_mtok = 0.30
+    output_usd_per_mtok = 1.20
+
+Input tokens include cache reads and writes (ADR 0015): a usage is priced part by part.
 A model found in neither has no price: its cost is ``None`` and one warning says so.
 """
 
@@ -21,7 +29,7 @@ import logging
 import tomllib
 from collections.abc import Iterable, Mapping
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import attrs
 
@@ -32,34 +40,122 @@ if TYPE_CHECKING:
     from provmw.config import ProviderConfig
     from provmw.responses import Usage
 
-__all__ = ["Price", "PriceTable", "to_price"]
+__all__ = ["WRITE_1H_PER_INPUT", "WRITE_5M_PER_INPUT", "CacheTTL", "Price", "PriceTable", "PriceTier", "to_price"]
 
 log = logging.getLogger(__name__)
 
 
+CacheTTL = Literal["5m", "1h"]
+
+# Anthropic's rule for the price of a cache write, as a multiple of the input rate; a price
+# that does not give its write rates gets these, so a write is never priced below what the
+# one provider that charges for writes asks (ADR 0015).
+WRITE_5M_PER_INPUT = 1.25
+WRITE_1H_PER_INPUT = 2.0
+
+_RATE = number(ge=0)
+_OPTIONAL_RATE = number(ge=0, optional=True)
+
+
+@attrs.frozen
+class _Rates:
+    """The five rates of one tier, every default applied."""
+
+    input: float
+    output: float
+    read: float
+    write_5m: float
+    write_1h: float
+
+    def highest_input(self, ttl: CacheTTL | None) -> float:
+        """The most one input token can cost: uncached, read, or written for the longest TTL asked."""
+        writes = () if ttl is None else (self.write_5m,) if ttl == "5m" else (self.write_5m, self.write_1h)
+        return max(self.input, self.read, *writes)
+
+
+def _resolve(input: float, output: float, read: float | None, write_5m: float | None,
+             write_1h: float | None) -> _Rates:
+    return _Rates(input, output, input if read is None else read,
+                  WRITE_5M_PER_INPUT * input if write_5m is None else write_5m,
+                  WRITE_1H_PER_INPUT * input if write_1h is None else write_1h)
+
+
+@attrs.frozen(kw_only=True)
+class PriceTier:
+    """The rates of every token of a call whose input tokens exceed ``above_input_tokens``.
+
+    Unset read and write rates follow the tier's own input rate, as the base ones do.
+    """
+
+    above_input_tokens: int = attrs.field(validator=number(gt=0, integer=True))
+    input_usd_per_mtok: float = attrs.field(validator=_RATE)
+    output_usd_per_mtok: float = attrs.field(default=0.0, validator=_RATE)
+    cached_input_usd_per_mtok: float | None = attrs.field(default=None, validator=_OPTIONAL_RATE)
+    cache_write_5m_usd_per_mtok: float | None = attrs.field(default=None, validator=_OPTIONAL_RATE)
+    cache_write_1h_usd_per_mtok: float | None = attrs.field(default=None, validator=_OPTIONAL_RATE)
+
+    def rates(self) -> _Rates:
+        return _resolve(self.input_usd_per_mtok, self.output_usd_per_mtok, self.cached_input_usd_per_mtok,
+                        self.cache_write_5m_usd_per_mtok, self.cache_write_1h_usd_per_mtok)
+
+
+def _tiers(value: Iterable[PriceTier | Mapping[str, Any]]) -> tuple[PriceTier, ...]:
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise ConfigurationError(f"tiers must be a list of tables ([[...price.tiers]]), got {value!r}")
+    tiers = tuple(t if isinstance(t, PriceTier) else _from_table(PriceTier, t, f"tiers[{i}]")
+                  for i, t in enumerate(value))
+    thresholds = [t.above_input_tokens for t in tiers]
+    if thresholds != sorted(set(thresholds)):
+        raise ConfigurationError(f"tiers must rise by above_input_tokens, each once; got {thresholds}")
+    return tiers
+
+
 @attrs.frozen(kw_only=True)
 class Price:
-    """USD per million input, cached-input and output tokens; cached input defaults to input."""
+    """USD per million tokens: input, output, cache reads, cache writes by TTL, and long-context tiers.
 
-    input_usd_per_mtok: float = attrs.field(validator=number(ge=0))
-    output_usd_per_mtok: float = attrs.field(default=0.0, validator=number(ge=0))
-    cached_input_usd_per_mtok: float | None = attrs.field(default=None, validator=number(ge=0, optional=True))
+    An unset ``cached_input_usd_per_mtok`` is the input rate; unset write rates are 1.25x
+    (5 minutes) and 2x (1 hour) the input rate. A tier replaces every rate once a call's
+    input tokens (cache reads and writes included) exceed its ``above_input_tokens``.
+    """
+
+    input_usd_per_mtok: float = attrs.field(validator=_RATE)
+    output_usd_per_mtok: float = attrs.field(default=0.0, validator=_RATE)
+    cached_input_usd_per_mtok: float | None = attrs.field(default=None, validator=_OPTIONAL_RATE)
+    cache_write_5m_usd_per_mtok: float | None = attrs.field(default=None, validator=_OPTIONAL_RATE)
+    cache_write_1h_usd_per_mtok: float | None = attrs.field(default=None, validator=_OPTIONAL_RATE)
     max_output_tokens: int | None = attrs.field(default=None, validator=number(ge=0, integer=True, optional=True))
+    tiers: tuple[PriceTier, ...] = attrs.field(default=(), converter=_tiers)
+
+    def rates(self) -> _Rates:
+        return _resolve(self.input_usd_per_mtok, self.output_usd_per_mtok, self.cached_input_usd_per_mtok,
+                        self.cache_write_5m_usd_per_mtok, self.cache_write_1h_usd_per_mtok)
 
     def cost_usd(self, usage: Usage) -> float:
-        """What ``usage`` cost; cached input tokens are part of the input tokens."""
-        cached = min(usage.cached_input_tokens, usage.input_tokens)
-        cached_rate = self.input_usd_per_mtok if self.cached_input_usd_per_mtok is None \
-            else self.cached_input_usd_per_mtok
-        return ((usage.input_tokens - cached) * self.input_usd_per_mtok + cached * cached_rate
-                + usage.output_tokens * self.output_usd_per_mtok) / 1e6
+        """What ``usage`` cost: each part of the input at its own rate, all at the tier its input reached."""
+        rates = self._reached(usage.input_tokens)[-1]
+        parts = usage.cached_input_tokens + usage.cache_write_5m_tokens + usage.cache_write_1h_tokens
+        plain = max(usage.input_tokens - parts, 0)
+        return (plain * rates.input + usage.cached_input_tokens * rates.read
+                + usage.cache_write_5m_tokens * rates.write_5m + usage.cache_write_1h_tokens * rates.write_1h
+                + usage.output_tokens * rates.output) / 1e6
 
-    def worst_case_usd(self, input_tokens: int, max_output_tokens: int | None) -> float | None:
-        """The most a call may cost: every input token uncached, every output token used."""
+    def worst_case_usd(self, input_tokens: int, max_output_tokens: int | None, *,
+                       cache_write_ttl: CacheTTL | None = None) -> float | None:
+        """The most a call of at most ``input_tokens`` in and ``max_output_tokens`` out (else the model's
+        ceiling) may cost: every token at the highest rate of any tier it may reach, input written to
+        the cache when the call asks for caching; None when no output bound is known."""
         output = max_output_tokens if max_output_tokens is not None else self.max_output_tokens
         if output is None:
             return None
-        return (input_tokens * self.input_usd_per_mtok + output * self.output_usd_per_mtok) / 1e6
+        reachable = self._reached(input_tokens)
+        input_rate = max(rates.highest_input(cache_write_ttl) for rates in reachable)
+        output_rate = max(rates.output for rates in reachable)
+        return (input_tokens * input_rate + output * output_rate) / 1e6
+
+    def _reached(self, input_tokens: int) -> list[_Rates]:
+        """The base rates, then each tier ``input_tokens`` exceeds: the last one applies."""
+        return [self.rates(), *(t.rates() for t in self.tiers if input_tokens > t.above_input_tokens)]
 
 
 def to_price(value: Price | Mapping[str, Any] | None) -> Price | None:
@@ -68,14 +164,23 @@ def to_price(value: Price | Mapping[str, Any] | None) -> Price | None:
         return value
     if not isinstance(value, Mapping):
         raise ConfigurationError(f"price must be a table of per-million-token prices, got {value!r}")
-    known = [a.name for a in attrs.fields(Price)]
+    return _from_table(Price, value, "price")
+
+
+T = TypeVar("T", Price, PriceTier)
+
+
+def _from_table(cls: type[T], value: object, where: str) -> T:
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"{where} must be a table, got {value!r}")
+    known = [a.name for a in attrs.fields(cls)]
     for key in value:
         if key not in known:
-            raise ConfigurationError(f"price: unknown key {key!r}{did_you_mean(key, known)}")
+            raise ConfigurationError(f"{where}: unknown key {key!r}{did_you_mean(key, known)}")
     try:
-        return Price(**value)
+        return cls(**value)
     except TypeError as exc:
-        raise ConfigurationError(f"price: {exc}") from None
+        raise ConfigurationError(f"{where}: {exc}") from None
 
 
 @functools.cache

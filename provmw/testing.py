@@ -41,7 +41,7 @@ import json
 import random
 import sys
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 from aiohttp import web
@@ -77,6 +77,9 @@ class Fault:
     malformed_json: bool = False
     drop_connection: bool = False
     cut_stream_after: int | None = None
+    # A raw usage object that replaces the answer's (streams included), e.g. a provider's
+    # cache counts: ``Fault(usage={"input_tokens": 3, "cache_creation_input_tokens": 12304})``.
+    usage: FrozenMap | None = attrs.field(default=None, converter=attrs.converters.optional(FrozenMap))
 
 
 @attrs.frozen
@@ -146,9 +149,11 @@ class FakeProvider:
     """A loopback server speaking the OpenAI and Anthropic wire formats, with faults."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, api_key: str | None = None,
-                 record_limit: int = 10_000) -> None:
+                 record_limit: int = 10_000, tokenizer: Literal["words", "characters"] = "words") -> None:
         self._host, self._port = host, port
         self._api_key = api_key
+        # "characters" counts as densely as real tokenizers do on CJK text, one token a character.
+        self._count = wire.characters if tokenizer == "characters" else wire.words
         self._scripted: dict[tuple[str, str], collections.deque[Fault]] = {}
         self._random: dict[tuple[str, str], _RandomFaults] = {}
         self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -236,9 +241,11 @@ class FakeProvider:
             await asyncio.sleep(fault.delay_s)
         if fault is not None and fault.status is not None:
             return _error_response(route, fault.status, fault.code, fault.message, fault.headers)
+        payload = _answer(route, body, self._count)
+        if fault is not None and fault.usage is not None:
+            payload["usage"] = json.loads(json.dumps(fault.usage, default=dict))
         if body.get("stream"):
-            return await self._stream(route, body, request, fault)
-        payload = _answer(route, body)
+            return await self._stream(route, payload, request, fault)
         if fault is not None and fault.malformed_json:
             return web.Response(text='{"id": "broken", "choices": [', content_type="application/json")
         if fault is not None and fault.drop_connection:
@@ -256,12 +263,12 @@ class FakeProvider:
                 return chance.fault
         return None
 
-    async def _stream(self, route: str, body: Mapping[str, Any], request: web.Request,
+    async def _stream(self, route: str, payload: Mapping[str, Any], request: web.Request,
                       fault: Fault | None) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         await response.write(b": fake provider stream\n\n")
-        for sent, frame in enumerate(_frames(route, body)):
+        for sent, frame in enumerate(_frames(route, payload)):
             if fault is not None and fault.cut_stream_after is not None and sent >= fault.cut_stream_after:
                 assert request.transport is not None
                 request.transport.close()
@@ -282,22 +289,22 @@ def _authorized(request: web.Request, api_key: str) -> bool:
         request.headers.get("Authorization") == f"Bearer {api_key}"
 
 
-def _answer(route: str, body: Mapping[str, Any]) -> dict[str, Any]:
+def _answer(route: str, body: Mapping[str, Any], count: wire.Tokenizer) -> dict[str, Any]:
     if route == "chat":
-        return wire.openai_chat(body)
+        return wire.openai_chat(body, count)
     if route == "completion":
-        return wire.openai_completion(body)
+        return wire.openai_completion(body, count)
     if route == "embedding":
-        return wire.openai_embeddings(body)
-    return wire.anthropic_message(body)
+        return wire.openai_embeddings(body, count)
+    return wire.anthropic_message(body, count)
 
 
-def _frames(route: str, body: Mapping[str, Any]) -> Iterator[bytes]:
+def _frames(route: str, payload: Mapping[str, Any]) -> Iterator[bytes]:
     if route == "messages":
-        for event, data in wire.anthropic_stream(body):
+        for event, data in wire.anthropic_stream(payload):
             yield f"event: {event}\ndata: {data}\n\n".encode()
     else:
-        for data in wire.openai_chat_stream(body):
+        for data in wire.openai_chat_stream(payload):
             yield f"data: {data}\n\n".encode()
 
 

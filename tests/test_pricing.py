@@ -14,7 +14,7 @@ from provmw.plugins import PluginHost
 from provmw.pricing import Price, PriceTable
 from provmw.responses import Usage
 from provmw.settings import Settings
-from provmw.testing import FakeProvider
+from provmw.testing import FakeProvider, Fault
 from tests.conftest import BUILTIN_MIDDLEWARE_OFF, openai_config
 
 
@@ -95,3 +95,73 @@ async def test_a_response_carries_its_cost_over_real_http(fake: FakeProvider, bu
     usage = response.usage
     assert usage.input_tokens > 0
     assert usage.cost_usd == pytest.approx((usage.input_tokens * 1.0 + usage.output_tokens * 2.0) / 1e6)
+
+
+SONNET = Price(input_usd_per_mtok=3.0, cached_input_usd_per_mtok=0.3, output_usd_per_mtok=15.0,
+               cache_write_5m_usd_per_mtok=3.75, cache_write_1h_usd_per_mtok=6.0,
+               tiers=[{"above_input_tokens": 200_000, "input_usd_per_mtok": 6.0, "output_usd_per_mtok": 22.5,
+                       "cached_input_usd_per_mtok": 0.6, "cache_write_5m_usd_per_mtok": 7.5,
+                       "cache_write_1h_usd_per_mtok": 12.0}])
+
+
+async def test_litellm_9812_is_priced_as_anthropic_billed_it(fake: FakeProvider, builtin_only: PluginHost) -> None:
+    # The usage body quoted in BerriAI/litellm#9812 (Claude 3.7 Sonnet): Anthropic billed $0.054399.
+    fake.script(Fault(usage={"input_tokens": 3, "cache_creation_input_tokens": 12304,
+                             "cache_read_input_tokens": 0, "output_tokens": 550}))
+    settings = Settings(middleware=BUILTIN_MIDDLEWARE_OFF)
+    async with ServiceManager(settings, host=builtin_only) as manager:
+        response = await manager.chat("hi", provider="anthropic", model="claude-3-7-sonnet-20250219",
+                                      base_url=fake.anthropic_base_url)
+    assert response.usage.cost_usd == pytest.approx(0.054399, abs=1e-12)
+
+
+def test_cache_writes_are_charged_at_their_ttl_rate() -> None:
+    usage = Usage(input_tokens=100_000, cache_write_5m_tokens=30_000, cache_write_1h_tokens=20_000)
+    assert SONNET.cost_usd(usage) == pytest.approx((50_000 * 3.0 + 30_000 * 3.75 + 20_000 * 6.0) / 1e6)
+
+
+def test_unset_rates_default_to_the_input_rate_and_anthropics_write_multiples() -> None:
+    price = Price(input_usd_per_mtok=2.0)
+    usage = Usage(input_tokens=3_000_000, cached_input_tokens=1_000_000, cache_write_5m_tokens=1_000_000,
+                  cache_write_1h_tokens=1_000_000)
+    assert price.cost_usd(usage) == pytest.approx(2.0 + 2.0 * 1.25 + 2.0 * 2.0)
+
+
+def test_reasoning_tokens_are_output_tokens_not_an_extra_charge() -> None:
+    usage = Usage(input_tokens=0, output_tokens=1_000_000, reasoning_tokens=900_000)
+    assert SONNET.cost_usd(usage) == pytest.approx(15.0)
+
+
+def test_a_tier_prices_every_token_once_the_input_exceeds_its_threshold() -> None:
+    at = Usage(input_tokens=200_000, cached_input_tokens=100_000, output_tokens=1000)
+    above = Usage(input_tokens=200_001, cached_input_tokens=100_000, output_tokens=1000)
+    assert SONNET.cost_usd(at) == pytest.approx((100_000 * 3.0 + 100_000 * 0.3 + 1000 * 15.0) / 1e6)
+    assert SONNET.cost_usd(above) == pytest.approx((100_001 * 6.0 + 100_000 * 0.6 + 1000 * 22.5) / 1e6)
+
+
+def test_tiers_must_rise() -> None:
+    tier = {"above_input_tokens": 1000, "input_usd_per_mtok": 1.0}
+    with pytest.raises(ConfigurationError, match=r"tiers must rise .* got \[1000, 1000\]"):
+        Price(input_usd_per_mtok=1.0, tiers=[tier, tier])
+
+
+def test_a_misspelt_tier_key_names_the_tier_and_a_near_match() -> None:
+    with pytest.raises(ConfigurationError, match=r"tiers\[0\]: unknown key 'input_usd' \(did you mean"):
+        config("m", price={"input_usd_per_mtok": 1.0, "tiers": [{"above_input_tokens": 1, "input_usd": 2.0}]})
+
+
+def test_the_worst_case_prices_input_at_the_write_rate_when_the_call_asks_for_caching() -> None:
+    assert SONNET.worst_case_usd(1000, 0) == pytest.approx(1000 * 3.0 / 1e6)
+    assert SONNET.worst_case_usd(1000, 0, cache_write_ttl="5m") == pytest.approx(1000 * 3.75 / 1e6)
+    assert SONNET.worst_case_usd(1000, 0, cache_write_ttl="1h") == pytest.approx(1000 * 6.0 / 1e6)
+
+
+def test_the_worst_case_uses_the_tier_a_bound_above_its_threshold_may_reach() -> None:
+    assert SONNET.worst_case_usd(200_001, 10) == pytest.approx((200_001 * 6.0 + 10 * 22.5) / 1e6)
+    assert SONNET.worst_case_usd(200_000, 10) == pytest.approx((200_000 * 3.0 + 10 * 15.0) / 1e6)
+
+
+def test_the_bundled_sonnet_4_5_has_write_rates_and_a_long_context_tier() -> None:
+    price = PriceTable().price_for(ProviderConfig(identifier="a", provider="anthropic", model="claude-sonnet-4-5"))
+    assert price is not None and price.cache_write_1h_usd_per_mtok == 6.0
+    assert [t.above_input_tokens for t in price.tiers] == [200_000]

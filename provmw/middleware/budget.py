@@ -111,11 +111,12 @@ class BudgetOptions:
 class BudgetMiddleware:
     """Reserve against every bucket a call touches, all or nothing, before it goes out.
 
-    In ``strict`` mode the reservation is the worst case (``planned_cost_usd``: the most
-    expensive configuration in the fallback chain at prompt estimate plus ``max_tokens``),
-    so concurrent calls can never push a bucket past its limit; a call whose worst case
-    cannot be known is refused with ``ConfigurationError``. ``estimate`` reserves what is
-    known and never refuses for want of a price. After the call the real amounts are
+    In ``strict`` mode the reservation is a true worst case (``planned_cost_usd``: the most
+    expensive configuration in the fallback chain, at an input bound no tokenizer can exceed,
+    every input token at the highest rate the call can incur, plus ``max_tokens`` or the
+    model's ceiling, ADR 0015), so concurrent calls can never push a bucket past its limit;
+    a call whose worst case cannot be known is refused with ``ConfigurationError``.
+    ``estimate`` reserves the cheap estimate and never refuses for want of a price. After the call the real amounts are
     settled (the response's priced usage, one request); on any failure the reservation is
     released. Leases expire if this process dies, and are renewed while a call runs.
     Cache hits never reach this layer, so they are never charged. What a store that cannot
@@ -180,19 +181,23 @@ class BudgetMiddleware:
                     limits: Sequence[BudgetLimit]) -> Amounts:
         strict = self.options.mode == "strict"
         facts = ctx.facts
-        planned = facts.planned_cost_usd
+        # Strict reserves the true bound (ADR 0015); estimate mode the estimate, else the bound.
+        planned = facts.planned_cost_usd if strict or facts.estimated_cost_usd is None else facts.estimated_cost_usd
         if planned is None and strict and any(limit.max_cost_usd is not None for limit in limits):
             raise ConfigurationError(
                 f"budget: the worst-case cost of a call on {config.identifier!r} is unknown (a configuration in "
                 "its chain has no price, or the call sets no max_tokens and the model's ceiling is unknown); "
-                "strict cost limits need it: add [configurations.<name>.price] or options.max_tokens")
+                "strict cost limits need it: add [configurations.<name>.price] (with max_output_tokens) "
+                "or options.max_tokens")
         output = facts.max_output_tokens
         if output is None and ctx.operation is not ProviderOperation.EMBEDDING:
             if strict and any(limit.max_tokens is not None for limit in limits):
                 raise ConfigurationError(
                     f"budget: a call on {config.identifier!r} sets no max_tokens; strict token limits need it")
             output = 0
-        tokens = facts.estimated_input_tokens + (output or 0)
+        input_tokens = max(facts.max_input_tokens, facts.estimated_input_tokens) if strict \
+            else facts.estimated_input_tokens
+        tokens = input_tokens + (output or 0)
         return Amounts(math.ceil((planned or 0.0) * 1e6), tokens, 1)
 
 

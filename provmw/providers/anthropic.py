@@ -19,6 +19,7 @@ from provmw.errors import (
 )
 from provmw.http import COMMON_CODES, ErrorCodes, HttpClient, SSEEvent, malformed, plain_json, wire_errors
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
+from provmw.providers._usage import UsageBody
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
 
@@ -118,11 +119,25 @@ def _tool(tool: ToolSpec) -> dict[str, Any]:
     return {"name": tool.name, "description": tool.description, "input_schema": plain_json(tool.parameters)}
 
 
-def _usage(usage: Mapping[str, Any]) -> Usage:
-    return Usage(
-        input_tokens=int(usage.get("input_tokens") or 0),
-        output_tokens=int(usage.get("output_tokens") or 0),
-        cached_input_tokens=int(usage.get("cache_read_input_tokens") or 0),
+def _usage(usage: object, model: str) -> Usage:
+    """Anthropic's ``input_tokens`` leaves the cache out: the whole is it plus reads plus writes.
+
+    ``cache_creation`` splits the writes by TTL; writes it does not attribute (or every write,
+    when it is absent) are 5-minute ones, the API's default TTL.
+    """
+    body = UsageBody.of(usage, provider="anthropic", model=model)
+    reads, writes = body.count("cache_read_input_tokens"), body.count("cache_creation_input_tokens")
+    hour = body.count("cache_creation", "ephemeral_1h_input_tokens")
+    minutes = body.count("cache_creation", "ephemeral_5m_input_tokens")
+    if minutes + hour > writes and body.has("cache_creation_input_tokens"):
+        raise MalformedResponseError(
+            f"usage.cache_creation ({minutes + hour} tokens by TTL) exceeds cache_creation_input_tokens ({writes})",
+            provider="anthropic", model=model)
+    minutes = max(writes - hour, minutes)
+    return body.usage(
+        input_tokens=body.count("input_tokens") + reads + minutes + hour,
+        output_tokens=body.count("output_tokens"),
+        cached_input_tokens=reads, cache_write_5m_tokens=minutes, cache_write_1h_tokens=hour,
     )
 
 
@@ -165,7 +180,7 @@ class AnthropicAdapter:
                           for b in blocks if b["type"] == "tool_use")
             return CompletionResponse(
                 provider=self.name, model=data.get("model") or config.model,
-                usage=_usage(data.get("usage") or {}), served_by=config.identifier,
+                usage=_usage(data.get("usage"), config.model), served_by=config.identifier,
                 text="".join(b["text"] for b in blocks if b["type"] == "text"), tool_calls=calls,
                 finish_reason=FINISH_REASONS.get(data.get("stop_reason"), data.get("stop_reason")),
             )
@@ -195,7 +210,7 @@ class AnthropicAdapter:
                     raise malformed(self.name, config.model, exc) from None
                 if event.event == "error" or data.get("type") == "error":
                     raise _stream_error(config, data)
-                if (chunk := _stream_chunk(event, data, usage)) is not None:
+                if (chunk := _stream_chunk(event, data, usage, config.model)) is not None:
                     yield chunk
                 if data.get("type") == "message_stop":
                     return
@@ -203,7 +218,7 @@ class AnthropicAdapter:
                                      model=config.model)
 
 
-def _stream_chunk(event: SSEEvent, data: Mapping[str, Any], usage: dict[str, Any]) -> ChatChunk | None:
+def _stream_chunk(event: SSEEvent, data: Mapping[str, Any], usage: dict[str, Any], model: str) -> ChatChunk | None:
     kind = data.get("type", event.event)
     if kind == "message_start":
         usage.update(data.get("message", {}).get("usage") or {})
@@ -212,7 +227,7 @@ def _stream_chunk(event: SSEEvent, data: Mapping[str, Any], usage: dict[str, Any
     elif kind == "message_delta":
         usage.update(data.get("usage") or {})
         reason = data.get("delta", {}).get("stop_reason")
-        return ChatChunk(finish_reason=FINISH_REASONS.get(reason, reason), usage=_usage(usage))
+        return ChatChunk(finish_reason=FINISH_REASONS.get(reason, reason), usage=_usage(usage, model))
     return None
 
 

@@ -15,6 +15,7 @@ from provmw.config import ProviderConfig
 from provmw.errors import MalformedResponseError
 from provmw.http import ErrorCodes, HttpClient, malformed, plain_json, wire_errors
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
+from provmw.providers._usage import UsageBody
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
 
@@ -82,13 +83,16 @@ def _with_options(body: dict[str, Any], options: Mapping[str, Any]) -> dict[str,
     return body
 
 
-def _usage(data: Any) -> Usage:
-    usage = data.get("usage") or {}
-    details = usage.get("prompt_tokens_details") or {}
-    return Usage(
-        input_tokens=int(usage.get("prompt_tokens") or 0),
-        output_tokens=int(usage.get("completion_tokens") or 0),
-        cached_input_tokens=int(details.get("cached_tokens") or 0),
+def _usage(data: Any, model: str) -> Usage:
+    """OpenAI's counts already include their parts: prompt_tokens holds the cached ones,
+    completion_tokens the reasoning ones. A gateway's cache writes carry no TTL: 5 minutes."""
+    body = UsageBody.of(data.get("usage"), provider="openai", model=model)
+    return body.usage(
+        input_tokens=body.count("prompt_tokens"),
+        output_tokens=body.count("completion_tokens"),
+        cached_input_tokens=body.count("prompt_tokens_details", "cached_tokens"),
+        cache_write_5m_tokens=body.count("prompt_tokens_details", "cache_write_tokens"),
+        reasoning_tokens=body.count("completion_tokens_details", "reasoning_tokens"),
     )
 
 
@@ -111,7 +115,7 @@ class OpenAIAdapter:
             choice = data["choices"][0]
             message = choice["message"]
             return CompletionResponse(
-                provider=self.name, model=data.get("model") or config.model, usage=_usage(data),
+                provider=self.name, model=data.get("model") or config.model, usage=_usage(data, config.model),
                 served_by=config.identifier, text=message.get("content") or "",
                 tool_calls=_tool_calls(message), finish_reason=choice.get("finish_reason"),
             )
@@ -127,7 +131,7 @@ class OpenAIAdapter:
         try:
             choice = data["choices"][0]
             return CompletionResponse(
-                provider=self.name, model=data.get("model") or config.model, usage=_usage(data),
+                provider=self.name, model=data.get("model") or config.model, usage=_usage(data, config.model),
                 served_by=config.identifier, text=choice.get("text") or "",
                 finish_reason=choice.get("finish_reason"),
             )
@@ -144,7 +148,7 @@ class OpenAIAdapter:
         try:
             rows = sorted(data["data"], key=lambda row: row["index"])
             return EmbeddingResponse(
-                provider=self.name, model=data.get("model") or config.model, usage=_usage(data),
+                provider=self.name, model=data.get("model") or config.model, usage=_usage(data, config.model),
                 served_by=config.identifier, vectors=[row["embedding"] for row in rows],
             )
         except (KeyError, IndexError, TypeError, ValueError) as exc:
@@ -172,7 +176,7 @@ class OpenAIAdapter:
 
     def _stream_chunk(self, config: ProviderConfig, data: str) -> ChatChunk:
         try:
-            return _chunk(json.loads(data))
+            return _chunk(json.loads(data), config.model)
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise malformed(self.name, config.model, exc) from None
 
@@ -192,9 +196,9 @@ class OpenAIAdapter:
             return await http.post_json(_url(config, path), body, _headers(config))
 
 
-def _chunk(data: Mapping[str, Any]) -> ChatChunk:
+def _chunk(data: Mapping[str, Any], model: str) -> ChatChunk:
     choices = data.get("choices") or []
-    usage = _usage(data) if data.get("usage") else None
+    usage = _usage(data, model) if data.get("usage") else None
     if not choices:
         return ChatChunk(usage=usage)
     choice = choices[0]

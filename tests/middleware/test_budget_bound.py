@@ -1,0 +1,152 @@
+"""The strict worst case is a true bound: no reported usage within it settles above the reservation (ADR 0015)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from provmw.config import ProviderConfig
+from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.errors import BudgetExceededError
+from provmw.facts import call_facts
+from provmw.manager import ServiceManager
+from provmw.messages import ImagePart, Message, TextPart, ToolSpec
+from provmw.middleware.budget import BudgetMiddleware, BudgetOptions
+from provmw.plugins import PluginHost
+from provmw.pricing import PriceTable
+from provmw.requests import ChatRequest
+from provmw.responses import CompletionResponse, Usage
+from provmw.settings import Settings
+from provmw.stores.budgets import Amounts, Charge, MemoryBudgetStore, Refusal
+from provmw.testing import FakeProvider, Fault, ScriptedNext
+from tests.conftest import anthropic_config, openai_config
+
+CJK = "漢字仮名交じり文" * 5000  # 40,000 characters; a real tokenizer counts about one token each
+LIMIT = {"scope": "global", "period": "total", "max_cost_usd": 0.10}
+SONNET = {"input_usd_per_mtok": 3.0, "output_usd_per_mtok": 15.0, "cache_write_5m_usd_per_mtok": 3.75,
+          "cache_write_1h_usd_per_mtok": 6.0, "cached_input_usd_per_mtok": 0.3}
+
+
+@pytest.fixture
+async def dense() -> AsyncIterator[FakeProvider]:
+    async with FakeProvider(tokenizer="characters") as server:
+        yield server
+
+
+def settings_for(config: ProviderConfig) -> Settings:
+    return Settings(configurations={config.identifier: config},
+                    middleware={"budget": {"store": "memory", "limits": [LIMIT]}, "usage": {"store": "memory"}})
+
+
+async def spent_in_race(manager: ServiceManager, prompt: str, calls: int) -> tuple[float, int]:
+    outcomes = await asyncio.gather(*(manager.chat(prompt) for _ in range(calls)), return_exceptions=True)
+    served = [o for o in outcomes if isinstance(o, CompletionResponse)]
+    assert all(isinstance(o, CompletionResponse | BudgetExceededError) for o in outcomes)
+    return sum(o.usage.cost_usd or 0.0 for o in served), len(served)
+
+
+async def test_forty_thousand_cjk_characters_never_overspend_a_strict_limit(
+        dense: FakeProvider, builtin_only: PluginHost) -> None:
+    config = openai_config(dense, price={"input_usd_per_mtok": 0.25, "output_usd_per_mtok": 1.0},
+                           options={"max_tokens": 50})
+    async with ServiceManager(settings_for(config), host=builtin_only) as manager:
+        spent, served = await spent_in_race(manager, CJK, 20)
+    assert served >= 1
+    assert spent <= 0.10
+
+
+async def test_a_prompt_cached_request_reserves_at_the_cache_write_rate(
+        fake: FakeProvider, builtin_only: PluginHost) -> None:
+    prompt = "cache me " * 1000  # 2,000 tokens of the fake's tokenizer, all written to the 1-hour cache
+    fake.script(*[Fault(usage={"input_tokens": 4, "cache_creation_input_tokens": 2000, "output_tokens": 20,
+                               "cache_creation": {"ephemeral_1h_input_tokens": 2000}})] * 10)
+    cached = {"max_tokens": 20, "extra_body": {"cache_control": {"type": "ephemeral", "ttl": "1h"}}}
+    config = anthropic_config(fake, price=SONNET, options=cached)
+    async with ServiceManager(settings_for(config), host=builtin_only) as manager:
+        spent, served = await spent_in_race(manager, prompt, 10)
+    assert served >= 1
+    assert spent <= 0.10
+
+
+def test_estimates_stay_cheap_while_the_bound_counts_bytes() -> None:
+    config = ProviderConfig(identifier="c", provider="openai", model="gpt-4o-mini")
+    facts = call_facts(ProviderOperation.CHAT, config, ChatRequest([Message.user(CJK)]), chain=(config,),
+                       prices=PriceTable(), known_controls=())
+    assert facts.estimated_input_tokens == 10_001
+    assert facts.max_input_tokens >= 3 * len(CJK)
+
+
+class Recording(MemoryBudgetStore):
+    """The memory store, keeping what each call reserved and settled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reserved: list[Amounts] = []
+        self.settled: list[Amounts] = []
+
+    async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
+                      lease_s: float) -> Refusal | None:
+        self.reserved.extend(charge.amount for charge in charges)
+        return await super().reserve(reservation_id, charges, now=now, lease_s=lease_s)
+
+    async def settle(self, reservation_id: str, actual: Amounts) -> None:
+        self.settled.append(actual)
+        await super().settle(reservation_id, actual)
+
+
+TIERED = {**SONNET, "tiers": [{"above_input_tokens": 300, "input_usd_per_mtok": 6.0, "output_usd_per_mtok": 22.5,
+                               "cache_write_1h_usd_per_mtok": 12.0}]}
+TOOL = ToolSpec(name="lookup", description="Looks a word up",
+                parameters={"type": "object", "properties": {"word": {"type": "string"}}})
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> tuple[ChatRequest, str | None]:
+    texts = draw(st.lists(st.text(max_size=60), min_size=1, max_size=4))
+    images = draw(st.integers(0, 2))
+    parts: list[TextPart | ImagePart] = [TextPart(texts[-1]), *[ImagePart(url="https://x.test/i.png")] * images]
+    ttl = draw(st.sampled_from([None, "5m", "1h"]))
+    options: dict[str, Any] = {"max_tokens": draw(st.integers(1, 400))}
+    if ttl is not None:
+        options["extra_body"] = {"cache_control": {"type": "ephemeral", "ttl": ttl}}
+    messages = [Message.user(t) for t in texts[:-1]] + [Message.user(parts)]
+    return ChatRequest(messages, tools=[TOOL] if draw(st.booleans()) else [], options=options), ttl
+
+
+@st.composite
+def usages(draw: st.DrawFn, max_input: int, max_output: int, ttl: str | None) -> Usage:
+    """Any usage a provider could report within the bound: input parts that fit, writes only if asked for."""
+    input_tokens = draw(st.integers(0, max_input))
+    reads = draw(st.integers(0, input_tokens))
+    five = draw(st.integers(0, input_tokens - reads)) if ttl is not None else 0
+    hour = draw(st.integers(0, input_tokens - reads - five)) if ttl == "1h" else 0
+    output = draw(st.integers(0, max_output))
+    return Usage(input_tokens=input_tokens, output_tokens=output, cached_input_tokens=reads,
+                 cache_write_5m_tokens=five, cache_write_1h_tokens=hour,
+                 reasoning_tokens=draw(st.integers(0, output)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(provider=st.sampled_from(["openai", "anthropic", "third-party"]), drawn=requests(), data=st.data())
+async def test_settle_never_exceeds_the_reservation(provider: str, drawn: tuple[ChatRequest, str | None],
+                                                    data: st.DataObject) -> None:
+    request, ttl = drawn
+    config = ProviderConfig(identifier="c", provider=provider, model="m", price=TIERED)
+    facts = call_facts(ProviderOperation.CHAT, config, request, chain=(config,), prices=PriceTable(),
+                       known_controls=())
+    usage = data.draw(usages(facts.max_input_tokens, request.options["max_tokens"], ttl))
+    assert config.price is not None
+    answer = CompletionResponse(provider=provider, model="m", usage=Usage(
+        **{**usage.to_dict(), "cost_usd": config.price.cost_usd(usage)}))
+    store = Recording()
+    budget = BudgetMiddleware(BudgetOptions(limits=[{"scope": "global", "max_cost_usd": 1e6, "max_tokens": 10**12}]),
+                              store=store)
+    await budget.handle(ProviderCallContext(ProviderOperation.CHAT, facts=facts), config, ScriptedNext(answer))
+    [reserved], [settled] = store.reserved, store.settled
+    assert settled.cost_micro_usd <= reserved.cost_micro_usd
+    assert settled.tokens <= reserved.tokens
