@@ -126,3 +126,13 @@ async def test_parallel_attempts_each_get_a_ledger_record(
     found = await records(ledger)
     assert fake.count() == len(response.attempts) == len(found) == 2
     assert sorted(r.attempt for r in found) == [1, 2]
+
+
+async def test_ten_concurrent_calls_sharing_a_correlation_id_give_ten_records(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    async with ServiceManager(settings(fake, tmp_path / "u.db"), host=builtin_only) as manager:
+        await asyncio.gather(*(manager.chat(f"hi {i}", configuration="an", correlation_id="caller-1")
+                               for i in range(10)))
+    found = await records(tmp_path / "u.db")
+    assert len(found) == len({r.call_id for r in found}) == 10
+    assert {r.correlation_id for r in found} == {"caller-1"}
