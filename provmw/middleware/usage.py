@@ -46,7 +46,10 @@ class UsageOptions:
 
 
 def _billed(exc: BaseException) -> Billed:
-    """An error the provider answered with a status was not billed; anything else may have been."""
+    """Not billed: a request that never left (ADR 0004) or an error the provider answered with a
+    status; anything else (timeouts, dropped connections, malformed bodies) may have been."""
+    if getattr(exc, "never_sent", False) is True:
+        return "no"
     return "no" if getattr(exc, "status", None) is not None else "unknown"
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from provmw.errors import UsageLedgerUnavailableError
+from provmw.config import ProviderConfig
+from provmw.errors import ProviderConnectionError, UsageLedgerUnavailableError
 from provmw.manager import ServiceManager
 from provmw.middleware.usage import UsageMiddleware
 from provmw.plugins import PluginHost
@@ -21,9 +23,10 @@ from tests.stores.test_journal import LockedLedger
 PRICE = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
 
 
-def settings(fake: FakeProvider, ledger: Path, **middleware: dict[str, Any]) -> Settings:
+def settings(fake: FakeProvider, ledger: Path, oa: ProviderConfig | None = None,
+             **middleware: dict[str, Any]) -> Settings:
     return Settings(
-        configurations={"oa": openai_config(fake, fallbacks=("an",), timeout_s=0.3, price=PRICE),
+        configurations={"oa": oa or openai_config(fake, fallbacks=("an",), timeout_s=0.3, price=PRICE),
                         "an": anthropic_config(fake, price=PRICE)},
         default="oa",
         middleware={"retry": {"base_s": 0.001, "max_wait_s": 0.01, "max_attempts": 2},
@@ -136,3 +139,39 @@ async def test_ten_concurrent_calls_sharing_a_correlation_id_give_ten_records(
     found = await records(tmp_path / "u.db")
     assert len(found) == len({r.call_id for r in found}) == 10
     assert {r.correlation_id for r in found} == {"caller-1"}
+
+
+def refused_url() -> str:
+    """A loopback port nothing listens on: bound, then released."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+
+
+async def billed_of_unreachable(fake: FakeProvider, host: PluginHost, ledger: Path, base_url: str) -> list[str]:
+    oa = openai_config(fake, base_url=base_url)
+    async with ServiceManager(settings(fake, ledger, oa), host=host) as manager:
+        with pytest.raises(ProviderConnectionError):
+            await manager.chat("hello", configuration="oa")
+    return [r.billed for r in await records(ledger)]
+
+
+async def test_a_refused_connection_is_recorded_as_not_billed(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    billed = await billed_of_unreachable(fake, builtin_only, tmp_path / "u.db", refused_url())
+    assert billed == ["no", "no"]  # both attempts the retry made
+
+
+async def test_a_host_name_that_does_not_resolve_is_recorded_as_not_billed(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    billed = await billed_of_unreachable(fake, builtin_only, tmp_path / "u.db", "http://provider.invalid/v1")
+    assert billed == ["no", "no"]
+
+
+async def test_a_connection_dropped_after_sending_stays_billed_unknown(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    fake.script(Fault(drop_connection=True), Fault(drop_connection=True), model="gpt-test")
+    async with ServiceManager(settings(fake, tmp_path / "u.db", openai_config(fake)), host=builtin_only) as manager:
+        with pytest.raises(ProviderConnectionError):
+            await manager.chat("hello", configuration="oa")
+    assert [r.billed for r in await records(tmp_path / "u.db")] == ["unknown", "unknown"]
