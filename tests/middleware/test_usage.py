@@ -15,10 +15,11 @@ from provmw.manager import ServiceManager
 from provmw.middleware.usage import UsageMiddleware
 from provmw.plugins import PluginHost
 from provmw.settings import Settings
+from provmw.stores.spill import SpillFile
 from provmw.stores.usage import SqliteUsageStore, UsageRecord
 from provmw.testing import FakeProvider, Fault
 from tests.conftest import anthropic_config, openai_config
-from tests.stores.test_journal import LockedLedger
+from tests.stores.test_journal import LockedLedger, spilled_keys
 
 PRICE = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
 
@@ -175,3 +176,16 @@ async def test_a_connection_dropped_after_sending_stays_billed_unknown(
         with pytest.raises(ProviderConnectionError):
             await manager.chat("hello", configuration="oa")
     assert [r.billed for r in await records(tmp_path / "u.db")] == ["unknown", "unknown"]
+
+
+async def test_a_ledger_locked_through_close_loses_nothing_and_the_next_start_replays_it(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    locked = LockedLedger(tmp_path / "u.db")
+    async with ServiceManager(settings(fake, locked.path), host=builtin_only) as manager:
+        await asyncio.gather(*(manager.chat("hi", configuration="an") for _ in range(20)))
+    assert len(spilled_keys(locked.path)) == 20
+    locked.unlock()
+    async with ServiceManager(settings(fake, locked.path), host=builtin_only) as manager:
+        await manager.chat("hi", configuration="an")
+    assert len(await records(locked.path)) == 21
+    assert not SpillFile(f"{locked.path}.spill").exists()
