@@ -98,7 +98,8 @@ def _usage(args: argparse.Namespace, out: TextIO) -> int:
     options = section_options(settings, USAGE)
     if options.store != "sqlite":
         raise ConfigurationError("provmw usage reads the SQLite ledger, but [middleware.usage] store is 'memory'")
-    if not _exists(options.path, out, "usage ledger"):
+    if not _exists(options.path, "usage ledger"):
+        out.write(render([], args.format))
         return 0
     records = asyncio.run(_read_state(settings, lambda state: state.usage_journal().store.records(
         _since(args.since, zone))))
@@ -113,12 +114,14 @@ def _budget(args: argparse.Namespace, out: TextIO) -> int:
     settings, zone = _report_settings(args)
     options = section_options(settings, BUDGET)
     if not options.limits:
-        out.write("no budget limits are configured ([[middleware.budget.limits]])\n")
+        _note("no budget limits are configured ([[middleware.budget.limits]])")
+        out.write(render([], args.format))
         return 0
     shared = settings.state is not None and "budget" in settings.state.shared
     if not shared and options.store != "sqlite":
         raise ConfigurationError("provmw budget reads the SQLite store, but [middleware.budget] store is 'memory'")
-    if not shared and not _exists(options.path, out, "budget store"):
+    if not shared and not _exists(options.path, "budget store"):
+        out.write(render([], args.format))
         return 0
     now = time.time()
     states = asyncio.run(_read_state(settings, lambda state: state.budget_store().states(now=now)))
@@ -149,13 +152,18 @@ def _report_settings(args: argparse.Namespace) -> tuple[Settings, ZoneInfo]:
     return settings, ZoneInfo(name)
 
 
-def _exists(path: str, out: TextIO, what: str) -> bool:
+def _exists(path: str, what: str) -> bool:
     from pathlib import Path
 
     if Path(path).is_file():
         return True
-    out.write(f"no {what} at {path} yet\n")
+    _note(f"no {what} at {path} yet")
     return False
+
+
+def _note(message: str) -> None:
+    """Prose for the reader goes to stderr, so stdout stays the report (valid JSON with --format json)."""
+    sys.stderr.write(f"provmw: {message}\n")
 
 
 def _since(value: str | None, zone: ZoneInfo) -> float | None:

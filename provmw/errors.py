@@ -9,7 +9,7 @@
     ├── PluginError
     │   ├── PluginLoadError                an entry point failed to import or load
     │   └── DuplicateMiddlewareError       two middleware share a name
-    ├── ProviderError                      provider, model, status, retry_after_s
+    ├── ProviderError                      provider, model, status, retry_after_s, never_sent
     │   ├── RateLimitError                 429 (quota_exhausted for insufficient_quota)
     │   │   └── LocalRateLimitError        our own rate_limit refused; nothing was sent
     │   ├── ProviderTimeoutError           408, 504, read timeout
@@ -127,6 +127,7 @@ class ProviderError(ProvmwError):
         retry_after_s: float | None = None,
         should_retry: bool | None = None,
         code: str | None = None,
+        never_sent: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -136,6 +137,9 @@ class ProviderError(ProvmwError):
         self.retry_after_s = retry_after_s
         self.should_retry = should_retry
         self.code = code
+        # True only when the request provably never left (no connection was made), so the
+        # ledger may record it as not billed; False means "may have reached the provider".
+        self.never_sent = never_sent
 
     def __str__(self) -> str:
         where = "/".join(part for part in (self.provider, self.model) if part)
@@ -153,6 +157,7 @@ class ProviderError(ProvmwError):
             "retry_after_s": self.retry_after_s,
             "should_retry": self.should_retry,
             "code": self.code,
+            "never_sent": self.never_sent,
         }
 
 

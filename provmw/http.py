@@ -11,7 +11,8 @@ does for its transports::
 - ``HttpStatusError`` (a non-2xx answer): a code in the body through the adapter's
   ``ErrorCodes``, else the status through ``STATUS_ERRORS``; retry hints from the headers.
 - ``NotJsonError`` (a 2xx body that is not JSON): ``MalformedResponseError``.
-- aiohttp, OS and timeout exceptions: through ``EXCEPTION_ERRORS``, searched along the MRO.
+- aiohttp, OS and timeout exceptions: through ``EXCEPTION_ERRORS``, searched along the MRO;
+  those in ``NEVER_SENT`` (no connection was ever made) set ``never_sent`` on the error.
 
 Unary calls carry no timer: the manager bounds each attempt. Streams bound the connect and
 each read by ``read_timeout_s``, since a stream's whole length is not known in advance.
@@ -51,6 +52,7 @@ __all__ = [
     "ErrorCodes",
     "HttpClient",
     "HttpStatusError",
+    "NEVER_SENT",
     "NotJsonError",
     "SSEEvent",
     "malformed",
@@ -112,6 +114,11 @@ EXCEPTION_ERRORS: Mapping[type[BaseException], tuple[type[ProviderError], str]] 
     asyncio.TimeoutError: (ProviderTimeoutError, "timed out"),
     ConnectionError: (ProviderConnectionError, "connection failed"),
 }
+
+# Failures to open a connection (DNS, refused, TLS handshake, proxy): the request never
+# left, so the provider cannot have billed it. A pooled connection that breaks later is
+# not here, since the request may already have been written to it.
+NEVER_SENT: tuple[type[BaseException], ...] = (aiohttp.ClientConnectorError,)
 
 _MAPPED = tuple(EXCEPTION_ERRORS)
 _URL_QUERY = re.compile(r"(https?://[^\s?'\"]+)\?[^\s'\"]*")
@@ -185,7 +192,8 @@ def _foreign_error(exc: BaseException, provider: str, model: str) -> ProviderErr
     message = f"{what} ({type(exc).__name__}: {detail})" if detail else what
     status = getattr(exc, "status", None)
     return error_cls(message, provider=provider, model=model,
-                     status=status if isinstance(status, int) and status else None)
+                     status=status if isinstance(status, int) and status else None,
+                     never_sent=isinstance(exc, NEVER_SENT))
 
 
 def malformed(provider: str, model: str, exc: BaseException) -> MalformedResponseError:

@@ -115,7 +115,8 @@ def open_state(settings: Settings, shared: StateBackend | None = None) -> State:
     cache = section_options(settings, CACHE)
     embedded = EmbeddedState(
         budgets=SqliteFile(budget.path, budget.busy_timeout_s) if budget.store == "sqlite" else None,
-        ledger=SqliteFile(usage.path, usage.busy_timeout_s) if usage.store == "sqlite" else None,
+        ledger=SqliteFile(usage.path, usage.busy_timeout_s, "FULL" if usage.synchronous == "full" else "NORMAL")
+        if usage.store == "sqlite" else None,
         cache_max_entries=cache.max_entries, cache_max_bytes=cache.max_bytes)
     return State(embedded, shared, shared_concerns=settings.state.shared if settings.state else (),
                  budget_failure_policy=budget.failure_policy, journal_policy=usage.failure_policy,

@@ -162,6 +162,25 @@ def test_usage_with_a_bad_since_names_it(tmp_path: Path, capsys: pytest.CaptureF
     assert "--since: expected 7d" in capsys.readouterr().err
 
 
-def test_usage_without_a_ledger_says_so(tmp_path: Path) -> None:
+def test_usage_without_a_ledger_says_so_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, text = run("usage")
-    assert (status, text) == (0, "no usage ledger at provmw.sqlite3 yet\n")
+    assert (status, text) == (0, "(nothing recorded)\n")
+    assert capsys.readouterr().err == "provmw: no usage ledger at provmw.sqlite3 yet\n"
+
+
+@pytest.mark.parametrize("command", ["usage", "budget"])
+def test_json_on_a_fresh_install_is_an_empty_list(tmp_path: Path, command: str) -> None:
+    status, text = run(command, "--format", "json")
+    assert (status, json.loads(text)) == (0, [])
+
+
+def test_budget_json_without_limits_is_an_empty_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, text = run("budget", "--format", "json")
+    assert (status, json.loads(text)) == (0, [])
+    assert "no budget limits are configured" in capsys.readouterr().err
+
+
+def test_budget_json_before_the_store_exists_is_an_empty_list(tmp_path: Path) -> None:
+    (tmp_path / "provmw.toml").write_text(LEDGER_TOML)
+    status, text = run("--config", str(tmp_path / "provmw.toml"), "budget", "--format", "json")
+    assert (status, json.loads(text)) == (0, [])

@@ -4,15 +4,19 @@
 fallback layers make, and sees a timed-out one as a timeout (billed ``unknown``: the
 provider may have done the work). ``usage_hits`` sits just outside ``cache`` (810) and
 records the calls a cache answered, which never reach a provider and cost nothing.
-Attempts of one logical call are numbered from 1 under its correlation id; a cache hit
-is attempt 0. Records go through a :class:`~provmw.stores.journal.UsageJournal`, so the
-call never waits on the store and a store outage loses nothing (ADR 0011)::
+Attempts of one logical call are numbered from 1 under its call id; a cache hit is
+attempt 0. Each layer waits until its record is durable (in the store, or in the spill
+file when the store cannot take it) before the answer or the error goes on, so a call
+that returned has its records even if the process is killed next; concurrent calls share
+one commit (:class:`~provmw.stores.journal.UsageJournal`, ADR 0011). A cancelled attempt
+does not wait: its record is queued, and written or spilled at close at the latest::
 
     [middleware.usage]
     store = "sqlite"                  # or "memory"
-    path = "provmw.sqlite3"
-    failure_policy = "fail_open"      # or "fail_closed"
-    max_journal_records = 50000
+    path = "provmw.sqlite3"           # records the store cannot take wait in provmw.sqlite3.spill
+    synchronous = "normal"            # "full": a record also survives power loss (slower)
+    failure_policy = "fail_open"      # never refuses; "fail_closed": refuse calls once
+    max_journal_records = 50000       # this many records wait outside a failing store
 """
 
 from __future__ import annotations
@@ -42,11 +46,15 @@ class UsageOptions:
     failure_policy: FailurePolicy = attrs.field(default="fail_open",
                                                 validator=one_of(("fail_open", "fail_closed")))
     max_journal_records: int = attrs.field(default=50_000, validator=number(gt=0, integer=True))
+    synchronous: Literal["normal", "full"] = attrs.field(default="normal", validator=one_of(("normal", "full")))
     busy_timeout_s: float = attrs.field(default=5.0, validator=number(ge=0))
 
 
 def _billed(exc: BaseException) -> Billed:
-    """An error the provider answered with a status was not billed; anything else may have been."""
+    """Not billed: a request that never left (ADR 0004) or an error the provider answered with a
+    status; anything else (timeouts, dropped connections, malformed bodies) may have been."""
+    if getattr(exc, "never_sent", False) is True:
+        return "no"
     return "no" if getattr(exc, "status", None) is not None else "unknown"
 
 
@@ -67,19 +75,25 @@ class UsageMiddleware:
         started, start = self._wall_clock(), self._clock()
         try:
             response = await next(config)
-        except BaseException as exc:
+        except Exception as exc:
             billed = _billed(exc)
-            self.journal.record(_record(ctx, config, attempt, started, self._clock() - start,
-                                        status="error", error_type=type(exc).__name__, billed=billed,
-                                        cost_usd=0.0 if billed == "no" else None))
+            await self.journal.durable(_record(ctx, config, attempt, started, self._clock() - start,
+                                               status="error", error_type=type(exc).__name__, billed=billed,
+                                               cost_usd=0.0 if billed == "no" else None))
+            raise
+        except BaseException as exc:
+            # Cancellation must stay prompt: the record is queued, and written or spilled by close.
+            self.journal.record(_record(ctx, config, attempt, started, self._clock() - start, status="error",
+                                        error_type=type(exc).__name__, billed="unknown"))
             raise
         usage = response.usage
-        self.journal.record(_record(ctx, config, attempt, started, self._clock() - start, model=response.model,
-                                    input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                                    cached_input_tokens=usage.cached_input_tokens,
-                                    cache_write_5m_tokens=usage.cache_write_5m_tokens,
-                                    cache_write_1h_tokens=usage.cache_write_1h_tokens,
-                                    reasoning_tokens=usage.reasoning_tokens, cost_usd=usage.cost_usd))
+        await self.journal.durable(_record(ctx, config, attempt, started, self._clock() - start,
+                                           model=response.model, input_tokens=usage.input_tokens,
+                                           output_tokens=usage.output_tokens,
+                                           cached_input_tokens=usage.cached_input_tokens,
+                                           cache_write_5m_tokens=usage.cache_write_5m_tokens,
+                                           cache_write_1h_tokens=usage.cache_write_1h_tokens,
+                                           reasoning_tokens=usage.reasoning_tokens, cost_usd=usage.cost_usd))
         return response
 
 
@@ -98,10 +112,10 @@ class UsageHitsMiddleware:
         started, start = self._wall_clock(), self._clock()
         response = await next(config)
         if response.cached:
-            self.journal.record(_record(ctx, config, 0, started, self._clock() - start,
-                                        config_id=response.served_by or config.identifier,
-                                        provider=response.provider, model=response.model,
-                                        status="cache_hit", billed="no", cost_usd=0.0))
+            await self.journal.durable(_record(ctx, config, 0, started, self._clock() - start,
+                                               config_id=response.served_by or config.identifier,
+                                               provider=response.provider, model=response.model,
+                                               status="cache_hit", billed="no", cost_usd=0.0))
         return response
 
 

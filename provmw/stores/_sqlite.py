@@ -1,8 +1,11 @@
-"""One SQLite file, opened lazily in WAL mode with ``synchronous=FULL``, used from one thread.
+"""One SQLite file, opened lazily in WAL mode, used from one thread.
 
 Every statement runs on a single worker thread, so the event loop never blocks on disk
-and the connection is never shared between threads. A transaction that commits has
-reached the disk (FULL), so a record acknowledged after ``run`` returns survives a crash.
+and the connection is never shared between threads. ``synchronous`` is per connection:
+``FULL`` (the default, budgets) syncs the WAL at every commit, so a committed transaction
+survives power loss; ``NORMAL`` (the usage ledger's default) writes it to the WAL without
+a sync, so it survives the death of the process (kill -9) but maybe not of the machine.
+A ``migrate`` step, if given, runs before the schema on every open.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
-__all__ = ["SqliteDatabase", "transaction"]
+__all__ = ["SqliteDatabase", "Synchronous", "transaction"]
 
 T = TypeVar("T")
+Synchronous = Literal["NORMAL", "FULL"]
 
 
 @contextlib.contextmanager
@@ -35,10 +39,14 @@ def transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 class SqliteDatabase:
     """A lazily opened SQLite connection with its schema, used from one worker thread."""
 
-    def __init__(self, path: str | Path, schema: str, *, busy_timeout_s: float = 5.0) -> None:
+    def __init__(self, path: str | Path, schema: str, *, busy_timeout_s: float = 5.0,
+                 synchronous: Synchronous = "FULL",
+                 migrate: Callable[[sqlite3.Connection], None] | None = None) -> None:
         self.path = Path(path)
         self._schema = schema
         self._busy_timeout_s = busy_timeout_s
+        self._synchronous = synchronous
+        self._migrate = migrate
         self._connection: sqlite3.Connection | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"provmw-sqlite-{self.path.name}")
 
@@ -66,7 +74,9 @@ class SqliteDatabase:
         connection = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None)
         try:
             connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=FULL")
+            connection.execute(f"PRAGMA synchronous={self._synchronous}")
+            if self._migrate is not None:
+                self._migrate(connection)
             connection.executescript(self._schema)
         except sqlite3.Error:
             connection.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import attrs
 
+from provmw.stores._sqlite import Synchronous
 from provmw.stores.breakers import MemoryBreakerStore
 from provmw.stores.budgets import BudgetStore, MemoryBudgetStore, SqliteBudgetStore
 from provmw.stores.cache import MemoryCacheStore
@@ -16,10 +17,12 @@ __all__ = ["EmbeddedState", "SqliteFile"]
 
 @attrs.frozen
 class SqliteFile:
-    """Where a SQLite store lives, and how long a write waits for another process's lock."""
+    """Where a SQLite store lives, how long a write waits for another process's lock, and (for
+    the ledger) whether a commit is synced to disk (``FULL``) or to the OS (``NORMAL``)."""
 
     path: str
     busy_timeout_s: float = 5.0
+    synchronous: Synchronous = "NORMAL"
 
 
 @attrs.frozen(kw_only=True)
@@ -48,7 +51,8 @@ class EmbeddedState:
     def usage_store(self) -> UsageStore:
         if self.ledger is None:
             return MemoryUsageStore()
-        return SqliteUsageStore(self.ledger.path, busy_timeout_s=self.ledger.busy_timeout_s)
+        return SqliteUsageStore(self.ledger.path, busy_timeout_s=self.ledger.busy_timeout_s,
+                                synchronous=self.ledger.synchronous)
 
     async def aclose(self) -> None:
         """Nothing to close: each store it made is closed by its owner."""

@@ -1,112 +1,267 @@
-"""The usage journal: records wait here until the store has them, so a store outage loses nothing.
+"""The usage journal: a record is durable before the call that made it returns.
 
-``record`` never blocks and never raises: it keys the record by ``(correlation_id,
-attempt)`` and wakes one background writer, which sends batches to the store and
-forgets a record only once the store has acknowledged it. A failing store is retried
-with capped backoff; since writes are idempotent per key, a batch replayed after an
-unclear failure cannot count twice.
+``await journal.durable(record)`` resolves once the record is in the store or in the spill
+file (:mod:`provmw.stores.spill`), so a process killed after a call returned has left that
+call's records behind. One background writer takes everything waiting as one batch (group
+commit): concurrent calls share one transaction, so the wait stays near one commit.
 
-When the store keeps failing, the policy decides what a full journal means:
+- **Store down** (``UsageLedgerUnavailableError``, or any failure while an empty write also
+  fails): the batch goes to the spill file and its callers return. Until a probe with capped
+  backoff finds the store back, new records go straight to the spill file; then the spill is
+  replayed into the store.
+- **Poison record** (the batch fails but the store takes an empty write): the batch is
+  bisected, the records the store refuses on their own are set aside in the spill file with
+  an error naming the call, and the others are written.
+- **Close**: what was never acknowledged goes to the spill file; nothing is dropped.
+- **Start**: the first use replays any spill file (also one left by a crashed process) into
+  the store, and removes it only once the store acknowledged; writes are idempotent per key,
+  so a record replayed twice counts once. A poison record stays in the spill file.
 
-``fail_open``
-    calls go on; a record that finds the journal full is dropped and counted
-    (``dropped``), with an error logged, so availability wins past the bound.
-``fail_closed``
-    ``admit`` refuses new calls with ``UsageLedgerUnavailableError`` before they reach a
-    provider; records of calls already running are still kept, so nothing is lost.
+``fail_open`` never refuses a call. ``fail_closed`` refuses new calls with
+``UsageLedgerUnavailableError`` (before they reach a provider) once ``max_records`` records
+wait outside the store; records of calls already running are still kept.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Literal
 
 from provmw.errors import UsageLedgerUnavailableError
+from provmw.stores.spill import SpillFile
 from provmw.stores.usage import UsageRecord, UsageStore
 
-__all__ = ["FailurePolicy", "UsageJournal"]
+__all__ = ["FailurePolicy", "Outcome", "UsageJournal"]
 
 log = logging.getLogger(__name__)
 
 FailurePolicy = Literal["fail_open", "fail_closed"]
+Outcome = Literal["stored", "spilled", "set_aside", "lost"]
+_Entry = tuple[UsageRecord, "asyncio.Future[Outcome]"]
+
+
+def _spill_beside(store: UsageStore) -> SpillFile | None:
+    """The spill file a store declares (``spill_path``); a memory store has none."""
+    path: Path | None = getattr(store, "spill_path", None)
+    return SpillFile(path, fsync=getattr(store, "synchronous", "") == "FULL") if path is not None else None
 
 
 class UsageJournal:
-    """Holds records until ``store`` acknowledges them; owned by the manager's state, shared by
-    ``usage`` and ``usage_hits``."""
+    """Records on their way to ``store``; owned by the manager's state, shared by ``usage`` and
+    ``usage_hits``."""
 
-    def __init__(self, store: UsageStore, *, max_records: int = 50_000, policy: FailurePolicy = "fail_open",
-                 batch_size: int = 500, retry_s: float = 0.05, max_retry_s: float = 5.0,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    def __init__(self, store: UsageStore, *, spill: SpillFile | None = None, max_records: int = 50_000,
+                 policy: FailurePolicy = "fail_open", batch_size: int = 5_000, retry_s: float = 0.05,
+                 max_retry_s: float = 5.0, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.store = store
+        self.spill = spill if spill is not None else _spill_beside(store)
         self.max_records = max_records
         self.policy = policy
-        self.dropped = 0
+        self.spilled = 0  # records this journal put in the spill file
+        self.commits = 0  # batches the store acknowledged
         self._batch_size = batch_size
         self._retry_s = retry_s
         self._max_retry_s = max_retry_s
         self._sleep = sleep
-        self._pending: dict[tuple[str, int], UsageRecord] = {}
+        self._queued: dict[tuple[str, int], _Entry] = {}
+        self._inflight: dict[tuple[str, int], _Entry] = {}
         self._writer: asyncio.Task[None] | None = None
+        self._recovery: asyncio.Task[None] | None = None
+        self._outside = 0  # spilled because the store was down, not yet replayed
         self._failing = False
+        self._replayed = False
 
     @property
     def pending(self) -> int:
-        """Records not yet acknowledged by the store."""
-        return len(self._pending)
+        """Records neither in the store nor in the spill file yet."""
+        return len(self._queued) + len(self._inflight)
+
+    @property
+    def failing(self) -> bool:
+        """Whether the store was found down and not yet found back."""
+        return self._failing
 
     def admit(self) -> None:
-        """Refuse a new call when a fail-closed journal is full."""
-        if self.policy == "fail_closed" and len(self._pending) >= self.max_records:
+        """Refuse a new call when a fail-closed journal holds too much outside the store."""
+        outside = self.pending + self._outside
+        if self.policy == "fail_closed" and self.failing and outside >= self.max_records:
             raise UsageLedgerUnavailableError(
-                f"usage ledger: the store is failing and {len(self._pending)} records wait in the journal "
+                f"usage ledger: the store is failing and {outside} records wait outside it "
                 f"(max_journal_records={self.max_records}); refusing new calls (failure_policy=fail_closed)")
 
-    def record(self, record: UsageRecord) -> None:
-        """Keep ``record`` until the store has it; never blocks, never raises."""
-        if self.policy == "fail_open" and len(self._pending) >= self.max_records \
-                and record.key not in self._pending:
-            self.dropped += 1
-            log.error("usage ledger: journal full (%d records) while the store fails; dropped the record "
-                      "of %s attempt %d (%d dropped so far)", self.max_records, *record.key, self.dropped)
-            return
-        self._pending.setdefault(record.key, record)
+    def record(self, record: UsageRecord) -> asyncio.Future[Outcome]:
+        """Queue ``record``; the future says where it went once it is durable. Never raises."""
+        entry = self._queued.get(record.key) or self._inflight.get(record.key)
+        if entry is not None:
+            return entry[1]
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._queued[record.key] = (record, future)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_all(), name="provmw-usage-writer")
+        return future
+
+    async def durable(self, record: UsageRecord) -> Outcome:
+        """Queue ``record`` and wait until it is in the store or the spill file."""
+        # Shielded: a caller cancelled while waiting must not cancel the journal's future.
+        return await asyncio.shield(self.record(record))
 
     async def flush(self) -> None:
-        """Wait until every record so far is written (forever, while the store keeps failing)."""
-        if self._writer is not None:
-            await asyncio.shield(self._writer)
+        """Wait until every record so far is in the store or the spill file, and until a replay
+        under way (the store came back) has finished."""
+        while True:
+            replaying = self._recovery if self._recovery is not None and not self._failing else None
+            busy = [t for t in (self._writer, replaying) if t is not None and not t.done()]
+            if not busy:
+                return
+            await asyncio.shield(asyncio.gather(*busy))
+
+    async def recovered(self) -> None:
+        """Wait until a failing store is found back and the spill file replayed into it."""
+        if self._recovery is not None:
+            await asyncio.shield(self._recovery)
+
+    async def replay(self) -> None:
+        """Write what the spill file holds into the store; keep it if the store fails."""
+        self._replayed = True
+        if self.spill is None or not await asyncio.to_thread(self.spill.exists):
+            return
+        outside, kept = self._outside, False
+        for claim in await asyncio.to_thread(self.spill.claim):
+            try:
+                poison = [p for i in range(0, len(claim.records), self._batch_size)
+                          for p in await self._commit(claim.records[i:i + self._batch_size])]
+            except Exception as exc:  # still down: back to the spill file for the next start (or recovery)
+                await asyncio.to_thread(self.spill.append, claim.records)
+                claim.done()
+                log.warning("usage ledger: replay of the spill file failed (%s); it stays for the next start", exc)
+                kept = True
+                continue
+            await asyncio.to_thread(self.spill.append, poison)
+            claim.done()
+            log.warning("usage ledger: replayed %d records from the spill file", len(claim.records) - len(poison))
+        if not kept:  # what was spilled during the replay is in a new file, not yet replayed
+            self._outside -= outside
 
     async def aclose(self, timeout_s: float = 10.0) -> None:
-        """Write what is pending (for at most ``timeout_s``), then close the store."""
+        """Write what is pending (for at most ``timeout_s``), spill the rest, then close the store."""
         try:
             await asyncio.wait_for(self.flush(), timeout_s)
         except TimeoutError:
-            log.error("usage ledger: closing with %d records the store never acknowledged", len(self._pending))
-        if self._writer is not None:
-            self._writer.cancel()
-        await self.store.aclose()
+            log.error("usage ledger: the store did not take %d records in %.1f s; spilling them",
+                      self.pending, timeout_s)
+        for task in (self._writer, self._recovery):
+            if task is not None:
+                task.cancel()
+        await self._set_aside([*self._inflight.values(), *self._queued.values()], "spilled")
+        self._inflight.clear()
+        self._queued.clear()
+        try:
+            if self._outside:
+                await self.replay()  # the store may be back: leave no spill file behind
+        finally:
+            await self.store.aclose()
 
     async def _write_all(self) -> None:
-        delay = self._retry_s
-        while self._pending:
-            batch = list(self._pending.values())[: self._batch_size]
-            try:
-                await self.store.write(batch)
-            except Exception as exc:  # the store is down: keep everything, try again later
-                if not self._failing:
-                    log.warning("usage ledger: store write failed (%s: %s); keeping records in the journal",
-                                type(exc).__name__, exc)
-                self._failing = True
-                await self._sleep(delay)
-                delay = min(delay * 2, self._max_retry_s)
+        if not self._replayed:
+            await self.replay()
+        while self._queued:
+            batch = self._take()
+            if self.failing:
+                await self._set_aside(batch, "spilled")
                 continue
-            if self._failing:
-                log.warning("usage ledger: store is back; writing %d journaled records", len(self._pending))
-            self._failing, delay = False, self._retry_s
-            for written in batch:
-                self._pending.pop(written.key, None)
+            try:
+                poison = await self._commit([record for record, _ in batch])
+            except Exception as exc:  # the store is down: spill, and watch for its return
+                self._start_recovery(exc)
+                await self._set_aside(batch, "spilled")
+                continue
+            keys = {record.key for record in poison}
+            await self._set_aside([e for e in batch if e[0].key in keys], "set_aside")
+            self._settle([e for e in batch if e[0].key not in keys], "stored")
+
+    def _take(self) -> list[_Entry]:
+        keys = list(self._queued)[: self._batch_size]
+        batch = [self._queued.pop(key) for key in keys]
+        self._inflight.update((entry[0].key, entry) for entry in batch)
+        return batch
+
+    def _settle(self, entries: Sequence[_Entry], outcome: Outcome) -> None:
+        for record, future in entries:
+            self._inflight.pop(record.key, None)
+            if not future.done():
+                future.set_result(outcome)
+
+    async def _set_aside(self, entries: Sequence[_Entry], outcome: Outcome) -> None:
+        if not entries:
+            return
+        records = [record for record, _ in entries]
+        try:
+            if self.spill is None:
+                raise OSError("this store declares no spill file")
+            await asyncio.to_thread(self.spill.append, records)
+        except OSError as exc:
+            log.error("usage ledger: could not spill %d records (%s); they are lost", len(records), exc)
+            outcome = "lost"
+        else:
+            self.spilled += len(records)
+            self._outside += len(records) if outcome == "spilled" else 0
+        self._settle(entries, outcome)
+
+    async def _commit(self, records: Sequence[UsageRecord]) -> list[UsageRecord]:
+        """Write ``records``; return those the store refuses on their own (poison)."""
+        try:
+            await self.store.write(records)
+            self.commits += 1
+            return []
+        except UsageLedgerUnavailableError:
+            raise
+        except Exception as exc:
+            if not await self._store_works():
+                raise UsageLedgerUnavailableError(f"usage ledger: the store failed ({exc})") from exc
+            return await self._isolate(records, exc)
+
+    async def _isolate(self, records: Sequence[UsageRecord], error: Exception) -> list[UsageRecord]:
+        if len(records) == 1:
+            record = records[0]
+            log.error("usage ledger: the store refuses the record of call %s attempt %d (correlation id %s): "
+                      "%s: %s; set aside in the spill file", record.call_id, record.attempt,
+                      record.correlation_id, type(error).__name__, error)
+            return list(records)
+        poison: list[UsageRecord] = []
+        for part in (records[: len(records) // 2], records[len(records) // 2:]):
+            try:
+                await self.store.write(part)
+            except UsageLedgerUnavailableError:
+                raise
+            except Exception as exc:
+                poison += await self._isolate(part, exc)
+        return poison
+
+    async def _store_works(self) -> bool:
+        try:
+            await self.store.write([])  # takes the write lock, writes nothing
+        except Exception:
+            return False
+        return True
+
+    def _start_recovery(self, exc: Exception) -> None:
+        if self._failing:
+            return
+        self._failing = True
+        log.warning("usage ledger: store write failed (%s: %s); spilling records until it is back",
+                    type(exc).__name__, exc)
+        self._recovery = asyncio.get_running_loop().create_task(self._recover(), name="provmw-usage-recovery")
+
+    async def _recover(self) -> None:
+        delay = self._retry_s
+        while True:
+            await self._sleep(delay)
+            if await self._store_works():
+                break
+            delay = min(delay * 2, self._max_retry_s)
+        self._failing = False
+        log.warning("usage ledger: store is back; replaying the spill file")
+        await self.replay()

@@ -12,9 +12,9 @@ concern                   when its store fails (ADR 0013)
 ``rate_limit``            process's own embedded store decides; each outcome goes back
                           to the store that admitted it. Any other error is a bug and
                           propagates
-``usage``                 the journal keeps every record and retries
-                          (:mod:`provmw.stores.journal`); its ``failure_policy`` says what
-                          a full journal means
+``usage``                 the journal spills every record the store cannot take and
+                          replays it later (:mod:`provmw.stores.journal`); its
+                          ``failure_policy`` says whether new calls are refused meanwhile
 ========================  ==============================================================
 
 :class:`provmw.state.State` wraps every store it hands out in these guards, so the

@@ -3,6 +3,10 @@
 A record's key is ``(call_id, attempt)``, the call id being provmw's own per logical call
 (a caller may reuse a correlation id; it stays a column); writing the same key again
 changes nothing, so a replayed batch never counts twice. Cache hits use attempt 0.
+
+A ledger file written by provmw 0.1.0 (keyed by correlation id, without the call id and
+the newer token columns) is migrated in place the first time it is opened: its rows are
+kept, each old correlation id standing in as the call id, the new counts at 0.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from typing import Literal, Protocol
 
 import attrs
 
-from provmw.stores._sqlite import SqliteDatabase, transaction
+from provmw.errors import UsageLedgerUnavailableError
+from provmw.stores._sqlite import SqliteDatabase, Synchronous, transaction
 
 __all__ = ["Billed", "MemoryUsageStore", "SqliteUsageStore", "UsageRecord", "UsageStore"]
 
@@ -102,20 +107,54 @@ _INSERT = (f"INSERT INTO usage ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * l
            "ON CONFLICT (call_id, attempt) DO NOTHING")
 
 
-class SqliteUsageStore:
-    """The embedded default: a table in a SQLite file (WAL, ``synchronous=FULL``)."""
+_OLD_COLUMNS = ("correlation_id, attempt, timestamp, operation, config_id, provider, model, user, tenant, "
+                "input_tokens, output_tokens, cached_input_tokens, cost_usd, latency_s, status, error_type, billed")
+_FROM_0_1_0 = (f"INSERT INTO usage (call_id, cache_write_5m_tokens, cache_write_1h_tokens, reasoning_tokens, "
+               f"{_OLD_COLUMNS}) SELECT correlation_id, 0, 0, 0, {_OLD_COLUMNS} FROM usage_0_1_0")
 
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0) -> None:
-        self.db = SqliteDatabase(path, _SCHEMA, busy_timeout_s=busy_timeout_s)
+
+def _columns(connection: sqlite3.Connection) -> set[str]:
+    return {row[1] for row in connection.execute("PRAGMA table_info(usage)")}
+
+
+def _migrate_0_1_0(connection: sqlite3.Connection) -> None:
+    """Rebuild a 0.1.0 ``usage`` table (no ``call_id``) under today's schema, keeping its rows."""
+    if "call_id" in _columns(connection) or not _columns(connection):
+        return
+    with transaction(connection):
+        if "call_id" in _columns(connection):  # another process migrated it while we waited
+            return
+        connection.execute("ALTER TABLE usage RENAME TO usage_0_1_0")
+        connection.execute("DROP INDEX IF EXISTS usage_by_time")  # it followed the renamed table
+        for statement in _SCHEMA.split(";"):
+            connection.execute(statement)
+        connection.execute(_FROM_0_1_0)
+        connection.execute("DROP TABLE usage_0_1_0")
+
+
+class SqliteUsageStore:
+    """The embedded default: a table in a SQLite file (WAL); records it cannot take wait in
+    ``spill_path`` (see :mod:`provmw.stores.journal`)."""
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0, synchronous: Synchronous = "NORMAL") -> None:
+        self.db = SqliteDatabase(path, _SCHEMA, busy_timeout_s=busy_timeout_s, synchronous=synchronous,
+                                 migrate=_migrate_0_1_0)
+        self.spill_path = Path(f"{path}.spill")
+        self.synchronous = synchronous
 
     async def write(self, records: Sequence[UsageRecord]) -> None:
+        """Insert ``records`` in one transaction. ``UsageLedgerUnavailableError`` means the file
+        cannot be written now (locked, unreadable, full); any other error comes from a record."""
         rows = [attrs.astuple(r) for r in records]
 
         def insert(connection: sqlite3.Connection) -> None:
             with transaction(connection):
                 connection.executemany(_INSERT, rows)
 
-        await self.db.run(insert)
+        try:
+            await self.db.run(insert)
+        except sqlite3.OperationalError as exc:
+            raise UsageLedgerUnavailableError(f"usage ledger {self.db.path}: {exc}") from exc
 
     async def records(self, since: float | None = None) -> list[UsageRecord]:
         def select(connection: sqlite3.Connection) -> list[UsageRecord]:

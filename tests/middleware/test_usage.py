@@ -3,27 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from provmw.errors import UsageLedgerUnavailableError
+from provmw.config import ProviderConfig
+from provmw.errors import ProviderConnectionError, UsageLedgerUnavailableError
 from provmw.manager import ServiceManager
 from provmw.middleware.usage import UsageMiddleware
 from provmw.plugins import PluginHost
 from provmw.settings import Settings
+from provmw.stores.spill import SpillFile
 from provmw.stores.usage import SqliteUsageStore, UsageRecord
 from provmw.testing import FakeProvider, Fault
 from tests.conftest import anthropic_config, openai_config
-from tests.stores.test_journal import LockedLedger
+from tests.stores.test_journal import LockedLedger, spilled_keys
 
 PRICE = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
 
 
-def settings(fake: FakeProvider, ledger: Path, **middleware: dict[str, Any]) -> Settings:
+def settings(fake: FakeProvider, ledger: Path, oa: ProviderConfig | None = None,
+             **middleware: dict[str, Any]) -> Settings:
     return Settings(
-        configurations={"oa": openai_config(fake, fallbacks=("an",), timeout_s=0.3, price=PRICE),
+        configurations={"oa": oa or openai_config(fake, fallbacks=("an",), timeout_s=0.3, price=PRICE),
                         "an": anthropic_config(fake, price=PRICE)},
         default="oa",
         middleware={"retry": {"base_s": 0.001, "max_wait_s": 0.01, "max_attempts": 2},
@@ -87,7 +91,7 @@ async def test_ten_thousand_calls_through_a_failing_store_are_all_recorded_once(
     async with ServiceManager(settings(fake, locked.path), host=builtin_only) as manager:
         for _ in range(100):
             await asyncio.gather(*(manager.chat("hi", configuration="an") for _ in range(100)))
-        assert ledger_of(manager).journal.pending == 10_000
+        assert (ledger_of(manager).journal.pending, ledger_of(manager).journal.spilled) == (0, 10_000)
         locked.unlock()
     found = await records(locked.path)
     assert len(found) == len({r.key for r in found}) == 10_000
@@ -126,3 +130,62 @@ async def test_parallel_attempts_each_get_a_ledger_record(
     found = await records(ledger)
     assert fake.count() == len(response.attempts) == len(found) == 2
     assert sorted(r.attempt for r in found) == [1, 2]
+
+
+async def test_ten_concurrent_calls_sharing_a_correlation_id_give_ten_records(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    async with ServiceManager(settings(fake, tmp_path / "u.db"), host=builtin_only) as manager:
+        await asyncio.gather(*(manager.chat(f"hi {i}", configuration="an", correlation_id="caller-1")
+                               for i in range(10)))
+    found = await records(tmp_path / "u.db")
+    assert len(found) == len({r.call_id for r in found}) == 10
+    assert {r.correlation_id for r in found} == {"caller-1"}
+
+
+def refused_url() -> str:
+    """A loopback port nothing listens on: bound, then released."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+
+
+async def billed_of_unreachable(fake: FakeProvider, host: PluginHost, ledger: Path, base_url: str) -> list[str]:
+    oa = openai_config(fake, base_url=base_url)
+    async with ServiceManager(settings(fake, ledger, oa), host=host) as manager:
+        with pytest.raises(ProviderConnectionError):
+            await manager.chat("hello", configuration="oa")
+    return [r.billed for r in await records(ledger)]
+
+
+async def test_a_refused_connection_is_recorded_as_not_billed(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    billed = await billed_of_unreachable(fake, builtin_only, tmp_path / "u.db", refused_url())
+    assert billed == ["no", "no"]  # both attempts the retry made
+
+
+async def test_a_host_name_that_does_not_resolve_is_recorded_as_not_billed(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    billed = await billed_of_unreachable(fake, builtin_only, tmp_path / "u.db", "http://provider.invalid/v1")
+    assert billed == ["no", "no"]
+
+
+async def test_a_connection_dropped_after_sending_stays_billed_unknown(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    fake.script(Fault(drop_connection=True), Fault(drop_connection=True), model="gpt-test")
+    async with ServiceManager(settings(fake, tmp_path / "u.db", openai_config(fake)), host=builtin_only) as manager:
+        with pytest.raises(ProviderConnectionError):
+            await manager.chat("hello", configuration="oa")
+    assert [r.billed for r in await records(tmp_path / "u.db")] == ["unknown", "unknown"]
+
+
+async def test_a_ledger_locked_through_close_loses_nothing_and_the_next_start_replays_it(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    locked = LockedLedger(tmp_path / "u.db")
+    async with ServiceManager(settings(fake, locked.path), host=builtin_only) as manager:
+        await asyncio.gather(*(manager.chat("hi", configuration="an") for _ in range(20)))
+    assert len(spilled_keys(locked.path)) == 20
+    locked.unlock()
+    async with ServiceManager(settings(fake, locked.path), host=builtin_only) as manager:
+        await manager.chat("hi", configuration="an")
+    assert len(await records(locked.path)) == 21
+    assert not SpillFile(f"{locked.path}.spill").exists()

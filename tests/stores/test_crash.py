@@ -1,4 +1,5 @@
-"""Crashes: a process killed with SIGKILL loses no acknowledged record and holds no budget."""
+"""Crashes: a process killed with SIGKILL loses no acknowledged record, no record of a call that
+returned, and holds no budget."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import time
 from pathlib import Path
 
 from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, SqliteBudgetStore
+from provmw.stores.journal import UsageJournal
+from provmw.stores.usage import SqliteUsageStore
 
 BUCKET = BucketId("global", "*", "total", "total")
 DOLLAR = Limits(cost_micro_usd=1_000_000)
@@ -96,3 +99,47 @@ def test_kill_9_during_writes_loses_no_acknowledged_record(tmp_path: Path) -> No
         stored = {row[0] for row in connection.execute("SELECT correlation_id FROM usage")}
         connection.close()
         assert {f"c{i}" for i in acknowledged} <= stored
+
+
+SERVER = """
+    import asyncio, sys
+    from provmw.manager import ServiceManager
+    from provmw.plugins import PluginHost, PluginPolicy
+    from provmw.settings import Settings
+    from provmw.testing import FakeProvider
+    from tests.conftest import anthropic_config
+    async def call(manager, i):
+        await manager.chat("hi", configuration="an", correlation_id=f"c{i}")
+        print(f"c{i}", flush=True)  # the answer has returned to the caller
+    async def main():
+        async with FakeProvider() as fake:
+            price = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
+            settings = Settings(configurations={"an": anthropic_config(fake, price=price)}, default="an",
+                                middleware={"usage": {"path": sys.argv[1]}})
+            async with ServiceManager(settings, host=PluginHost(PluginPolicy(autoload=False), environ={})) as m:
+                for start in range(0, 2_000, 16):
+                    await asyncio.gather(*(call(m, i) for i in range(start, start + 16)))
+    asyncio.run(main())
+"""
+
+
+async def ledger_after_restart(path: Path) -> set[str]:
+    journal = UsageJournal(SqliteUsageStore(path))
+    await journal.replay()  # what the next start does first
+    found = {r.correlation_id for r in await journal.store.records()}
+    await journal.aclose()
+    return found
+
+
+def test_kill_9_loses_no_record_of_a_call_that_returned(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    path, returned = tmp_path / "ledger.db", set()
+    for _ in range(3):
+        server = spawn(SERVER, str(path))
+        assert server.stdout is not None
+        stop_after = rng.randint(100, 1_200)
+        lines = [server.stdout.readline() for _ in range(stop_after)]
+        os.kill(server.pid, signal.SIGKILL)
+        returned |= {line.strip() for line in lines + server.stdout.readlines() if line.strip()}
+        server.wait()
+        assert returned <= asyncio.run(ledger_after_restart(path))

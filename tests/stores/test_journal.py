@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from provmw.errors import UsageLedgerUnavailableError
 from provmw.stores.journal import UsageJournal
+from provmw.stores.spill import SpillFile
 from provmw.stores.usage import MemoryUsageStore, SqliteUsageStore
 from tests.stores.test_usage_store import record
 
@@ -32,6 +34,12 @@ class LockedLedger:
         self._holder.close()
 
 
+def spilled_keys(ledger: Path) -> list[tuple[str, int]]:
+    """The keys in the spill file beside ``ledger``, in the order they were spilled."""
+    lines = Path(f"{ledger}.spill").read_text().splitlines()
+    return [(value["call_id"], value["attempt"]) for value in map(json.loads, lines)]
+
+
 @pytest.fixture
 def locked(tmp_path: Path) -> Iterator[LockedLedger]:
     ledger = LockedLedger(tmp_path / "ledger.db")
@@ -39,13 +47,11 @@ def locked(tmp_path: Path) -> Iterator[LockedLedger]:
     ledger.unlock()
 
 
-async def test_records_reach_the_store_in_the_background() -> None:
+async def test_a_durable_record_is_in_the_store() -> None:
     journal = UsageJournal(MemoryUsageStore())
-    journal.record(record("a"))
-    journal.record(record("b"))
-    await journal.flush()
+    assert await journal.durable(record("a")) == "stored"
     assert journal.pending == 0
-    assert len(await journal.store.records()) == 2
+    assert len(await journal.store.records()) == 1
 
 
 async def test_recording_a_key_twice_keeps_one() -> None:
@@ -56,38 +62,103 @@ async def test_recording_a_key_twice_keeps_one() -> None:
     assert len(await journal.store.records()) == 1
 
 
-async def test_a_failing_store_keeps_records_until_it_recovers(locked: LockedLedger) -> None:
-    journal = UsageJournal(locked.store(), retry_s=0.01, max_retry_s=0.02)
-    journal.record(record("a"))
-    await asyncio.sleep(0.1)
-    assert journal.pending == 1
-    locked.unlock()
-    await journal.flush()
-    assert [r.key for r in await journal.store.records()] == [("a", 1)]
+async def test_concurrent_records_share_one_commit(tmp_path: Path) -> None:
+    journal = UsageJournal(SqliteUsageStore(tmp_path / "u.db"))
+    outcomes = await asyncio.gather(*(journal.durable(record(f"c{i}")) for i in range(100)))
+    assert set(outcomes) == {"stored"}
+    assert journal.commits == 1
     await journal.aclose()
 
 
-async def test_fail_closed_refuses_new_calls_when_the_journal_is_full(locked: LockedLedger) -> None:
-    journal = UsageJournal(locked.store(), max_records=2,
-                           policy="fail_closed", retry_s=0.01)
+async def test_a_locked_store_sends_records_to_the_spill_file(locked: LockedLedger) -> None:
+    journal = UsageJournal(locked.store())
+    assert await journal.durable(record("a")) == "spilled"
+    assert await journal.durable(record("b")) == "spilled"
+    assert (journal.pending, journal.spilled, journal.failing) == (0, 2, True)
+    assert spilled_keys(locked.path) == [("a", 1), ("b", 1)]
+    await journal.aclose()
+
+
+async def test_a_store_that_comes_back_gets_the_spilled_records(locked: LockedLedger) -> None:
+    unlocked = asyncio.Event()
+
+    async def wait_for_unlock(delay_s: float) -> None:
+        await unlocked.wait()
+
+    journal = UsageJournal(locked.store(), sleep=wait_for_unlock)
+    await journal.durable(record("a"))
+    locked.unlock()
+    unlocked.set()
+    assert await journal.durable(record("b")) in ("spilled", "stored")
+    await journal.recovered()
+    await journal.flush()
+    assert sorted(r.key for r in await journal.store.records()) == [("a", 1), ("b", 1)]
+    assert not journal.spill.exists()  # type: ignore[union-attr]
+    await journal.aclose()
+
+
+async def test_one_poison_record_among_a_hundred_is_set_aside_and_the_rest_written(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    journal = UsageJournal(SqliteUsageStore(tmp_path / "u.db"))
+    records = [record(f"c{i}", input_tokens=2**63 if i == 37 else i) for i in range(100)]
+    outcomes = await asyncio.gather(*(journal.durable(r) for r in records))
+    assert outcomes.count("stored") == 99 and outcomes[37] == "set_aside"
+    assert await journal.durable(record("later")) == "stored"
+    assert len(await journal.store.records()) == 100
+    assert spilled_keys(tmp_path / "u.db") == [("c37", 1)]
+    assert "call c37 attempt 1" in caplog.text
+    await journal.aclose()
+
+
+async def test_a_spill_file_left_by_a_crashed_run_is_replayed_once(tmp_path: Path) -> None:
+    SpillFile(tmp_path / "u.db.spill").append([record(f"c{i}") for i in range(50)])
+    for start in range(2):
+        journal = UsageJournal(SqliteUsageStore(tmp_path / "u.db"))
+        assert await journal.durable(record(f"start{start}")) == "stored"
+        assert not journal.spill.exists()  # type: ignore[union-attr]
+        assert len(await journal.store.records()) == 51 + start
+        await journal.aclose()
+
+
+async def test_a_replay_cut_short_by_a_crash_is_taken_over(tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "u.db.spill")
+    spill.append([record("a"), record("b")])
+    spill.path.rename(tmp_path / "u.db.spill.deadbeef.replay")  # a claim whose owner died
+    journal = UsageJournal(SqliteUsageStore(tmp_path / "u.db"))
+    await journal.replay()
+    assert [r.key for r in await journal.store.records()] == [("a", 1), ("b", 1)]
+    assert not spill.exists()
+    await journal.aclose()
+
+
+async def test_close_spills_what_the_locked_store_never_took(locked: LockedLedger) -> None:
+    journal = UsageJournal(locked.store())
     journal.record(record("a"))
+    await journal.aclose()
+    assert spilled_keys(locked.path) == [("a", 1)]
+
+
+async def test_fail_closed_refuses_new_calls_once_enough_records_wait_outside(locked: LockedLedger) -> None:
+    journal = UsageJournal(locked.store(), max_records=2, policy="fail_closed")
+    await journal.durable(record("a"))
     journal.admit()
-    journal.record(record("b"))
+    await journal.durable(record("b"))
     with pytest.raises(UsageLedgerUnavailableError, match="fail_closed"):
         journal.admit()
+    await journal.aclose()
 
 
 async def test_fail_closed_still_keeps_records_of_calls_already_running(locked: LockedLedger) -> None:
-    journal = UsageJournal(locked.store(), max_records=1,
-                           policy="fail_closed", retry_s=0.01)
-    journal.record(record("a"))
-    journal.record(record("b"))
-    assert (journal.pending, journal.dropped) == (2, 0)
+    journal = UsageJournal(locked.store(), max_records=1, policy="fail_closed")
+    outcomes = await asyncio.gather(journal.durable(record("a")), journal.durable(record("b")))
+    assert outcomes.count("spilled") == 2
+    await journal.aclose()
 
 
-async def test_fail_open_drops_and_counts_past_the_bound(locked: LockedLedger) -> None:
-    journal = UsageJournal(locked.store(), max_records=1, retry_s=0.01)
-    journal.record(record("a"))
-    journal.record(record("b"))
-    journal.admit()  # fail-open never refuses
-    assert (journal.pending, journal.dropped) == (1, 1)
+async def test_fail_open_never_refuses_and_never_drops(locked: LockedLedger) -> None:
+    journal = UsageJournal(locked.store(), max_records=1)
+    for name in "abc":
+        journal.admit()
+        assert await journal.durable(record(name)) == "spilled"
+    assert journal.spilled == 3
+    await journal.aclose()

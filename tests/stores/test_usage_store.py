@@ -1,4 +1,5 @@
-"""Usage stores: idempotent per (correlation id, attempt), SQLite in WAL with FULL sync."""
+"""Usage stores: idempotent per (call id, attempt); SQLite in WAL, NORMAL sync unless asked for FULL,
+migrating a 0.1.0 ledger in place."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from provmw.errors import UsageLedgerUnavailableError
 from provmw.stores.usage import MemoryUsageStore, SqliteUsageStore, UsageRecord, UsageStore
 
 
@@ -42,13 +44,61 @@ async def test_records_since_a_time_leave_older_ones_out(store: UsageStore) -> N
     assert [r.correlation_id for r in await store.records(since=15.0)] == ["new"]
 
 
-async def test_the_sqlite_ledger_runs_in_wal_with_full_sync(tmp_path: Path) -> None:
-    store = SqliteUsageStore(tmp_path / "u.db")
+async def sync_modes(store: SqliteUsageStore) -> tuple[str, int]:
     await store.write([record()])
     modes = await store.db.run(lambda c: (c.execute("PRAGMA journal_mode").fetchone()[0],
                                           c.execute("PRAGMA synchronous").fetchone()[0]))
     await store.aclose()
-    assert modes == ("wal", 2)  # 2 is FULL
+    return modes
+
+
+async def test_the_sqlite_ledger_runs_in_wal_with_normal_sync(tmp_path: Path) -> None:
+    assert await sync_modes(SqliteUsageStore(tmp_path / "u.db")) == ("wal", 1)  # 1 is NORMAL
+
+
+async def test_the_sqlite_ledger_syncs_fully_when_asked(tmp_path: Path) -> None:
+    assert await sync_modes(SqliteUsageStore(tmp_path / "u.db", synchronous="FULL")) == ("wal", 2)  # 2 is FULL
+
+
+async def test_a_locked_ledger_raises_the_typed_store_down_error(tmp_path: Path) -> None:
+    SqliteUsageStore(tmp_path / "u.db").db.run_sync(lambda c: None)
+    holder = sqlite3.connect(tmp_path / "u.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    store = SqliteUsageStore(tmp_path / "u.db", busy_timeout_s=0.01)
+    with pytest.raises(UsageLedgerUnavailableError, match="database is locked"):
+        await store.write([record()])
+    holder.close()
+    await store.aclose()
+
+
+OLD_SCHEMA = """
+CREATE TABLE usage (
+    correlation_id TEXT NOT NULL, attempt INTEGER NOT NULL, timestamp REAL NOT NULL,
+    operation TEXT NOT NULL, config_id TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,
+    user TEXT, tenant TEXT, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,
+    cached_input_tokens INTEGER NOT NULL, cost_usd REAL, latency_s REAL NOT NULL,
+    status TEXT NOT NULL, error_type TEXT, billed TEXT NOT NULL,
+    PRIMARY KEY (correlation_id, attempt)
+);
+CREATE INDEX usage_by_time ON usage (timestamp);
+INSERT INTO usage VALUES ('old1', 1, 10.0, 'chat', 'oa', 'openai', 'gpt', 'ada', NULL, 5, 7, 2, 0.25, 0.1,
+                          'ok', NULL, 'yes');
+INSERT INTO usage VALUES ('old1', 2, 11.0, 'chat', 'oa', 'openai', 'gpt', NULL, NULL, 0, 0, 0, NULL, 0.2,
+                          'error', 'ProviderTimeoutError', 'unknown');
+"""
+
+
+async def test_a_ledger_made_by_0_1_0_is_migrated_keeping_its_rows(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / "old.db") as old:
+        old.executescript(OLD_SCHEMA)
+    store = SqliteUsageStore(tmp_path / "old.db")
+    await store.write([record("new", timestamp=12.0, reasoning_tokens=3)])
+    found = await store.records()
+    await store.aclose()
+    assert [(r.key, r.correlation_id, r.input_tokens, r.billed) for r in found] == [
+        (("old1", 1), "old1", 5, "yes"), (("old1", 2), "old1", 0, "unknown"), (("new", 1), "new", 0, "yes")]
+    assert found[0] == record("old1", timestamp=10.0, user="ada", input_tokens=5, output_tokens=7,
+                              cached_input_tokens=2, cost_usd=0.25, latency_s=0.1)
 
 
 async def test_a_failed_batch_writes_nothing(tmp_path: Path) -> None:

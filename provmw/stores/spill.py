@@ -1,0 +1,150 @@
+"""The spill file: usage records the store could not take, kept on disk until it can.
+
+An append-only JSON-lines file next to the ledger (``provmw.sqlite3.spill``). Appending is
+one ``os.write`` of whole lines under an exclusive ``flock``, so a process killed right
+after ``append`` returns has left its records in the kernel, and processes sharing the
+ledger share the file without interleaving. ``fsync=True`` also survives power loss.
+
+Replaying never races an appender: :meth:`SpillFile.claim` renames the file under its lock
+to a private ``<name>.<id>.replay`` and keeps that locked while the records are written to
+the store. An appender that opened the old file notices the rename and opens the new one.
+A claim whose owner died (its lock is free) is claimed again by the next replay, so a
+crash mid-replay loses nothing; the store's writes are idempotent per key, so a record
+replayed twice still counts once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import attrs
+
+from provmw.stores.usage import UsageRecord
+
+__all__ = ["SpillClaim", "SpillFile"]
+
+log = logging.getLogger(__name__)
+
+
+def _encode(records: Iterable[UsageRecord]) -> bytes:
+    return b"".join(json.dumps(attrs.asdict(r), separators=(",", ":")).encode() + b"\n" for r in records)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+@attrs.define
+class SpillClaim:
+    """A spill file this process took for replay; locked until ``release`` or ``done``."""
+
+    path: Path
+    fd: int
+    records: list[UsageRecord]
+
+    def done(self) -> None:
+        """The store has every record: remove the file."""
+        self.path.unlink(missing_ok=True)
+        os.close(self.fd)
+
+    def release(self) -> None:
+        """Give the claim back (the store failed); the next replay takes it again."""
+        os.close(self.fd)
+
+
+class SpillFile:
+    """Records set aside at ``path``; ``fsync`` makes an append survive power loss too."""
+
+    def __init__(self, path: str | Path, *, fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.fsync = fsync
+
+    def append(self, records: Sequence[UsageRecord]) -> None:
+        """Add ``records`` to the file; they are in the kernel (or on disk) when this returns."""
+        if not records:
+            return
+        data = _encode(records)
+        fd = self._open_current()
+        try:
+            _write_all(fd, data)
+            if self.fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)  # closing drops the lock
+
+    def exists(self) -> bool:
+        """Whether anything waits for replay (the file, or a claim a dead process left)."""
+        return self.path.exists() or any(self._claims())
+
+    def claim(self) -> list[SpillClaim]:
+        """Take the spill file and every abandoned claim for replay."""
+        return [c for c in (self._claim_current(), *map(self._reclaim, self._claims())) if c is not None]
+
+    def _open_current(self) -> int:
+        while True:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _same_file(fd, self.path):
+                return fd
+            os.close(fd)  # renamed by a replay while we waited: append to the new file
+
+    def _claim_current(self) -> SpillClaim | None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if not _same_file(fd, self.path):
+            os.close(fd)
+            return None
+        claimed = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex}.replay")
+        os.rename(self.path, claimed)
+        return SpillClaim(claimed, fd, _read(fd, claimed))
+
+    def _claims(self) -> Iterable[Path]:
+        return self.path.parent.glob(f"{self.path.name}.*.replay")
+
+    def _reclaim(self, path: Path) -> SpillClaim | None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # its owner is alive and replaying it
+            os.close(fd)
+            return None
+        if os.fstat(fd).st_nlink == 0:  # finished and removed while we looked
+            os.close(fd)
+            return None
+        return SpillClaim(path, fd, _read(fd, path))
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
+
+
+def _read(fd: int, path: Path) -> list[UsageRecord]:
+    with os.fdopen(os.dup(fd), "rb") as file:
+        lines = file.read().splitlines()
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(UsageRecord(**json.loads(line)))
+        except (ValueError, TypeError) as exc:  # a line cut short by a crash: keep it for a human
+            log.error("usage ledger: %s line %d is not a usage record (%s); left in %s.bad",
+                      path.name, number, exc, path.name)
+            with open(f"{path}.bad", "ab") as bad:
+                bad.write(line + b"\n")
+    return records

@@ -1,0 +1,46 @@
+"""The spill file: records round-trip exactly, and a replay's claim never swallows a later append."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from provmw.stores.spill import SpillFile
+from provmw.stores.usage import UsageRecord
+from tests.stores.test_usage_store import record
+
+texts = st.text(max_size=20)
+records = st.builds(UsageRecord, call_id=texts, attempt=st.integers(0, 10), correlation_id=texts,
+                    timestamp=st.floats(allow_nan=False), operation=texts, config_id=texts, provider=texts,
+                    model=texts, user=st.none() | texts, input_tokens=st.integers(0, 2**70),
+                    cost_usd=st.none() | st.floats(allow_nan=False), billed=st.sampled_from(["yes", "no", "unknown"]))
+
+
+@given(st.lists(records, max_size=5))
+def test_any_record_comes_back_from_the_spill_file_unchanged(tmp_path_factory: pytest.TempPathFactory,
+                                                             spilled: list[UsageRecord]) -> None:
+    spill = SpillFile(tmp_path_factory.mktemp("spill") / "u.db.spill")
+    spill.append(spilled)
+    claimed = [r for claim in spill.claim() for r in claim.records]
+    assert claimed == spilled
+
+
+def test_an_append_after_a_claim_goes_to_a_new_file(tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "u.db.spill")
+    spill.append([record("a")])
+    [claim] = spill.claim()
+    spill.append([record("b")])
+    claim.done()
+    assert [r.key for c in spill.claim() for r in c.records] == [("b", 1)]
+
+
+def test_a_claim_held_by_a_live_replay_is_left_alone(tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "u.db.spill")
+    spill.append([record("a")])
+    [held] = spill.claim()
+    assert spill.claim() == []
+    held.release()
+    assert [r.key for c in spill.claim() for r in c.records] == [("a", 1)]
