@@ -5,14 +5,15 @@ fallback layers make, and sees a timed-out one as a timeout (billed ``unknown``:
 provider may have done the work). ``usage_hits`` sits just outside ``cache`` (810) and
 records the calls a cache answered, which never reach a provider and cost nothing.
 Attempts of one logical call are numbered from 1 under its call id; a cache hit is
-attempt 0. Each layer waits until its record is durable (in the store, or in the spill
+attempt 0. ``usage`` waits until its record is durable (in the store, or in the spill
 file when the store cannot take it) before the answer or the error goes on, so a call
-that returned has its records even if the process is killed next; concurrent calls share
-one commit (:class:`~provmw.stores.journal.UsageJournal`, ADR 0011). A cancelled attempt
-does not wait: its record is queued, and written or spilled at close at the latest::
+that returned has its billed records even if the process is killed next; concurrent calls
+share one commit (:class:`~provmw.stores.journal.UsageJournal`, ADR 0011). A hit bills
+nothing and does not wait, nor does a cancelled attempt: their records are queued, and
+written or spilled at close at the latest::
 
     [middleware.usage]
-    store = "sqlite"                  # or "memory"
+    store = "sqlite"                  # or "memory", or a URL a plugin serves ("postgresql://...")
     path = "provmw.sqlite3"           # records the store cannot take wait in provmw.sqlite3.spill
     synchronous = "normal"            # "full": a record also survives power loss (slower)
     failure_policy = "fail_open"      # never refuses; "fail_closed": refuse calls once
@@ -112,10 +113,11 @@ class UsageHitsMiddleware:
         started, start = self._wall_clock(), self._clock()
         response = await next(config)
         if response.cached:
-            await self.journal.durable(_record(ctx, config, 0, started, self._clock() - start,
-                                               config_id=response.served_by or config.identifier,
-                                               provider=response.provider, model=response.model,
-                                               status="cache_hit", billed="no", cost_usd=0.0))
+            # A hit bills nothing, so it does not wait for the disk: a hit stays a memory lookup.
+            self.journal.record(_record(ctx, config, 0, started, self._clock() - start,
+                                        config_id=response.served_by or config.identifier,
+                                        provider=response.provider, model=response.model,
+                                        status="cache_hit", billed="no", cost_usd=0.0))
         return response
 
 
