@@ -12,14 +12,18 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
 import attrs
 
+from provmw.errors import ConfigurationError
 from provmw.stores._sqlite import SqliteDatabase, transaction
+from provmw.stores.shared import masked_url
 from provmw.stores.summary import Group, usage_rows
 
-__all__ = ["Billed", "MemoryUsageStore", "SqliteUsageStore", "UsageRecord", "UsageStore"]
+__all__ = ["Billed", "MemoryUsageStore", "SqliteUsageStore", "UsageRecord", "UsageStore", "is_store_url",
+           "ledger_location"]
 
 Billed = Literal["yes", "no", "unknown"]
 
@@ -79,6 +83,20 @@ class UsageStore(Protocol):
     async def summary(self, group_by: Group, zone: ZoneInfo, since: float | None = None) -> list[dict[str, Any]]: ...
 
     async def aclose(self) -> None: ...
+
+
+def is_store_url(value: object) -> bool:
+    """Whether a ``store`` setting is a URL (a ledger a plugin serves) rather than "sqlite" or "memory"."""
+    return isinstance(value, str) and "://" in value and bool(urlsplit(value).scheme)
+
+
+def ledger_location(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """The validator of ``[middleware.usage] store``: "sqlite", "memory" or a URL."""
+    if value in ("sqlite", "memory") or is_store_url(value):
+        return
+    shown = masked_url(value) if isinstance(value, str) else value
+    raise ConfigurationError(f"{attribute.name} must be sqlite, memory or the URL of a ledger a plugin serves "
+                             f"(postgresql://user@host/db); got {shown!r}")
 
 
 class MemoryUsageStore:
