@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
+
+from provmw.testing import FakeProvider
 
 POSTGRES_URL = os.environ.get("PROVMW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -34,6 +36,12 @@ def schema(postgres_url: str) -> Iterator[str]:
     yield name
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeProvider]:
+    async with FakeProvider() as server:
+        yield server
 
 
 def rows(url: str, schema: str, query: str, table: str = "provmw_usage") -> list[tuple[object, ...]]:
