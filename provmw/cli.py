@@ -92,18 +92,20 @@ def _plugins(args: argparse.Namespace, out: TextIO) -> int:
 
 def _usage(args: argparse.Namespace, out: TextIO) -> int:
     from provmw.middleware import USAGE, section_options
-    from provmw.reports import render, usage_rows
+    from provmw.reports import render
 
     settings, zone = _report_settings(args)
     options = section_options(settings, USAGE)
-    if options.store != "sqlite":
-        raise ConfigurationError("provmw usage reads the SQLite ledger, but [middleware.usage] store is 'memory'")
-    if not _exists(options.path, "usage ledger"):
+    if options.store == "memory":
+        raise ConfigurationError("provmw usage reads the SQLite ledger or a plugin's, but [middleware.usage] "
+                                 "store is 'memory'")
+    if options.store == "sqlite" and not _exists(options.path, "usage ledger"):
         out.write(render([], args.format))
         return 0
-    records = asyncio.run(_read_state(settings, lambda state: state.usage_journal().store.records(
-        _since(args.since, zone))))
-    out.write(render(usage_rows(records, args.group_by, zone), args.format))
+    since = _since(args.since, zone)
+    rows = asyncio.run(_read_state(settings, lambda state: state.usage_journal().store.summary(
+        args.group_by, zone, since)))
+    out.write(render(rows, args.format))
     return 0
 
 
@@ -134,7 +136,8 @@ async def _read_state(settings: Settings, read: Callable[[State], Awaitable[T]])
     from provmw.plugins import PluginHost
     from provmw.state import open_state
 
-    state = open_state(settings, PluginHost(settings.plugins).collect_state(settings))
+    host = PluginHost(settings.plugins)
+    state = open_state(settings, host.collect_state(settings), ledger=host.collect_ledger(settings))
     try:
         return await read(state)
     finally:

@@ -65,6 +65,13 @@ def provmw_usage_store(url: str, options: Mapping[str, Any]) -> UsageStore | Non
 
 
 @hookspec
+def provmw_usage_schemes() -> Iterable[str]:
+    """Return the URL schemes this plugin's ``provmw_usage_store`` serves (``postgresql``), so an
+    unserved scheme's error can name the installed ones."""
+    raise NotImplementedError  # pragma: no cover - a specification, never called
+
+
+@hookspec
 def provmw_providers() -> Iterable[ProviderAdapter]:
     """Return the provider adapters this plugin contributes, each with a unique ``name``."""
     raise NotImplementedError  # pragma: no cover - a specification, never called

@@ -84,7 +84,8 @@ class ServiceManager:
         self.settings = settings if settings is not None else Settings()
         self.host = host if host is not None else PluginHost(self.settings.plugins)
         self.host.load()
-        self.state = open_state(self.settings, self.host.collect_state(self.settings))
+        self.state = open_state(self.settings, self.host.collect_state(self.settings),
+                                ledger=self.host.collect_ledger(self.settings))
         contributions = self.host.collect_middleware(self.settings, self.state)
         self.pipeline = MiddlewarePipeline([*(c.middleware for c in contributions), *middleware])
         plugins = {c.middleware.name: c.plugin for c in contributions}

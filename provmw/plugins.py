@@ -12,16 +12,19 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import attrs
 import pluggy
 
 from provmw import hookspecs
 from provmw._checks import did_you_mean
+from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError, PluginError, PluginLoadError, ProvmwError
 from provmw.hookspecs import hookimpl, hookspec
-from provmw.middleware import BUILTINS
+from provmw.middleware import BUILTINS, USAGE, section_options, store_options
 from provmw.settings import PluginPolicy, PluginStatus
+from provmw.stores.usage import is_store_url
 
 if TYPE_CHECKING:
     from provmw.pipeline import Middleware
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
     from provmw.settings import Settings
     from provmw.state import State
     from provmw.stores.shared import StateBackend
+    from provmw.stores.usage import UsageStore
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -142,6 +146,27 @@ class PluginHost:
                 "(for redis://, pip install provmw-redis)")
         backend: StateBackend = found[0][1]
         return backend
+
+    def collect_ledger(self, settings: Settings) -> UsageStore | None:
+        """The ledger store a plugin serves when ``[middleware.usage] store`` is a URL, else None
+        (the embedded SQLite file or memory); exactly one plugin must serve the URL's scheme."""
+        url = section_options(settings, USAGE).store
+        if not is_store_url(url):
+            return None
+        where, scheme = f"{settings.source}: [middleware.usage] store", urlsplit(url).scheme
+        answers = self._call("provmw_usage_store", many=False, url=url,
+                             options=FrozenMap(store_options(settings, USAGE)))
+        found = [(plugin, store) for plugin, store in answers if store is not None]
+        if len(found) > 1:
+            raise PluginError(f"{where}: plugins {', '.join(repr(p) for p, _ in found)} all serve {scheme}:// "
+                              "ledgers; block all but one")
+        if not found:
+            schemes = sorted({s for _, served in self._call("provmw_usage_schemes") for s in served})
+            raise ConfigurationError(
+                f"{where}: no installed plugin serves {scheme}:// ledgers; built in: sqlite, memory; served by "
+                f"plugins: {', '.join(schemes) or 'none'} (for postgresql://, pip install provmw-postgres)")
+        store: UsageStore = found[0][1]
+        return store
 
     def collect_middleware(self, settings: Settings, state: State) -> tuple[Contribution, ...]:
         """Every enabled middleware contributed by loaded plugins, with its plugin's name."""

@@ -3,54 +3,18 @@
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import io
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from provmw.middleware.budget import BudgetLimit
 from provmw.periods import window
 from provmw.stores.budgets import BucketState
-from provmw.stores.usage import UsageRecord
+from provmw.stores.summary import GROUPS, usage_rows
 
 __all__ = ["GROUPS", "budget_rows", "render", "usage_rows"]
-
-Group = Literal["day", "configuration", "model", "user", "tenant"]
-GROUPS = ("day", "configuration", "model", "user", "tenant")
-
-
-def _group_of(record: UsageRecord, group_by: Group, zone: ZoneInfo) -> str:
-    if group_by == "day":
-        return dt.datetime.fromtimestamp(record.timestamp, zone).date().isoformat()
-    value = {"configuration": record.config_id, "model": f"{record.provider}/{record.model}",
-             "user": record.user, "tenant": record.tenant}[group_by]
-    return value if value is not None else "(none)"
-
-
-def usage_rows(records: Iterable[UsageRecord], group_by: Group, zone: ZoneInfo) -> list[dict[str, Any]]:
-    """One row per group: logical calls, attempts, tokens, cost, cache hits and errors."""
-    rows: dict[str, dict[str, Any]] = {}
-    calls: dict[str, set[str]] = {}
-    for record in records:
-        name = _group_of(record, group_by, zone)
-        row = rows.setdefault(name, {group_by: name, "calls": 0, "attempts": 0, "input_tokens": 0,
-                                     "output_tokens": 0, "cost_usd": 0.0, "cache_hits": 0, "errors": 0,
-                                     "billed_unknown": 0})
-        calls.setdefault(name, set()).add(record.call_id)
-        hit = record.status == "cache_hit"
-        row["attempts"] += not hit
-        row["cache_hits"] += hit
-        row["errors"] += record.status == "error"
-        row["billed_unknown"] += record.billed == "unknown"
-        row["input_tokens"] += record.input_tokens
-        row["output_tokens"] += record.output_tokens
-        row["cost_usd"] += record.cost_usd or 0.0
-    for name, row in rows.items():
-        row["calls"] = len(calls[name])
-        row["cost_usd"] = round(row["cost_usd"], 6)
-    return [rows[name] for name in sorted(rows)]
 
 
 def budget_rows(states: Sequence[BucketState], limits: Sequence[BudgetLimit], zone: ZoneInfo,

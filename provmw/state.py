@@ -2,7 +2,8 @@
 
 :func:`open_state` reads the settings once: a concern listed in ``[state] shared`` uses the
 shared backend a plugin serves (Redis), every other one the embedded backend (memory, and
-SQLite files for budgets and the ledger). The resulting :class:`State` hands each store out,
+SQLite files for budgets and the ledger), except the ledger when ``[middleware.usage] store`` is
+a URL: a plugin serves it (PostgreSQL, for a fleet). The resulting :class:`State` hands each store out,
 wrapped by the outage rule of :mod:`provmw.stores.outage`, to the built-in middleware and to
 ``provmw usage`` / ``provmw budget`` alike; the manager closes it last.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from provmw.errors import ConfigurationError
 from provmw.middleware import BUDGET, CACHE, USAGE, section_options
 from provmw.stores.embedded import EmbeddedState, SqliteFile
 from provmw.stores.journal import FailurePolicy, UsageJournal
@@ -22,6 +24,7 @@ from provmw.stores.outage import (
     GuardedCache,
     GuardedRateLimiter,
 )
+from provmw.stores.shared import masked_url
 
 if TYPE_CHECKING:
     from provmw.settings import Settings
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
     from provmw.stores.cache import CacheStore
     from provmw.stores.rate_limits import RateLimiter
     from provmw.stores.shared import StateBackend
+    from provmw.stores.usage import UsageStore
 
 __all__ = ["State", "open_state"]
 
@@ -41,13 +45,17 @@ class State:
 
     ``shared`` serves the concerns in ``shared_concerns``; ``embedded`` serves the rest and
     stands in for the shared breakers and rate limits while their store is unreachable.
+    ``ledger``, when given, is the usage store a plugin serves (a fleet's ledger), used
+    instead of the embedded one.
     """
 
     def __init__(self, embedded: EmbeddedState | None = None, shared: StateBackend | None = None, *,
                  shared_concerns: Collection[str] = (), budget_failure_policy: BudgetFailurePolicy = "fail_closed",
-                 journal_policy: FailurePolicy = "fail_open", journal_max_records: int = 50_000) -> None:
+                 journal_policy: FailurePolicy = "fail_open", journal_max_records: int = 50_000,
+                 ledger: UsageStore | None = None) -> None:
         self.embedded = embedded if embedded is not None else EmbeddedState()
         self.shared = shared
+        self.ledger = ledger
         self.shared_concerns = frozenset(shared_concerns) if shared is not None else frozenset()
         self._budget_policy = budget_failure_policy
         self._journal_options: dict[str, Any] = {"policy": journal_policy, "max_records": journal_max_records}
@@ -79,7 +87,7 @@ class State:
 
     def usage_journal(self) -> UsageJournal:
         """The ledger's journal, shared by ``usage`` and ``usage_hits``."""
-        return self._once("usage", lambda: UsageJournal(self.embedded.usage_store(), **self._journal_options))
+        return self._once("usage", lambda: UsageJournal(self._ledger(), **self._journal_options))
 
     async def aclose(self) -> None:
         """Write what the ledger's journal still holds, close every store made, then the shared backend."""
@@ -87,6 +95,8 @@ class State:
         try:
             if journal is not None:
                 await journal.aclose()
+            elif self.ledger is not None:
+                await self.ledger.aclose()
         finally:
             try:
                 if budgets is not None:
@@ -94,6 +104,9 @@ class State:
             finally:
                 if self.shared is not None:
                     await self.shared.aclose()
+
+    def _ledger(self) -> UsageStore:
+        return self.ledger if self.ledger is not None else self.embedded.usage_store()
 
     def _shared(self, concern: str) -> StateBackend | None:
         return self.shared if concern in self.shared_concerns else None
@@ -108,11 +121,16 @@ class State:
         return made
 
 
-def open_state(settings: Settings, shared: StateBackend | None = None) -> State:
-    """The state ``settings`` describe; ``shared`` is the backend serving ``[state]``, if any."""
+def open_state(settings: Settings, shared: StateBackend | None = None, *, ledger: UsageStore | None = None) -> State:
+    """The state ``settings`` describe; ``shared`` is the backend serving ``[state]``, if any, and
+    ``ledger`` the store serving ``[middleware.usage] store`` when it is a URL (both from the plugin
+    host: ``collect_state`` and ``collect_ledger``)."""
     budget = section_options(settings, BUDGET)
     usage = section_options(settings, USAGE)
     cache = section_options(settings, CACHE)
+    if ledger is None and usage.store not in ("sqlite", "memory"):
+        raise ConfigurationError(f"{settings.source}: [middleware.usage] store: {masked_url(usage.store)} is a "
+                                 "ledger a plugin serves; open the state with PluginHost.collect_ledger(settings)")
     embedded = EmbeddedState(
         budgets=SqliteFile(budget.path, budget.busy_timeout_s) if budget.store == "sqlite" else None,
         ledger=SqliteFile(usage.path, usage.busy_timeout_s, "FULL" if usage.synchronous == "full" else "NORMAL")
@@ -120,4 +138,4 @@ def open_state(settings: Settings, shared: StateBackend | None = None) -> State:
         cache_max_entries=cache.max_entries, cache_max_bytes=cache.max_bytes)
     return State(embedded, shared, shared_concerns=settings.state.shared if settings.state else (),
                  budget_failure_policy=budget.failure_policy, journal_policy=usage.failure_policy,
-                 journal_max_records=usage.max_journal_records)
+                 journal_max_records=usage.max_journal_records, ledger=ledger)

@@ -27,7 +27,9 @@ instead of waiting::
 
 For adapter authors, ``AdapterConformance`` (from ``provmw.conformance``, loaded on first
 use because it needs pytest) is a test class to subclass: it runs an adapter through chat,
-tools, images, streaming, embeddings and the error table against a ``FakeProvider``.
+tools, images, streaming, embeddings and the error table against a ``FakeProvider``. For
+ledger store authors, ``UsageStoreConformance`` (from ``provmw.usage_conformance``, loaded
+the same way) checks a usage store's writes, reads, summary and closing.
 """
 
 from __future__ import annotations
@@ -53,13 +55,15 @@ from provmw.responses import CompletionResponse, ProviderResponse
 
 if TYPE_CHECKING:
     from provmw.conformance import SENTINEL_KEY, AdapterConformance
+    from provmw.usage_conformance import UsageStoreConformance
 
 __all__ = ["ROUTES", "SENTINEL_KEY", "AdapterConformance", "FakeClock", "Fault", "FakeProvider", "RecordedRequest",
-           "ScriptedNext", "call_context"]
+           "ScriptedNext", "UsageStoreConformance", "call_context"]
 
 # Loaded on first use: `provmw demo` and `provmw fake-provider` import this module where
-# pytest, which the conformance suite needs, is not installed.
-_CONFORMANCE_NAMES = frozenset({"SENTINEL_KEY", "AdapterConformance"})
+# pytest, which the conformance suites need, is not installed.
+_CONFORMANCE_MODULES = {"SENTINEL_KEY": "provmw.conformance", "AdapterConformance": "provmw.conformance",
+                        "UsageStoreConformance": "provmw.usage_conformance"}
 
 ROUTES = ("chat", "completion", "embedding", "messages")
 _ANY = "*"
@@ -325,13 +329,14 @@ async def _drop_mid_body(request: web.Request, payload: bytes) -> web.StreamResp
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _CONFORMANCE_NAMES:
+    module = _CONFORMANCE_MODULES.get(name)
+    if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if "provmw.conformance" not in sys.modules:
+    if module not in sys.modules:
         import pytest
 
-        pytest.register_assert_rewrite("provmw.conformance")  # failures then show their values
-    return getattr(importlib.import_module("provmw.conformance"), name)
+        pytest.register_assert_rewrite(module)  # failures then show their values
+    return getattr(importlib.import_module(module), name)
 
 
 async def serve(host: str, port: int) -> None:

@@ -44,6 +44,7 @@ from provmw.middleware.retry import RetryMiddleware, RetryOptions
 from provmw.middleware.timeout import TimeoutMiddleware
 from provmw.middleware.usage import UsageHitsMiddleware, UsageMiddleware, UsageOptions
 from provmw.stores.breakers import BreakerPolicy
+from provmw.stores.usage import is_store_url
 
 if TYPE_CHECKING:
     from provmw.pipeline import Middleware
@@ -71,6 +72,7 @@ __all__ = [
     "builtin_middleware",
     "enabled",
     "section_options",
+    "store_options",
 ]
 
 OptionsT = TypeVar("OptionsT")
@@ -128,7 +130,9 @@ _CONFIGURATION_NAMES: Mapping[str, tuple[str, Callable[[Any], Iterable[str]]]] =
 def section_options(settings: Settings, builtin: Builtin[OptionsT]) -> OptionsT:
     """``[middleware.<name>]`` parsed into the built-in's options; a ``path`` is relative to the file."""
     where = f"{settings.source}: [middleware.{builtin.name}]"
-    options = options_from(builtin.options, settings.section(builtin.name), where)
+    section = settings.section(builtin.name)
+    foreign = store_options(settings, builtin)
+    options = options_from(builtin.options, {k: v for k, v in section.items() if k not in foreign}, where)
     if "path" in attrs.fields_dict(builtin.options):  # type: ignore[arg-type]
         located: Any = options
         options = attrs.evolve(located, path=settings.relative_to_file(located.path))
@@ -139,6 +143,16 @@ def section_options(settings: Settings, builtin: Builtin[OptionsT]) -> OptionsT:
             raise ConfigurationError(f"{where} {label}: {identifier!r} names no configuration"
                                      f"{did_you_mean(identifier, known)}")
     return options
+
+
+def store_options(settings: Settings, builtin: Builtin[Any]) -> dict[str, Any]:
+    """The keys of a section whose ``store`` is a URL that belong to that store: the plugin serving
+    the URL checks them (``[middleware.usage] store = "postgresql://..."`` with ``table = ...``)."""
+    section = settings.section(builtin.name)
+    if not is_store_url(section.get("store")):
+        return {}
+    own = attrs.fields_dict(builtin.options)
+    return {k: v for k, v in section.items() if k not in own and k != "enabled"}
 
 
 def enabled(settings: Settings, builtin: Builtin[Any]) -> bool:

@@ -23,7 +23,7 @@ written or spilled at close at the latest::
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
@@ -33,7 +33,8 @@ from provmw.context import ProviderCallContext
 from provmw.middleware._common import Clock, monotonic
 from provmw.pipeline import Next, R
 from provmw.stores.journal import FailurePolicy, UsageJournal
-from provmw.stores.usage import Billed, UsageRecord
+from provmw.stores.shared import masked_url
+from provmw.stores.usage import Billed, UsageRecord, ledger_location
 
 __all__ = ["UsageHitsMiddleware", "UsageMiddleware", "UsageOptions"]
 
@@ -42,7 +43,7 @@ class UsageOptions:
     """``[middleware.usage]``: where the ledger lives and what a store outage means (the manager's
     state reads these and hands both usage layers one journal, ADR 0013)."""
 
-    store: Literal["sqlite", "memory"] = attrs.field(default="sqlite", validator=one_of(("sqlite", "memory")))
+    store: str = attrs.field(default="sqlite", validator=ledger_location, repr=masked_url)
     path: str = "provmw.sqlite3"
     failure_policy: FailurePolicy = attrs.field(default="fail_open",
                                                 validator=one_of(("fail_open", "fail_closed")))

@@ -13,6 +13,7 @@ Concerns left out of ``shared`` keep their embedded store (memory, or SQLite for
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
@@ -29,9 +30,19 @@ if TYPE_CHECKING:
     from provmw.stores.cache import CacheStore
     from provmw.stores.rate_limits import RateLimiter
 
-__all__ = ["SHARED_CONCERNS", "StateBackend", "StateSettings"]
+__all__ = ["SHARED_CONCERNS", "StateBackend", "StateSettings", "masked_url"]
 
 SHARED_CONCERNS = ("budget", "cache", "circuit_breaker", "idempotency", "rate_limit")
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its password (in the user part or a ``password=`` parameter) masked, for display."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    return parts._replace(netloc=netloc, query=query).geturl()
 
 
 def _concerns(value: Sequence[str]) -> tuple[str, ...]:
@@ -59,10 +70,7 @@ class StateSettings:
     @property
     def shown_url(self) -> str:
         """The URL with its password masked, for display."""
-        parts = urlsplit(self.url)
-        if parts.password is None:
-            return self.url
-        return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+        return masked_url(self.url)
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any], source: str) -> StateSettings:

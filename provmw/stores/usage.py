@@ -15,14 +15,19 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo
 
 import attrs
 
-from provmw.errors import UsageLedgerUnavailableError
+from provmw.errors import ConfigurationError, UsageLedgerUnavailableError
 from provmw.stores._sqlite import SqliteDatabase, Synchronous, transaction
+from provmw.stores.shared import masked_url
+from provmw.stores.summary import Group, usage_rows
 
-__all__ = ["Billed", "MemoryUsageStore", "SqliteUsageStore", "UsageRecord", "UsageStore"]
+__all__ = ["Billed", "MemoryUsageStore", "SqliteUsageStore", "UsageRecord", "UsageStore", "is_store_url",
+           "ledger_location"]
 
 Billed = Literal["yes", "no", "unknown"]
 
@@ -59,16 +64,43 @@ class UsageRecord:
 
 
 _FIELDS = tuple(a.name for a in attrs.fields(UsageRecord))
+_COUNTS = tuple(a.name for a in attrs.fields(UsageRecord) if str(a.type) == "int")
+_INT64 = range(-(2**63), 2**63)
 
 
 class UsageStore(Protocol):
-    """Where records go; ``write`` is idempotent per key and all-or-nothing per batch."""
+    """Where the ledger's records go, and how ``provmw usage`` reads them back.
+
+    ``write`` is idempotent per key (a record whose key is stored already changes nothing)
+    and all-or-nothing per batch (a batch that fails stores none of its records), and it
+    returns only once the records are durable. ``records(since)`` returns every record
+    stamped at or after ``since`` (all with None). ``summary`` returns what
+    :func:`provmw.stores.summary.usage_rows` returns for those records, however the store
+    computes it. ``aclose`` releases the store's resources. ``provmw.testing.UsageStoreConformance``
+    checks all of it against a store.
+    """
 
     async def write(self, records: Sequence[UsageRecord]) -> None: ...
 
     async def records(self, since: float | None = None) -> list[UsageRecord]: ...
 
+    async def summary(self, group_by: Group, zone: ZoneInfo, since: float | None = None) -> list[dict[str, Any]]: ...
+
     async def aclose(self) -> None: ...
+
+
+def is_store_url(value: object) -> bool:
+    """Whether a ``store`` setting is a URL (a ledger a plugin serves) rather than "sqlite" or "memory"."""
+    return isinstance(value, str) and "://" in value and bool(urlsplit(value).scheme)
+
+
+def ledger_location(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """The validator of ``[middleware.usage] store``: "sqlite", "memory" or a URL."""
+    if value in ("sqlite", "memory") or is_store_url(value):
+        return
+    shown = masked_url(value) if isinstance(value, str) else value
+    raise ConfigurationError(f"{attribute.name} must be sqlite, memory or the URL of a ledger a plugin serves "
+                             f"(postgresql://user@host/db); got {shown!r}")
 
 
 class MemoryUsageStore:
@@ -79,6 +111,8 @@ class MemoryUsageStore:
         self._lock = threading.Lock()
 
     async def write(self, records: Sequence[UsageRecord]) -> None:
+        for record in records:  # refuse what a durable store refuses, before keeping any
+            _check_fits(record)
         with self._lock:
             for record in records:
                 self._records.setdefault(record.key, record)
@@ -87,8 +121,18 @@ class MemoryUsageStore:
         with self._lock:
             return [r for r in self._records.values() if since is None or r.timestamp >= since]
 
+    async def summary(self, group_by: Group, zone: ZoneInfo, since: float | None = None) -> list[dict[str, Any]]:
+        return usage_rows(await self.records(since), group_by, zone)
+
     async def aclose(self) -> None:
         return None
+
+
+def _check_fits(record: UsageRecord) -> None:
+    for name in _COUNTS:
+        if getattr(record, name) not in _INT64:
+            raise OverflowError(f"usage record {record.key}: {name}={getattr(record, name)} does not fit the "
+                                "64-bit integer every durable ledger stores")
 
 
 _SCHEMA = """
@@ -163,6 +207,10 @@ class SqliteUsageStore:
             return [UsageRecord(**dict(zip(_FIELDS, row, strict=True))) for row in rows]
 
         return await self.db.run(select)
+
+    async def summary(self, group_by: Group, zone: ZoneInfo, since: float | None = None) -> list[dict[str, Any]]:
+        # Grouped here, not in SQL: SQLite knows no time zones, and one host's ledger is small.
+        return usage_rows(await self.records(since), group_by, zone)
 
     async def aclose(self) -> None:
         self.db.close()

@@ -1,0 +1,103 @@
+"""The PostgreSQL ledger: the usage store contract, the plugin's hooks, outages and provmw usage."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+from pathlib import Path
+
+import psycopg
+import pytest
+from provmw_postgres import PostgresOptions, PostgresUnavailableError, PostgresUsageStore, provmw_usage_store
+
+from provmw.cli import main
+from provmw.errors import ConfigurationError
+from provmw.stores.journal import UsageJournal
+from provmw.stores.usage import UsageRecord, UsageStore
+from provmw.testing import UsageStoreConformance
+
+pytestmark = pytest.mark.postgres
+
+DOWN = "postgresql://ledger:pg-s3cret@127.0.0.1:1/test"  # nothing listens on port 1
+
+
+def record(call_id: str, **fields: object) -> UsageRecord:
+    values: dict[str, object] = {"attempt": 1, "correlation_id": call_id, "timestamp": 1_700_000_000.0,
+                                 "operation": "chat", "config_id": "oa", "provider": "openai", "model": "m", **fields}
+    return UsageRecord(call_id=call_id, **values)  # type: ignore[arg-type]
+
+
+class TestPostgresUsageStore(UsageStoreConformance):
+    @pytest.fixture(autouse=True)
+    def _schema(self, schema: str, postgres_url: str) -> None:
+        self.schema, self.url = schema, postgres_url
+
+    async def open_store(self, name: str) -> UsageStore:
+        return PostgresUsageStore(self.url, PostgresOptions(schema=self.schema, table=name))
+
+
+def test_the_plugin_serves_both_postgresql_schemes_and_no_other() -> None:
+    assert isinstance(provmw_usage_store("postgres://h/db", {}), PostgresUsageStore)
+    assert isinstance(provmw_usage_store("postgresql://h/db", {"table": "t"}), PostgresUsageStore)
+    assert provmw_usage_store("redis://h/0", {}) is None
+
+
+def test_a_bad_table_name_is_refused_naming_it() -> None:
+    with pytest.raises(ConfigurationError, match=r"\[middleware.usage\]: table must be a letter .* got 'usage; drop'"):
+        provmw_usage_store("postgresql://h/db", {"table": "usage; drop"})
+
+
+def test_an_unknown_key_is_refused_with_a_hint() -> None:
+    with pytest.raises(ConfigurationError, match=r"unknown key 'tabel' \(did you mean 'table'\?\)"):
+        provmw_usage_store("postgresql://h/db", {"tabel": "usage"})
+
+
+async def test_an_unreachable_database_is_a_typed_error_without_the_password() -> None:
+    store = PostgresUsageStore(DOWN, PostgresOptions(connect_timeout_s=2))
+    with pytest.raises(PostgresUnavailableError) as caught:
+        await store.write([record("c1")])
+    await store.aclose()
+    assert "pg-s3cret" not in str(caught.value)
+    assert "pg-s3cret" not in repr(store)
+    assert "ledger:***@127.0.0.1:1" in str(caught.value)
+
+
+async def test_the_journal_keeps_records_while_the_database_is_down_and_logs_no_password(
+        caplog: pytest.LogCaptureFixture) -> None:
+    journal = UsageJournal(PostgresUsageStore(DOWN, PostgresOptions(connect_timeout_s=2)), retry_s=0.01)
+    with caplog.at_level(logging.WARNING):
+        journal.record(record("c1"))
+        await journal.aclose(timeout_s=0.5)
+    assert journal.pending == 1
+    assert "PostgresUnavailableError" in caplog.text
+    assert "pg-s3cret" not in caplog.text
+
+
+async def test_a_store_reconnects_after_its_connection_is_killed(schema: str, postgres_url: str) -> None:
+    store = PostgresUsageStore(postgres_url, PostgresOptions(schema=schema))
+    await store.write([record("before")])
+    assert store._connection is not None
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (store._connection.info.backend_pid,))
+    with pytest.raises(PostgresUnavailableError):
+        await store.write([record("refused")])
+    await store.write([record("after")])
+    assert sorted(r.call_id for r in await store.records()) == ["after", "before"]
+    await store.aclose()
+
+
+async def test_provmw_usage_sums_the_fleet_ledger_in_sql(schema: str, postgres_url: str, tmp_path: Path) -> None:
+    store = PostgresUsageStore(postgres_url, PostgresOptions(schema=schema))
+    await store.write([record("c1", user="ada", cost_usd=0.25), record("c1", attempt=2, user="ada", cost_usd=0.5),
+                       record("c2", user="bob", status="error", billed="unknown")])
+    await store.aclose()
+    config = tmp_path / "provmw.toml"
+    config.write_text(f'[middleware.usage]\nstore = "{postgres_url}"\nschema = "{schema}"\n')
+    out = io.StringIO()
+    assert await asyncio.to_thread(main, ["--config", str(config), "usage", "--format", "json",
+                                          "--group-by", "user"], out) == 0
+    found = json.loads(out.getvalue())
+    assert [(r["user"], r["calls"], r["attempts"], r["cost_usd"], r["billed_unknown"]) for r in found] \
+        == [("ada", 1, 2, 0.75, 0), ("bob", 1, 1, 0.0, 1)]

@@ -1,0 +1,44 @@
+"""provmw-postgres: the usage ledger of a whole fleet in one PostgreSQL table.
+
+Install it and name the database in the usage section; every host writes there, and
+``provmw usage`` on any host sums them all in SQL::
+
+    [middleware.usage]
+    store = "postgresql://provmw@db.internal/billing"   # or postgres://; a password may be in
+                                                       # the URL, PGPASSWORD or ~/.pgpass
+    table = "provmw_usage"          # created if missing
+    schema = "public"               # created if missing
+    connect_timeout_s = 5
+    statement_timeout_s = 30        # a write waiting longer fails, and the journal retries it
+
+The section's other keys (``failure_policy``, ``max_journal_records``) keep their meaning:
+when PostgreSQL is down, the journal keeps the records and the core's rules apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import provmw
+from provmw.settings import options_from
+from provmw_postgres.store import PostgresOptions, PostgresUnavailableError, PostgresUsageStore
+
+__all__ = ["SCHEMES", "PostgresOptions", "PostgresUnavailableError", "PostgresUsageStore", "provmw_usage_schemes",
+           "provmw_usage_store"]
+
+SCHEMES = ("postgresql", "postgres")
+
+
+@provmw.hookimpl
+def provmw_usage_store(url: str, options: Mapping[str, Any]) -> PostgresUsageStore | None:
+    """The PostgreSQL ledger when ``[middleware.usage] store`` is a PostgreSQL URL."""
+    if urlsplit(url).scheme not in SCHEMES:
+        return None
+    return PostgresUsageStore(url, options_from(PostgresOptions, options, "[middleware.usage]"))
+
+
+@provmw.hookimpl
+def provmw_usage_schemes() -> Iterable[str]:
+    return SCHEMES

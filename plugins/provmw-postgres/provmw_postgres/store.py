@@ -1,0 +1,195 @@
+"""The PostgreSQL usage store: one table keyed by ``(call_id, attempt)``, shared by every host.
+
+A batch is one transaction of ``INSERT ... ON CONFLICT (call_id, attempt) DO NOTHING``, so
+a batch replayed after an unclear failure counts nothing twice, and a batch PostgreSQL
+refuses stores none of its records. ``summary`` groups in SQL (the day in the report's
+zone with ``AT TIME ZONE``), so ``provmw usage`` reads one row per group, not every record.
+
+One connection per store, opened on first use and guarded by a lock: the journal sends
+one batch at a time, so a pool would only hold idle connections. A connection that fails
+is dropped and the next call opens a new one; meanwhile the store raises
+``PostgresUnavailableError`` and the journal keeps its records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
+from zoneinfo import ZoneInfo
+
+import attrs
+import psycopg
+from psycopg import sql
+
+from provmw._checks import number
+from provmw.errors import ConfigurationError, ProvmwError
+from provmw.stores.shared import masked_url
+from provmw.stores.summary import ROW_COLUMNS, Group
+from provmw.stores.usage import UsageRecord
+
+__all__ = ["PostgresOptions", "PostgresUnavailableError", "PostgresUsageStore"]
+
+T = TypeVar("T")
+
+_FIELDS = tuple(a.name for a in attrs.fields(UsageRecord))
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+# Any key of the ledger's DDL, so that hosts starting together create the table once.
+_DDL_LOCK = 0x70726F766D77
+
+
+def _identifier(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+        raise ConfigurationError(f"{attribute.name} must be a letter or _ then up to 62 letters, digits or _; "
+                                 f"got {value!r}")
+
+
+class PostgresUnavailableError(ProvmwError, ConnectionError):
+    """PostgreSQL could not be reached, or the connection broke; the journal keeps the records."""
+
+
+@attrs.frozen(kw_only=True)
+class PostgresOptions:
+    """The store's own keys in ``[middleware.usage]``."""
+
+    table: str = attrs.field(default="provmw_usage", validator=_identifier)
+    schema: str = attrs.field(default="public", validator=_identifier)
+    connect_timeout_s: float = attrs.field(default=5.0, validator=number(gt=0))
+    statement_timeout_s: float = attrs.field(default=30.0, validator=number(gt=0))
+
+
+_COLUMNS = """
+    call_id text NOT NULL, attempt bigint NOT NULL, correlation_id text NOT NULL,
+    timestamp double precision NOT NULL, operation text NOT NULL, config_id text NOT NULL,
+    provider text NOT NULL, model text NOT NULL, "user" text, tenant text, input_tokens bigint NOT NULL,
+    output_tokens bigint NOT NULL, cached_input_tokens bigint NOT NULL, cache_write_5m_tokens bigint NOT NULL,
+    cache_write_1h_tokens bigint NOT NULL, reasoning_tokens bigint NOT NULL, cost_usd double precision,
+    latency_s double precision NOT NULL, status text NOT NULL, error_type text, billed text NOT NULL,
+    PRIMARY KEY (call_id, attempt)
+"""
+
+# The day in the report's zone: whole seconds, since zone offsets are whole seconds and
+# to_timestamp would round a fraction into the next day.
+_GROUPS: dict[str, str] = {
+    "day": "to_char(to_timestamp(floor(timestamp)) AT TIME ZONE %(zone)s, 'YYYY-MM-DD')",
+    "configuration": "config_id",
+    "model": "provider || '/' || model",
+    "user": "coalesce(\"user\", '(none)')",
+    "tenant": "coalesce(tenant, '(none)')",
+}
+_SUMMARY = """
+    SELECT {group} AS name, count(DISTINCT call_id), count(*) FILTER (WHERE status <> 'cache_hit'),
+           coalesce(sum(input_tokens), 0)::bigint, coalesce(sum(output_tokens), 0)::bigint,
+           coalesce(sum(cost_usd), 0), count(*) FILTER (WHERE status = 'cache_hit'),
+           count(*) FILTER (WHERE status = 'error'), count(*) FILTER (WHERE billed = 'unknown')
+    FROM {table} WHERE timestamp >= %(since)s GROUP BY 1
+"""
+
+
+class PostgresUsageStore:
+    """The ledger in a PostgreSQL table (created if missing), for every host of a fleet."""
+
+    def __init__(self, url: str, options: PostgresOptions | None = None) -> None:
+        self._url = url
+        self.options = options or PostgresOptions()
+        self.table = sql.Identifier(self.options.schema, self.options.table)
+        self._connection: psycopg.AsyncConnection[Any] | None = None
+        self._lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"PostgresUsageStore({masked_url(self._url)!r}, table={self.options.schema}.{self.options.table})"
+
+    async def write(self, records: Sequence[UsageRecord]) -> None:
+        rows = [attrs.astuple(r) for r in records]
+        insert = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (call_id, attempt) DO NOTHING").format(
+            self.table, sql.SQL(", ").join(map(sql.Identifier, _FIELDS)),
+            sql.SQL(", ").join(sql.Placeholder() * len(_FIELDS)))
+
+        async def insert_all(connection: psycopg.AsyncConnection[Any]) -> None:
+            async with connection.transaction(), connection.cursor() as cursor:
+                await cursor.executemany(insert, rows)
+
+        await self._run(insert_all)
+
+    async def records(self, since: float | None = None) -> list[UsageRecord]:
+        select = sql.SQL("SELECT {} FROM {} WHERE timestamp >= %s ORDER BY timestamp, attempt").format(
+            sql.SQL(", ").join(map(sql.Identifier, _FIELDS)), self.table)
+
+        async def read(connection: psycopg.AsyncConnection[Any]) -> list[UsageRecord]:
+            cursor = await connection.execute(select, (_from(since),))
+            return [UsageRecord(**dict(zip(_FIELDS, row, strict=True))) for row in await cursor.fetchall()]
+
+        return await self._run(read)
+
+    async def summary(self, group_by: Group, zone: ZoneInfo, since: float | None = None) -> list[dict[str, Any]]:
+        if zone.key is None:
+            raise ConfigurationError("the PostgreSQL ledger groups days by a named time zone; this zone has no name")
+        query = sql.SQL(_SUMMARY).format(group=sql.SQL(_GROUPS[group_by]), table=self.table)
+
+        async def read(connection: psycopg.AsyncConnection[Any]) -> list[dict[str, Any]]:
+            cursor = await connection.execute(query, {"zone": zone.key, "since": _from(since)})
+            # Ordered here: Python's order (code points) is not the database collation's.
+            return [_row(group_by, row) for row in sorted(await cursor.fetchall(), key=lambda row: row[0])]
+
+        return await self._run(read)
+
+    async def aclose(self) -> None:
+        """Close the connection, if one was ever opened."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await connection.close()
+
+    async def _run(self, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+        async with self._lock:
+            try:
+                return await work(await self._connected())
+            except psycopg.OperationalError as exc:
+                await self.aclose()  # a broken connection is not used again
+                raise PostgresUnavailableError(self._scrub(f"PostgreSQL ledger at {masked_url(self._url)}: "
+                                                           f"{type(exc).__name__}: {exc}")) from None
+
+    async def _connected(self) -> psycopg.AsyncConnection[Any]:
+        if self._connection is None or self._connection.closed:
+            connection = await psycopg.AsyncConnection.connect(
+                self._url, autocommit=True, application_name="provmw",
+                connect_timeout=max(2, math.ceil(self.options.connect_timeout_s)))
+            try:
+                await self._prepare(connection)
+            except BaseException:
+                await connection.close()
+                raise
+            self._connection = connection
+        return self._connection
+
+    async def _prepare(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        timeout_ms = int(self.options.statement_timeout_s * 1000)
+        await connection.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(timeout_ms)))
+        index = sql.Identifier(f"{self.options.table}_by_time")
+        async with connection.transaction():
+            await connection.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+            await connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                sql.Identifier(self.options.schema)))
+            await connection.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+                self.table, sql.SQL(_COLUMNS)))
+            await connection.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (timestamp)").format(
+                index, self.table))
+
+    def _scrub(self, text: str) -> str:
+        parts = urlsplit(self._url)
+        passwords = [parts.password, *parse_qs(parts.query).get("password", [])]
+        for password in filter(None, passwords):
+            text = text.replace(password, "***")
+        return text
+
+
+def _from(since: float | None) -> float:
+    return since if since is not None else float("-inf")
+
+
+def _row(group_by: Group, row: tuple[Any, ...]) -> dict[str, Any]:
+    values = dict(zip(ROW_COLUMNS, row[1:], strict=True))
+    values["cost_usd"] = round(float(values["cost_usd"]), 6)
+    return {group_by: row[0], **{k: v if k == "cost_usd" else int(v) for k, v in values.items()}}
