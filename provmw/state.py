@@ -25,6 +25,7 @@ from provmw.stores.outage import (
     GuardedRateLimiter,
 )
 from provmw.stores.shared import masked_url
+from provmw.stores.spill import SpillFile
 
 if TYPE_CHECKING:
     from provmw.settings import Settings
@@ -46,19 +47,21 @@ class State:
     ``shared`` serves the concerns in ``shared_concerns``; ``embedded`` serves the rest and
     stands in for the shared breakers and rate limits while their store is unreachable.
     ``ledger``, when given, is the usage store a plugin serves (a fleet's ledger), used
-    instead of the embedded one.
+    instead of the embedded one; ``ledger_spill`` is the local file that keeps what it cannot
+    take (a SQLite ledger declares its own).
     """
 
     def __init__(self, embedded: EmbeddedState | None = None, shared: StateBackend | None = None, *,
                  shared_concerns: Collection[str] = (), budget_failure_policy: BudgetFailurePolicy = "fail_closed",
                  journal_policy: FailurePolicy = "fail_open", journal_max_records: int = 50_000,
-                 ledger: UsageStore | None = None) -> None:
+                 ledger: UsageStore | None = None, ledger_spill: SpillFile | None = None) -> None:
         self.embedded = embedded if embedded is not None else EmbeddedState()
         self.shared = shared
         self.ledger = ledger
         self.shared_concerns = frozenset(shared_concerns) if shared is not None else frozenset()
         self._budget_policy = budget_failure_policy
-        self._journal_options: dict[str, Any] = {"policy": journal_policy, "max_records": journal_max_records}
+        self._journal_options: dict[str, Any] = {"policy": journal_policy, "max_records": journal_max_records,
+                                                 "spill": ledger_spill}
         self._made: dict[str, Any] = {}
 
     def cache_store(self) -> CacheStore:
@@ -138,4 +141,5 @@ def open_state(settings: Settings, shared: StateBackend | None = None, *, ledger
         cache_max_entries=cache.max_entries, cache_max_bytes=cache.max_bytes)
     return State(embedded, shared, shared_concerns=settings.state.shared if settings.state else (),
                  budget_failure_policy=budget.failure_policy, journal_policy=usage.failure_policy,
-                 journal_max_records=usage.max_journal_records, ledger=ledger)
+                 journal_max_records=usage.max_journal_records, ledger=ledger,
+                 ledger_spill=SpillFile(f"{usage.path}.spill", fsync=usage.synchronous == "full") if ledger else None)

@@ -108,3 +108,11 @@ async def test_every_attempt_is_recorded_in_the_plugin_ledger(fake: FakeProvider
         [record] = await manager.state.usage_journal().store.records()
     assert (record.correlation_id, record.user, record.output_tokens) == ("order-1", "ada",
                                                                           response.usage.output_tokens)
+
+
+def test_a_plugin_ledger_spills_beside_the_settings_path(builtin_only: PluginHost) -> None:
+    builtin_only.register(serving("mem"), "mem")
+    settings = ledger_settings(path="fleet.sqlite3")
+    state = open_state(settings, ledger=builtin_only.collect_ledger(settings))
+    spill = state.usage_journal().spill
+    assert spill is not None and spill.path.name == "fleet.sqlite3.spill"

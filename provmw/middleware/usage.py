@@ -14,7 +14,7 @@ written or spilled at close at the latest::
 
     [middleware.usage]
     store = "sqlite"                  # or "memory", or a URL a plugin serves ("postgresql://...")
-    path = "provmw.sqlite3"           # records the store cannot take wait in provmw.sqlite3.spill
+    path = "provmw.sqlite3"           # the SQLite ledger; records a store cannot take wait in <path>.spill
     synchronous = "normal"            # "full": a record also survives power loss (slower)
     failure_policy = "fail_open"      # never refuses; "fail_closed": refuse calls once
     max_journal_records = 50000       # this many records wait outside a failing store
@@ -23,7 +23,7 @@ written or spilled at close at the latest::
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 

@@ -15,6 +15,7 @@ from provmw_postgres import PostgresOptions, PostgresUnavailableError, PostgresU
 from provmw.cli import main
 from provmw.errors import ConfigurationError
 from provmw.stores.journal import UsageJournal
+from provmw.stores.spill import SpillFile
 from provmw.stores.usage import UsageRecord, UsageStore
 from provmw.testing import UsageStoreConformance
 
@@ -64,14 +65,15 @@ async def test_an_unreachable_database_is_a_typed_error_without_the_password() -
     assert "ledger:***@127.0.0.1:1" in str(caught.value)
 
 
-async def test_the_journal_keeps_records_while_the_database_is_down_and_logs_no_password(
-        caplog: pytest.LogCaptureFixture) -> None:
-    journal = UsageJournal(PostgresUsageStore(DOWN, PostgresOptions(connect_timeout_s=2)), retry_s=0.01)
+async def test_the_journal_spills_records_while_the_database_is_down_and_logs_no_password(
+        caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "ledger.spill")
+    journal = UsageJournal(PostgresUsageStore(DOWN, PostgresOptions(connect_timeout_s=2)), spill=spill, retry_s=0.01)
     with caplog.at_level(logging.WARNING):
-        journal.record(record("c1"))
+        assert await journal.durable(record("c1")) == "spilled"
         await journal.aclose(timeout_s=0.5)
-    assert journal.pending == 1
-    assert "PostgresUnavailableError" in caplog.text
+    assert "c1" in spill.path.read_text()
+    assert "PostgreSQL ledger at postgresql://ledger:***@" in caplog.text
     assert "pg-s3cret" not in caplog.text
 
 
