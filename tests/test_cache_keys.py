@@ -90,7 +90,7 @@ def test_the_identifier_and_timeout_do_not_change_the_key() -> None:
 @pytest.mark.parametrize("credentials", [{"api_key": "sk-other"}, {"api_key": None},
                                          {"headers": {"OpenAI-Organization": "org-b"}}],
                          ids=["another key", "no key", "another account header"])
-def test_other_credentials_change_the_key(credentials: dict[str, object]) -> None:
+def test_other_credentials_change_the_key(credentials: dict[str, Any]) -> None:
     mine = attrs.evolve(CONFIG, api_key="sk-mine")
     other = attrs.evolve(mine, identifier="q", **credentials)
     assert request_digest(OP, other, CHAT) != request_digest(OP, mine, CHAT)

@@ -309,7 +309,8 @@ async def test_two_accounts_on_one_endpoint_never_share_an_entry(fake: FakeProvi
 
 
 async def test_an_ad_hoc_call_with_another_key_or_none_misses(fake: FakeProvider, builtin_only: PluginHost) -> None:
-    where = {"provider": "openai", "model": "gpt-test", "base_url": fake.openai_base_url, "tenant": "acme"}
+    where: dict[str, Any] = {"provider": "openai", "model": "gpt-test", "base_url": fake.openai_base_url,
+                             "tenant": "acme"}
     async with ServiceManager(_settings(fake), host=builtin_only) as manager:
         answers = [await manager.embed("x", api_key=key, **where) for key in ("sk-a", "sk-b", None, "sk-a")]
     assert [a.cached for a in answers] == [False, False, False, True] and fake.count() == 3
