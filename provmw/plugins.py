@@ -2,7 +2,9 @@
 
 The hooks themselves are specified in :mod:`provmw.hookspecs`. pluggy finds and calls them
 once, when a manager is built; it is never on the per-call path. provmw's own middleware and
-providers come through the same hooks.
+providers come through the same hooks. The policy (autoload switch, allow and block lists of
+``name`` or ``distribution:name``) and entry-point name clashes are decided from package
+metadata before any plugin is imported; each hook's answer is checked where it is collected.
 """
 
 from __future__ import annotations
