@@ -50,6 +50,8 @@ KNOWN_OPTIONS: Mapping[str, tuple[type, ...]] = {
 OWNED_BODY_KEYS = frozenset({
     *KNOWN_OPTIONS, "model", "messages", "prompt", "input", "system", "tools", "functions", "n", "best_of",
     "stream", "stream_options", "max_completion_tokens", "max_output_tokens", "dimensions", "encoding_format",
+    # billed at other rates than the price table's: a call priced at standard rates must go out at them
+    "service_tier", "modalities", "audio", "web_search_options", "prediction",
 })
 
 

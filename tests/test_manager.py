@@ -182,7 +182,7 @@ def test_pipeline_is_built_once_per_manager(manager: ServiceManager) -> None:
     assert [(e.name, e.plugin) for e in manager.stack] == [("spy", "(application)")]
 
 
-@pytest.mark.parametrize("key", ["model", "max_tokens", "messages", "n", "max_completion_tokens"])
+@pytest.mark.parametrize("key", ["model", "max_tokens", "messages", "n", "max_completion_tokens", "service_tier"])
 async def test_extra_body_cannot_replace_what_the_call_was_priced_on(
         manager: ServiceManager, fake: FakeProvider, key: str) -> None:
     async with manager:
