@@ -14,7 +14,7 @@ from provmw.plugins import PluginHost
 from provmw.responses import CompletionResponse, EmbeddingResponse, VisionResponse
 from provmw.settings import Settings
 from provmw.testing import FakeProvider
-from tests.conftest import BUILTIN_MIDDLEWARE_OFF, anthropic_config, openai_config
+from tests.conftest import BUILTIN_MIDDLEWARE_OFF, LOOPBACK_ALLOWED, anthropic_config, openai_config
 
 
 class Spy:
@@ -39,7 +39,7 @@ def spy() -> Spy:
 @pytest.fixture
 def manager(fake: FakeProvider, builtin_only: PluginHost, spy: Spy) -> ServiceManager:
     settings = Settings(configurations={"oa": openai_config(fake, fallbacks=("an",)), "an": anthropic_config(fake)},
-                        default="oa", middleware=BUILTIN_MIDDLEWARE_OFF)
+                        default="oa", middleware=BUILTIN_MIDDLEWARE_OFF, destinations=LOOPBACK_ALLOWED)
     return ServiceManager(settings, host=builtin_only, middleware=[spy])
 
 
