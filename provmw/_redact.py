@@ -104,8 +104,11 @@ class Scrubber:
 
     def text(self, text: str) -> str:
         """``text`` without any secret, including one cut short at its end (a truncated snippet)."""
-        for form in self.forms:
-            text = text.replace(form, MASK)
+        before = None
+        while before != text:  # a replacement can join the pieces of another occurrence
+            before = text
+            for form in self.forms:
+                text = text.replace(form, MASK)
         for form in self.forms:
             text = _masked_tail(text, form)
         return text

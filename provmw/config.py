@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from provmw._checks import did_you_mean, number
+from provmw._redact import masked_url
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
 from provmw.pricing import Price, to_price
@@ -105,7 +106,7 @@ def _optional_url(instance: object, attribute: attrs.Attribute[Any], value: obje
     if value is None:
         return
     if not isinstance(value, str) or not value.startswith(("http://", "https://")):
-        raise ConfigurationError(f"base_url must be an http(s) URL, got {value!r}")
+        raise ConfigurationError(f"base_url must be an http(s) URL, got {_shown_url(value)}")
 
 
 def _bool(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -154,6 +155,10 @@ def _to_frozen(value: Mapping[str, Any] | None) -> FrozenMap:
     return value if isinstance(value, FrozenMap) else FrozenMap(value)
 
 
+def _shown_url(value: object) -> str:
+    return repr(masked_url(value)) if isinstance(value, str) else repr(value)
+
+
 def _repr_headers(value: FrozenMap) -> str:
     return repr(sorted(value))  # header values may carry credentials
 
@@ -180,7 +185,7 @@ class ProviderConfig:
     identifier: str = attrs.field(validator=_non_empty_str)
     provider: str = attrs.field(validator=_non_empty_str)
     model: str = attrs.field(validator=_non_empty_str)
-    base_url: str | None = attrs.field(default=None, validator=_optional_url)
+    base_url: str | None = attrs.field(default=None, validator=_optional_url, repr=_shown_url)
     api_key: Secret | None = attrs.field(default=None, converter=_to_secret)
     options: FrozenMap = attrs.field(factory=FrozenMap, converter=_to_frozen, validator=_validate_options)
     fallbacks: tuple[str, ...] = attrs.field(default=(), converter=_to_str_tuple)
