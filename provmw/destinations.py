@@ -156,7 +156,12 @@ class CheckingResolver(AbstractResolver):
         if kept is not None and kept[0] > now:
             return kept[1]
         self.policy.check_name(host)
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        literal = _literal(host)
+        if literal is not None:  # checked by value: no DNS, so nothing to rebind
+            family = socket.AF_INET if literal.version == 4 else socket.AF_INET6
+            infos = [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (str(literal), port))]
+        else:
+            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
         results = tuple(self._result(host, info[0], info[2], info[4]) for info in infos)
         self._kept.pop(key, None)
         self._kept[key] = (now + self._ttl_s, results)
@@ -188,6 +193,8 @@ def _host_port(base_url: str) -> tuple[str, int]:
 
 
 def _literal(host: str) -> IPAddress | None:
+    if ":" not in host and not host.replace(".", "").isdigit():
+        return None  # most hosts are names: spare them ipaddress's costly failure
     try:
         return ipaddress.ip_address(host)
     except ValueError:
@@ -220,10 +227,6 @@ class DestinationGuard:
         if not self.applies_to(config):
             return
         host, port = _host_port(config.base_url or "")
-        literal = _literal(host)
-        if literal is not None:
-            self.resolver.policy.check(host, str(literal))
-            return
         try:
             await self.resolver.checked(host, port)
         except OSError:
