@@ -21,7 +21,7 @@ import asyncio
 import ipaddress
 import socket
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -157,6 +157,7 @@ class CheckingResolver(AbstractResolver):
             return kept[1]
         self.policy.check_name(host)
         literal = _literal(host)
+        infos: Sequence[tuple[Any, ...]]
         if literal is not None:  # checked by value: no DNS, so nothing to rebind
             family = socket.AF_INET if literal.version == 4 else socket.AF_INET6
             infos = [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (str(literal), port))]
