@@ -78,7 +78,8 @@ class ServiceManager:
     default otherwise), ``user`` and ``tenant`` (strings: who budgets, usage and the cache
     count the call for), ``controls`` (per-call middleware controls), ``idempotency_key``,
     ``correlation_id``, or an ad-hoc target instead of a configuration: ``provider`` and
-    ``model``, with ``base_url``, ``api_key`` and ``timeout_s``.
+    ``model``, with ``base_url``, ``api_key`` and ``timeout_s``. An ad-hoc ``base_url`` must
+    pass the settings' destination policy (``provmw.destinations``) before anything is sent.
     """
 
     def __init__(self, settings: Settings | None = None, *, host: PluginHost | None = None,
