@@ -52,7 +52,7 @@ def test_a_lone_user_part_is_masked_as_the_key_it_is() -> None:
 def test_provmw_stack_masks_a_redis_password_given_as_a_query_parameter(tmp_path: Path) -> None:
     settings = tmp_path / "provmw.toml"
     settings.write_text('[plugins]\nallow = ["redis"]\n[state]\n'
-                        'url = "redis://127.0.0.1:6379/0?pass%77ord=rd-51f0-secret&db=0"\n')
+                        'url = "redis://127.0.0.1:6379/0?pass%77ord=rd-51f0-secret&db=0"\nshared = ["budget"]\n')
     out = io.StringIO()
     assert main(["--config", str(settings), "stack"], out=out) == 0
     assert "shared state: redis://127.0.0.1:6379/0?pass%77ord=***&db=0" in out.getvalue()
