@@ -9,6 +9,7 @@ from provmw.config import ProviderConfig
 from provmw.http import HttpClient
 from provmw.plugins import PluginHost, PluginPolicy
 from provmw.testing import FakeProvider
+from tests.hostile import HostileProvider
 
 SENTINEL_KEY = "sk-SENTINEL-7f3a9c-do-not-print"
 
@@ -28,6 +29,13 @@ def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeProvider]:
     async with FakeProvider() as server:
+        yield server
+
+
+@pytest.fixture
+async def hostile() -> AsyncIterator[HostileProvider]:
+    """A loopback provider that answers whatever the test scripts (see ``tests/hostile.py``)."""
+    async with HostileProvider() as server:
         yield server
 
 
