@@ -222,10 +222,15 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# Built once: ``json.loads`` with any option builds a new decoder per call. It holds no state.
+_STRICT = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def decode_json(raw: bytes | str) -> Any:
     """Strict JSON: ``NaN`` and ``Infinity`` refused, and nesting too deep to decode is a ``ValueError``."""
     try:
-        return json.loads(raw, parse_constant=_no_constant)
+        text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw), "surrogatepass")
+        return _STRICT.decode(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
 
