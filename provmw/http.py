@@ -306,9 +306,9 @@ async def _events(content: aiohttp.StreamReader, limits: ReadLimits) -> AsyncIte
     idle_until = loop.time() + limits.stream_idle_s
     while chunk := await _read_before(content, idle_until, limits.stream_idle_s):
         for event in decoder.feed(chunk):
-            if event.event not in KEEPALIVE_EVENTS:
-                idle_until = loop.time() + limits.stream_idle_s
             yield event
+            if event.event not in KEEPALIVE_EVENTS:  # after the yield: a slow consumer is not an idle provider
+                idle_until = loop.time() + limits.stream_idle_s
         if loop.time() >= idle_until:  # a flood of comments may never leave the read waiting
             raise _idle(limits.stream_idle_s)
     for event in decoder.flush():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -141,3 +142,13 @@ def test_too_large_pickles_with_its_limit() -> None:
     error = ResponseTooLargeError("big", limit_bytes=7, provider="p", model="m")
     restored = pickle.loads(pickle.dumps(error))
     assert (type(restored), restored.limit_bytes, str(restored)) == (ResponseTooLargeError, 7, "p/m: big")
+
+
+async def test_a_slow_consumer_is_not_an_idle_provider(hostile: HostileProvider, tight: HttpClient) -> None:
+    events = [b'data: {"choices": [{"delta": {"content": "%s"}}]}\n\n' % t for t in (b"a", b"b")]
+    hostile.drip([*events, b"data: [DONE]\n\n"], every_s=0.01)
+    texts = []
+    async for chunk in OpenAIAdapter().stream_chat(tight, openai(hostile), CHAT):
+        texts.append(chunk.text)
+        await asyncio.sleep(0.4)  # longer than the 0.3 s idle limit, while the next events wait
+    assert "".join(texts) == "ab"
