@@ -36,6 +36,7 @@ from provmw.errors import (
     ProviderUnavailableError,
     ProvmwError,
     RateLimitError,
+    ResponseTooLargeError,
     UnsupportedOperationError,
     UsageLedgerUnavailableError,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "ProviderUnavailableError",
     "ProvmwError",
     "RateLimitError",
+    "ResponseTooLargeError",
     "Secret",
     "ServiceManager",
     "Settings",

@@ -29,6 +29,7 @@ import attrs
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from provmw._checks import did_you_mean
+from provmw._reads import ReadLimits
 from provmw.config import ProviderConfig
 from provmw.errors import ConfigurationError, DestinationRefusedError
 from provmw.http import HttpClient
@@ -206,9 +207,10 @@ class DestinationGuard:
     """The manager's gate for ad-hoc destinations: checks a configuration before its call and
     owns the HTTP client (with the checking resolver) that ad-hoc calls go through."""
 
-    def __init__(self, policy: DestinationPolicy, *, connector_limit: int = 100) -> None:
+    def __init__(self, policy: DestinationPolicy, *, connector_limit: int = 100,
+                 limits: ReadLimits | None = None) -> None:
         self.resolver = CheckingResolver(policy)
-        self.http = HttpClient(connector_limit=connector_limit, resolver=self.resolver)
+        self.http = HttpClient(connector_limit=connector_limit, resolver=self.resolver, limits=limits)
 
     @staticmethod
     def applies_to(config: ProviderConfig) -> bool:

@@ -18,6 +18,7 @@
     │   ├── ProviderUnavailableError       409, 5xx, 529 overloaded
     │   │   └── ProviderConnectionError    refused, reset, DNS failure
     │   ├── MalformedResponseError         a body that is not the documented JSON
+    │   │   └── ResponseTooLargeError      a body, SSE line or event over its limit; limit_bytes
     │   ├── AuthenticationError            401, 403
     │   └── InvalidRequestError            400, 404, 413, 422, other 4xx
     │       ├── ContextLengthExceededError the prompt does not fit the model
@@ -72,6 +73,7 @@ __all__ = [
     "ProviderUnavailableError",
     "ProvmwError",
     "RateLimitError",
+    "ResponseTooLargeError",
     "UnsupportedOperationError",
     "UsageLedgerUnavailableError",
     "disposition",
@@ -257,6 +259,27 @@ class MalformedResponseError(ProviderError):
 
     retryable = True
     fallback_eligible = True
+
+
+class ResponseTooLargeError(MalformedResponseError):
+    """An answer (a body, an SSE line or event) ran past its ``limit_bytes``; reading stopped there.
+
+    Not retried: the same request is likely to bring the same flood (and the provider may bill
+    it again); the next configuration may answer sensibly.
+    """
+
+    retryable = False
+
+    def __init__(self, message: str, *, limit_bytes: int, **fields: object) -> None:
+        super().__init__(message, **fields)  # type: ignore[arg-type]
+        self.limit_bytes = limit_bytes
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_too_large, (self.message, self.limit_bytes, self._fields()))
+
+
+def _rebuild_too_large(message: str, limit_bytes: int, fields: dict[str, object]) -> ResponseTooLargeError:
+    return ResponseTooLargeError(message, limit_bytes=limit_bytes, **fields)
 
 
 class AuthenticationError(ProviderError):

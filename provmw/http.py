@@ -11,11 +11,16 @@ does for its transports::
 - ``HttpStatusError`` (a non-2xx answer): a code in the body through the adapter's
   ``ErrorCodes``, else the status through ``STATUS_ERRORS``; retry hints from the headers.
 - ``NotJsonError`` (a 2xx body that is not JSON): ``MalformedResponseError``.
+- ``ReadRefused`` (a read stopped at a ``ReadLimits`` limit): ``ResponseTooLargeError``, or
+  ``ProviderTimeoutError`` for a stream idle past ``stream_idle_s``.
 - aiohttp, OS and timeout exceptions: through ``EXCEPTION_ERRORS``, searched along the MRO;
   those in ``NEVER_SENT`` (no connection was ever made) set ``never_sent`` on the error.
 
 Unary calls carry no timer: the manager bounds each attempt. Streams bound the connect and
-each read by ``read_timeout_s``, since a stream's whole length is not known in advance.
+each read by ``read_timeout_s``, since a stream's whole length is not known in advance, and
+the time between events by ``stream_idle_s``: comments and ``ping`` events do not count.
+Every read is bounded in size (``ReadLimits``), and ``decode_json`` refuses what is not
+strict JSON (``NaN``, ``Infinity``, nesting deeper than the interpreter can decode).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import aiohttp
 import attrs
 from aiohttp.abc import AbstractResolver
 
+from provmw._reads import ERROR_BODY_BYTES, ReadLimits, ReadRefused, read_capped
 from provmw.errors import (
     AuthenticationError,
     ContentPolicyError,
@@ -53,9 +59,12 @@ __all__ = [
     "ErrorCodes",
     "HttpClient",
     "HttpStatusError",
+    "KEEPALIVE_EVENTS",
     "NEVER_SENT",
     "NotJsonError",
+    "ReadLimits",
     "SSEEvent",
+    "decode_json",
     "malformed",
     "plain_json",
     "retry_hints",
@@ -122,6 +131,9 @@ EXCEPTION_ERRORS: Mapping[type[BaseException], tuple[type[ProviderError], str]] 
 NEVER_SENT: tuple[type[BaseException], ...] = (aiohttp.ClientConnectorError,)
 
 _MAPPED = tuple(EXCEPTION_ERRORS)
+# Events that only say "still here" (Anthropic's ``ping``): like comments, they do not reset
+# the idle limit, or a server could hold a stream open for ever without an answer.
+KEEPALIVE_EVENTS = frozenset({"ping"})
 _URL_QUERY = re.compile(r"(https?://[^\s?'\"]+)\?[^\s'\"]*")
 # The manager bounds each attempt; aiohttp's own default (300 s total) must not cut one short.
 _NO_TIMER = aiohttp.ClientTimeout(total=None)
@@ -164,6 +176,8 @@ def wire_errors(codes: ErrorCodes, *, provider: str, model: str) -> Iterator[Non
     except NotJsonError as exc:
         raise MalformedResponseError(f"response body is not JSON ({len(exc.body)} bytes)",
                                      provider=provider, model=model, status=exc.status) from None
+    except ReadRefused as exc:
+        raise exc.error(provider, model) from None
     except _MAPPED as exc:
         raise _foreign_error(exc, provider, model) from None
 
@@ -205,6 +219,23 @@ def malformed(provider: str, model: str, exc: BaseException) -> MalformedRespons
     )
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# Built once: ``json.loads`` with any option builds a new decoder per call. It holds no state.
+_STRICT = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def decode_json(raw: bytes | str) -> Any:
+    """Strict JSON: ``NaN`` and ``Infinity`` refused, and nesting too deep to decode is a ``ValueError``."""
+    try:
+        text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw), "surrogatepass")
+        return _STRICT.decode(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
 def plain_json(value: Any) -> Any:
     """``value`` (frozen mappings included) as plain JSON types."""
     return json.loads(json.dumps(value, default=dict))
@@ -217,10 +248,12 @@ def _encode(body: Mapping[str, Any]) -> bytes:
 class HttpClient:
     """The manager's HTTP client: one aiohttp session, opened lazily in the running loop."""
 
-    def __init__(self, *, connector_limit: int = 100, resolver: AbstractResolver | None = None) -> None:
+    def __init__(self, *, connector_limit: int = 100, resolver: AbstractResolver | None = None,
+                 limits: ReadLimits | None = None) -> None:
         self._session: aiohttp.ClientSession | None = None
         self._connector_limit = connector_limit
         self._resolver = resolver  # a resolver of its own keeps its own answers: no connector DNS cache
+        self.limits = limits if limits is not None else ReadLimits()
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -242,11 +275,11 @@ class HttpClient:
         """POST ``body`` as JSON and return the decoded 2xx answer, else raise ``HttpStatusError``."""
         async with self.session.post(url, data=_encode(body), headers=headers, allow_redirects=False,
                                      timeout=_NO_TIMER) as response:
-            raw = await response.read()
             if response.status >= 300:
-                raise HttpStatusError(response.status, raw, response.headers)
+                raise await _status_of(response, self.limits)
+            raw = await read_capped(response.content, response.content_length, self.limits.max_body_bytes)
         try:
-            return json.loads(raw)
+            return decode_json(raw)
         except ValueError:
             raise NotJsonError(response.status, raw) from None
 
@@ -258,10 +291,44 @@ class HttpClient:
         async with self.session.post(url, data=_encode(body), headers=headers, allow_redirects=False,
                                      timeout=timeout) as response:
             if response.status >= 300:
-                raise HttpStatusError(response.status, await response.read(), response.headers)
-            decoder = SSEDecoder()
-            async for chunk in response.content.iter_any():
-                for event in decoder.feed(chunk):
-                    yield event
-            for event in decoder.flush():
+                raise await _status_of(response, self.limits)
+            async for event in _events(response.content, self.limits):
                 yield event
+
+
+async def _status_of(response: aiohttp.ClientResponse, limits: ReadLimits) -> HttpStatusError:
+    """The error for a non-2xx answer; its body is cut at ``ERROR_BODY_BYTES``, never refused."""
+    limit = min(limits.max_body_bytes, ERROR_BODY_BYTES)
+    body = await read_capped(response.content, response.content_length, limit, truncate=True)
+    return HttpStatusError(response.status, body, response.headers)
+
+
+async def _events(content: aiohttp.StreamReader, limits: ReadLimits) -> AsyncIterator[SSEEvent]:
+    """The events of a stream, refused once ``stream_idle_s`` passes with no event but keepalives."""
+    decoder = SSEDecoder(limits.max_event_bytes)
+    loop = asyncio.get_running_loop()
+    idle_until = loop.time() + limits.stream_idle_s
+    while chunk := await _read_before(content, idle_until, limits.stream_idle_s):
+        for event in decoder.feed(chunk):
+            yield event
+            if event.event not in KEEPALIVE_EVENTS:  # after the yield: a slow consumer is not an idle provider
+                idle_until = loop.time() + limits.stream_idle_s
+        if loop.time() >= idle_until:  # a flood of comments may never leave the read waiting
+            raise _idle(limits.stream_idle_s)
+    for event in decoder.flush():
+        yield event
+
+
+async def _read_before(content: aiohttp.StreamReader, deadline: float, idle_s: float) -> bytes:
+    timer = asyncio.timeout_at(deadline)
+    try:
+        async with timer:
+            return await content.readany()
+    except TimeoutError:
+        if timer.expired():
+            raise _idle(idle_s) from None
+        raise  # aiohttp's own per-read timeout: mapped like any other
+
+
+def _idle(idle_s: float) -> ReadRefused:
+    return ReadRefused(f"stream sent no event for {idle_s:g}s ([http] stream_idle_s)")

@@ -98,9 +98,9 @@ class ServiceManager:
         for config in self.settings.configurations.values():
             self._adapter(config.provider, where=f"[configurations.{config.identifier}] provider")
         self.prices = PriceTable()
-        self.http = http if http is not None else HttpClient()
+        self.http = http if http is not None else HttpClient(limits=self.settings.http)
         # Ad-hoc base_urls go through a client of their own, whose resolver checks (ADR 0018).
-        self.destinations = DestinationGuard(self.settings.destinations)
+        self.destinations = DestinationGuard(self.settings.destinations, limits=self.settings.http)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> ServiceManager:

@@ -26,6 +26,9 @@ the embedded defaults apply (no configurations, default middleware settings)::
     [security]
     ad_hoc_destinations = ["public"]   # where a call's own base_url may go (provmw.destinations)
 
+    [http]                       # optional: how much of an answer to read (see provmw._reads)
+    max_body_bytes = 67108864
+
 Every error names the file, the section and the key.
 """
 
@@ -41,6 +44,7 @@ from typing import Any, Literal, TypeVar
 import attrs
 
 from provmw._checks import did_you_mean, options_from
+from provmw._reads import ReadLimits
 from provmw.config import ProviderConfig
 from provmw.context import FrozenMap
 from provmw.destinations import DestinationPolicy
@@ -51,7 +55,7 @@ __all__ = ["PluginPolicy", "Settings", "find_settings_file", "load_settings", "n
 
 T = TypeVar("T")
 
-_TOP_KEYS = ("default", "configurations", "middleware", "plugins", "state", "security")
+_TOP_KEYS = ("default", "configurations", "middleware", "plugins", "state", "security", "http")
 _PLUGIN_KEYS = ("autoload", "allow", "block")
 _CONFIG_KEYS = ("provider", "model", "base_url", "api_key_env", "options", "fallbacks",
                 "timeout_s", "active", "headers", "context_window", "price")
@@ -140,6 +144,7 @@ class Settings:
     source: str = "<embedded defaults>"
     state: StateSettings | None = None
     destinations: DestinationPolicy = attrs.field(factory=DestinationPolicy)
+    http: ReadLimits = attrs.field(factory=ReadLimits)
 
     def __attrs_post_init__(self) -> None:
         if self.default is not None and self.default not in self.configurations:
@@ -245,6 +250,7 @@ def parse_settings(document: Mapping[str, Any], source: str, environ: Mapping[st
         source=source,
         state=StateSettings.from_table(_table(document, "state", source), source) if "state" in document else None,
         destinations=DestinationPolicy.from_table(_table(document, "security", source), source),
+        http=ReadLimits.from_table(_table(document, "http", source), source),
     )
 
 

@@ -10,6 +10,7 @@ from provmw.destinations import DestinationPolicy
 from provmw.http import HttpClient
 from provmw.plugins import PluginHost, PluginPolicy
 from provmw.testing import FakeProvider
+from tests.hostile import HostileProvider
 
 SENTINEL_KEY = "sk-SENTINEL-7f3a9c-do-not-print"
 
@@ -31,6 +32,13 @@ def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeProvider]:
     async with FakeProvider() as server:
+        yield server
+
+
+@pytest.fixture
+async def hostile() -> AsyncIterator[HostileProvider]:
+    """A loopback provider that answers whatever the test scripts (see ``tests/hostile.py``)."""
+    async with HostileProvider() as server:
         yield server
 
 

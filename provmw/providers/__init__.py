@@ -50,7 +50,9 @@ class ProviderAdapter(Protocol):
     What it raises: only the ``ProviderError`` tree of ``provmw.errors``. Wrap every call
     on ``http`` in ``provmw.http.wire_errors(codes, provider=..., model=...)``, which
     turns error statuses (with the codes in the body and the retry hints in the headers),
-    dropped connections and bodies that are not JSON into typed errors; raise
+    dropped connections, bodies that are not JSON and reads past ``http.limits`` into
+    typed errors; decode stream events with ``provmw.http.decode_json`` (strict: no
+    ``NaN``, no unbounded nesting), check the type of every field read, raise
     ``provmw.http.malformed(...)`` for JSON that lacks the documented shape, and
     ``UnsupportedOperationError`` before any request for an operation the provider does
     not offer. A stream that ends before its documented end raises; it never passes for a

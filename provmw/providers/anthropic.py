@@ -1,4 +1,8 @@
-"""Anthropic Messages API adapter: chat, tools, images, streaming; no embeddings."""
+"""Anthropic Messages API adapter: chat, tools, images, streaming; no embeddings.
+
+Every field read from an answer or an event is type-checked (``_serde``): a wrong type is a
+``MalformedResponseError`` naming the field, never an answer.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from provmw import _serde
 from provmw.config import ProviderConfig
 from provmw.errors import (
     AuthenticationError,
@@ -17,7 +22,16 @@ from provmw.errors import (
     RateLimitError,
     UnsupportedOperationError,
 )
-from provmw.http import COMMON_CODES, ErrorCodes, HttpClient, SSEEvent, malformed, plain_json, wire_errors
+from provmw.http import (
+    COMMON_CODES,
+    ErrorCodes,
+    HttpClient,
+    SSEEvent,
+    decode_json,
+    malformed,
+    plain_json,
+    wire_errors,
+)
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
 from provmw.providers._usage import UsageBody
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
@@ -40,6 +54,8 @@ FINISH_REASONS = {
 }
 
 _PASSED_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "stop": "stop_sequences"}
+# What a malformed answer raises while it is read; ``malformed`` turns each into one error.
+_SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
 
 
 def _extract_error(body: Any) -> tuple[str | None, str | None]:
@@ -141,6 +157,28 @@ def _usage(usage: object, model: str) -> Usage:
     )
 
 
+def _answer_blocks(blocks: Any) -> tuple[str, tuple[ToolCall, ...]]:
+    """The text and tool calls of a message's ``content`` blocks; other block types are skipped."""
+    text: list[str] = []
+    calls: list[ToolCall] = []
+    for i, value in enumerate(_serde.sequence(blocks, "response.content")):
+        where = f"response.content[{i}]"
+        block = _serde.mapping(value, where)
+        kind = _serde.get(block, "type", str, where)
+        if kind == "text":
+            text.append(_serde.get(block, "text", str, where))
+        elif kind == "tool_use":
+            arguments = json.dumps(_serde.get(block, "input", dict, where, default={}))
+            calls.append(ToolCall(id=_serde.get(block, "id", str, where), name=_serde.get(block, "name", str, where),
+                                  arguments=arguments))
+    return "".join(text), tuple(calls)
+
+
+def _finish_reason(data: Mapping[str, Any], where: str) -> str | None:
+    reason = _serde.get(data, "stop_reason", str, where, default=None)
+    return FINISH_REASONS.get(reason, reason) if reason is not None else None
+
+
 class AnthropicAdapter:
     """The Anthropic Messages wire format."""
 
@@ -175,16 +213,14 @@ class AnthropicAdapter:
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
             data = await http.post_json(_url(config), self.chat_body(config, request), _headers(config))
         try:
-            blocks = data["content"]
-            calls = tuple(ToolCall(id=b["id"], name=b["name"], arguments=json.dumps(b.get("input", {})))
-                          for b in blocks if b["type"] == "tool_use")
+            body = _serde.mapping(data, "response")
+            text, calls = _answer_blocks(_serde.get(body, "content", list, "response"))
             return CompletionResponse(
-                provider=self.name, model=data.get("model") or config.model,
-                usage=_usage(data.get("usage"), config.model), served_by=config.identifier,
-                text="".join(b["text"] for b in blocks if b["type"] == "text"), tool_calls=calls,
-                finish_reason=FINISH_REASONS.get(data.get("stop_reason"), data.get("stop_reason")),
+                provider=self.name, model=_serde.get(body, "model", str, "response", default=None) or config.model,
+                usage=_usage(body.get("usage"), config.model), served_by=config.identifier,
+                text=text, tool_calls=calls, finish_reason=_finish_reason(body, "response"),
             )
-        except (KeyError, TypeError, AttributeError) as exc:
+        except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
 
     async def complete(self, http: HttpClient, config: ProviderConfig,
@@ -205,12 +241,13 @@ class AnthropicAdapter:
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
             async for event in events:
                 try:
-                    data = json.loads(event.data)
-                except ValueError as exc:
+                    data = _serde.mapping(decode_json(event.data), "event")
+                    if event.event == "error" or data.get("type") == "error":
+                        raise _stream_error(config, data)
+                    chunk = _stream_chunk(event, data, usage, config.model)
+                except _SHAPE_ERRORS as exc:
                     raise malformed(self.name, config.model, exc) from None
-                if event.event == "error" or data.get("type") == "error":
-                    raise _stream_error(config, data)
-                if (chunk := _stream_chunk(event, data, usage, config.model)) is not None:
+                if chunk is not None:
                     yield chunk
                 if data.get("type") == "message_stop":
                     return
@@ -219,19 +256,25 @@ class AnthropicAdapter:
 
 
 def _stream_chunk(event: SSEEvent, data: Mapping[str, Any], usage: dict[str, Any], model: str) -> ChatChunk | None:
-    kind = data.get("type", event.event)
+    kind = _serde.get(data, "type", str, "event", default=None) or event.event
     if kind == "message_start":
-        usage.update(data.get("message", {}).get("usage") or {})
-    elif kind == "content_block_delta" and data.get("delta", {}).get("type") == "text_delta":
-        return ChatChunk(text=data["delta"].get("text", ""))
+        message = _serde.get(data, "message", dict, "event", default=None) or {}
+        usage.update(_serde.get(message, "usage", dict, "event.message", default=None) or {})
+    elif kind == "content_block_delta":
+        delta = _serde.get(data, "delta", dict, "event")
+        if delta.get("type") == "text_delta":
+            return ChatChunk(text=_serde.get(delta, "text", str, "event.delta"))
     elif kind == "message_delta":
-        usage.update(data.get("usage") or {})
-        reason = data.get("delta", {}).get("stop_reason")
-        return ChatChunk(finish_reason=FINISH_REASONS.get(reason, reason), usage=_usage(usage, model))
+        usage.update(_serde.get(data, "usage", dict, "event", default=None) or {})
+        delta = _serde.get(data, "delta", dict, "event", default=None) or {}
+        return ChatChunk(finish_reason=_finish_reason(delta, "event.delta"), usage=_usage(usage, model))
     return None
 
 
 def _stream_error(config: ProviderConfig, data: Mapping[str, Any]) -> ProviderError:
+    error = _serde.get(data, "error", dict, "event")
+    for field in ("type", "message"):
+        _serde.get(error, field, str, "event.error", default=None)  # raises on a wrong type
     code, message = _extract_error(data)
     cls = ERROR_CODES.codes.get(code or "", ProviderUnavailableError)
     return cls(message or "stream error", provider="anthropic", model=config.model, code=code)

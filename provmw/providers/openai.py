@@ -2,18 +2,20 @@
 
 Works against any server speaking the OpenAI wire format (OpenAI, vLLM, llama.cpp
 server, Ollama's ``/v1``, LM Studio, gateways): ``base_url`` is the part before
-``/chat/completions``.
+``/chat/completions``. Every field read from an answer is type-checked (``_serde``): a
+wrong type is a ``MalformedResponseError`` naming the field, never an answer.
 """
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from provmw import _serde
 from provmw.config import ProviderConfig
-from provmw.errors import MalformedResponseError
-from provmw.http import ErrorCodes, HttpClient, malformed, plain_json, wire_errors
+from provmw.errors import InvalidDataError, MalformedResponseError
+from provmw.http import ErrorCodes, HttpClient, decode_json, malformed, plain_json, wire_errors
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
 from provmw.providers._usage import UsageBody
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
@@ -83,6 +85,42 @@ def _with_options(body: dict[str, Any], options: Mapping[str, Any]) -> dict[str,
     return body
 
 
+# What a malformed answer raises while it is read; ``malformed`` turns each into one error.
+_SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
+_NUMBER_TYPES = frozenset({int, float})
+
+
+def _body(data: Any) -> Mapping[str, Any]:
+    return _serde.mapping(data, "response")
+
+
+def _first_choice(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    choices = _serde.get(body, "choices", list, "response")
+    if not choices:
+        raise InvalidDataError("response.choices: empty")
+    return _serde.mapping(choices[0], "response.choices[0]")
+
+
+def _model(body: Mapping[str, Any], config: ProviderConfig) -> str:
+    return _serde.get(body, "model", str, "response", default=None) or config.model
+
+
+def _text(data: Mapping[str, Any], key: str, where: str) -> str:
+    return _serde.get(data, key, str, where, default=None) or ""
+
+
+def _finish_reason(choice: Mapping[str, Any], where: str) -> str | None:
+    return _serde.get(choice, "finish_reason", str, where, default=None)
+
+
+def _vector(row: Mapping[str, Any], where: str) -> list[float]:
+    """A vector of finite numbers; one pass over the types and one sum keep big vectors cheap."""
+    vector = _serde.get(row, "embedding", list, where)
+    if not {type(x) for x in vector} <= _NUMBER_TYPES or not math.isfinite(sum(vector)):
+        raise InvalidDataError(f"{where}.embedding: expected finite numbers")
+    return vector
+
+
 def _usage(data: Any, model: str) -> Usage:
     """OpenAI's counts already include their parts: prompt_tokens holds the cached ones,
     completion_tokens the reasoning ones. A gateway's cache writes carry no TTL: 5 minutes."""
@@ -96,11 +134,16 @@ def _usage(data: Any, model: str) -> Usage:
     )
 
 
+def _tool_call(value: Any, where: str) -> ToolCall:
+    call = _serde.mapping(value, where)
+    function = _serde.get(call, "function", dict, where)
+    return ToolCall(id=_serde.get(call, "id", str, where), name=_serde.get(function, "name", str, f"{where}.function"),
+                    arguments=_serde.get(function, "arguments", str, f"{where}.function", default=None) or "{}")
+
+
 def _tool_calls(message: Mapping[str, Any]) -> tuple[ToolCall, ...]:
-    return tuple(
-        ToolCall(id=c["id"], name=c["function"]["name"], arguments=c["function"].get("arguments") or "{}")
-        for c in message.get("tool_calls") or ()
-    )
+    calls = _serde.get(message, "tool_calls", list, "message", default=None) or ()
+    return tuple(_tool_call(c, f"message.tool_calls[{i}]") for i, c in enumerate(calls))
 
 
 class OpenAIAdapter:
@@ -112,14 +155,15 @@ class OpenAIAdapter:
                    request: ChatRequest) -> CompletionResponse:
         data = await self._post(http, config, "/chat/completions", self.chat_body(config, request))
         try:
-            choice = data["choices"][0]
-            message = choice["message"]
+            body = _body(data)
+            choice = _first_choice(body)
+            message = _serde.get(choice, "message", dict, "response.choices[0]")
             return CompletionResponse(
-                provider=self.name, model=data.get("model") or config.model, usage=_usage(data, config.model),
-                served_by=config.identifier, text=message.get("content") or "",
-                tool_calls=_tool_calls(message), finish_reason=choice.get("finish_reason"),
+                provider=self.name, model=_model(body, config), usage=_usage(body, config.model),
+                served_by=config.identifier, text=_text(message, "content", "message"),
+                tool_calls=_tool_calls(message), finish_reason=_finish_reason(choice, "response.choices[0]"),
             )
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
 
     async def complete(self, http: HttpClient, config: ProviderConfig,
@@ -129,13 +173,14 @@ class OpenAIAdapter:
         body.pop("tool_choice", None)
         data = await self._post(http, config, "/completions", body)
         try:
-            choice = data["choices"][0]
+            answer = _body(data)
+            choice = _first_choice(answer)
             return CompletionResponse(
-                provider=self.name, model=data.get("model") or config.model, usage=_usage(data, config.model),
-                served_by=config.identifier, text=choice.get("text") or "",
-                finish_reason=choice.get("finish_reason"),
+                provider=self.name, model=_model(answer, config), usage=_usage(answer, config.model),
+                served_by=config.identifier, text=_text(choice, "text", "response.choices[0]"),
+                finish_reason=_finish_reason(choice, "response.choices[0]"),
             )
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
 
     async def embed(self, http: HttpClient, config: ProviderConfig,
@@ -146,12 +191,14 @@ class OpenAIAdapter:
             body["dimensions"] = request.dimensions
         data = await self._post(http, config, "/embeddings", body)
         try:
-            rows = sorted(data["data"], key=lambda row: row["index"])
+            answer = _body(data)
+            rows = _rows(answer, len(request.inputs))
             return EmbeddingResponse(
-                provider=self.name, model=data.get("model") or config.model, usage=_usage(data, config.model),
-                served_by=config.identifier, vectors=[row["embedding"] for row in rows],
+                provider=self.name, model=_model(answer, config), usage=_usage(answer, config.model),
+                served_by=config.identifier,
+                vectors=[_vector(row, f"response.data[{i}]") for i, row in enumerate(rows)],
             )
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
+        except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
 
     async def stream_chat(self, http: HttpClient, config: ProviderConfig,
@@ -176,8 +223,8 @@ class OpenAIAdapter:
 
     def _stream_chunk(self, config: ProviderConfig, data: str) -> ChatChunk:
         try:
-            return _chunk(json.loads(data), config.model)
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            return _chunk(_serde.mapping(decode_json(data), "event"), config.model)
+        except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
 
     def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
@@ -196,12 +243,23 @@ class OpenAIAdapter:
             return await http.post_json(_url(config, path), body, _headers(config))
 
 
+def _rows(answer: Mapping[str, Any], inputs: int) -> list[Mapping[str, Any]]:
+    """The embedding rows in input order: one per input, each index once."""
+    data = _serde.get(answer, "data", list, "response")
+    rows = [_serde.mapping(r, f"response.data[{i}]") for i, r in enumerate(data)]
+    indexes = [_serde.get(r, "index", int, f"response.data[{i}]") for i, r in enumerate(rows)]
+    if sorted(indexes) != list(range(inputs)):
+        raise InvalidDataError(f"response.data: indexes {sorted(indexes)[:10]} do not match {inputs} inputs")
+    return [row for _, row in sorted(zip(indexes, rows, strict=True), key=lambda pair: pair[0])]
+
+
 def _chunk(data: Mapping[str, Any], model: str) -> ChatChunk:
-    choices = data.get("choices") or []
+    choices = _serde.get(data, "choices", list, "event", default=None) or []
     usage = _usage(data, model) if data.get("usage") else None
     if not choices:
         return ChatChunk(usage=usage)
-    choice = choices[0]
-    delta = choice.get("delta") or {}
-    return ChatChunk(text=delta.get("content") or "", finish_reason=choice.get("finish_reason"), usage=usage)
+    choice = _serde.mapping(choices[0], "event.choices[0]")
+    delta = _serde.get(choice, "delta", dict, "event.choices[0]", default=None) or {}
+    return ChatChunk(text=_text(delta, "content", "event.choices[0].delta"),
+                     finish_reason=_finish_reason(choice, "event.choices[0]"), usage=usage)
 
