@@ -44,11 +44,13 @@ KNOWN_OPTIONS: Mapping[str, tuple[type, ...]] = {
 
 # Bounds every provider documents (inclusive; None: unbounded); beyond them a call is refused
 # here rather than sent to fail upstream, or to be priced on a budget that cannot apply.
-_RANGES: Mapping[str, tuple[float | None, float | None]] = {
-    "temperature": (0, None),
+_RANGES: Mapping[str, tuple[float, float]] = {
+    "temperature": (0, math.inf),
     "top_p": (0, 1),
-    "max_tokens": (1, None),
+    "max_tokens": (1, math.inf),
 }
+_ANY_NUMBER = (-math.inf, math.inf)
+_NUMBERS = (int, float)
 
 # RFC 9110 field names are tokens; a value may hold no control character, so neither a
 # header nor an API key can end the line and add headers of its own.
@@ -153,7 +155,12 @@ def check_options(options: object) -> None:
         if isinstance(option, bool) or not isinstance(option, accepted):
             kinds = " or ".join(t.__name__ for t in accepted)
             raise ConfigurationError(f"options.{name} must be {kinds}, got {option!r}")
-        _check_value(name, option)
+        if isinstance(option, _NUMBERS):
+            low, high = _RANGES.get(name, _ANY_NUMBER)
+            if not (-math.inf < option < math.inf and low <= option <= high):  # NaN fails every comparison
+                raise _out_of_range(name, option, low, high)
+        elif not isinstance(option, str):
+            _check_structure(name, option)
     owned = sorted(OWNED_BODY_KEYS.intersection(options.get("extra_body", {})))
     if owned:
         raise ConfigurationError(
@@ -161,23 +168,17 @@ def check_options(options: object) -> None:
             "and caches the call on them; pass them as the call's own arguments or options")
 
 
-def _check_value(name: str, option: object) -> None:
-    if isinstance(option, int | float):
-        _check_number(name, option)
-    elif name == "stop" and isinstance(option, list | tuple):
-        if not all(isinstance(item, str) for item in option):
+def _out_of_range(name: str, option: float, low: float, high: float) -> ConfigurationError:
+    span = "" if low == -math.inf else f", at least {low:g}" if high == math.inf else f", from {low:g} to {high:g}"
+    return ConfigurationError(f"options.{name} must be a finite number{span}, got {option!r}")
+
+
+def _check_structure(name: str, option: object) -> None:
+    if name == "stop":
+        if not all(isinstance(item, str) for item in option):  # type: ignore[attr-defined]
             raise ConfigurationError(f"options.stop must be a string or a list of strings, got {option!r}")
-    elif not isinstance(option, str):
+    else:
         check_json(option, f"options.{name}")
-
-
-def _check_number(name: str, option: float) -> None:
-    low, high = _RANGES.get(name, (None, None))
-    finite = isinstance(option, int) or math.isfinite(option)  # an int of any size is finite
-    if finite and (low is None or option >= low) and (high is None or option <= high):
-        return
-    span = "" if low is None else f", at least {low:g}" if high is None else f", from {low:g} to {high:g}"
-    raise ConfigurationError(f"options.{name} must be a finite number{span}, got {option!r}")
 
 
 def _validate_options(instance: object, attribute: attrs.Attribute[Any], value: FrozenMap) -> None:

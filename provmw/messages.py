@@ -10,7 +10,6 @@ from typing import Any, Literal
 import attrs
 
 from provmw import _serde
-from provmw._checks import check_json
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError, InvalidDataError
 
@@ -102,8 +101,10 @@ def _freeze_schema(value: Mapping[str, Any]) -> FrozenMap:
         return value
     if not isinstance(value, Mapping):
         raise ConfigurationError(f"ToolSpec.parameters must be a JSON schema (a mapping), got {type(value).__name__}")
-    check_json(value, "ToolSpec.parameters")
-    return FrozenMap(json.loads(json.dumps(value, allow_nan=False)))
+    try:  # one pass in C: NaN, infinity, objects JSON cannot hold and runaway nesting all fail it
+        return FrozenMap(json.loads(json.dumps(value, allow_nan=False)))
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ConfigurationError(f"ToolSpec.parameters must be a JSON schema: {exc}") from None
 
 
 def _tool_name(instance: ToolSpec, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -182,6 +183,8 @@ def _tool_calls(value: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
 
 
 def _items(value: object, where: str) -> tuple[Any, ...]:
+    if type(value) is tuple:  # the common case, without the slower abstract-class checks
+        return value
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
         raise ConfigurationError(f"{where} must be a list, got {type(value).__name__}")
     return tuple(value)

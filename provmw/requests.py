@@ -49,13 +49,16 @@ def _texts(value: Iterable[str]) -> tuple[str, ...]:
 
 def _all_of(value: object, kind: type[Any], where: str) -> tuple[Any, ...]:
     # A caller's wrong type is a ConfigurationError here, not an AttributeError in an adapter.
-    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
-        raise ConfigurationError(f"{where} must be a list of {kind.__name__}, got {type(value).__name__}")
-    items = tuple(value)
-    for index, item in enumerate(items):
+    # The manager passes tuples: they skip the slower abstract-class checks.
+    if type(value) is not tuple:
+        if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+            raise ConfigurationError(f"{where} must be a list of {kind.__name__}, got {type(value).__name__}")
+        value = tuple(value)
+    for item in value:
         if not isinstance(item, kind):
+            index = value.index(item)
             raise ConfigurationError(f"{where}[{index}] must be a {kind.__name__}, got {type(item).__name__}")
-    return items
+    return value
 
 
 def _prompt(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
