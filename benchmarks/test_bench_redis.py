@@ -47,7 +47,7 @@ def prefix(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         client.ping()
     except redis.RedisError as exc:
         pytest.skip(f"no Redis at {URL} ({exc})")
-    monkeypatch.setenv("PROVMW_BENCH_SIGNING_KEY", "bench-secret")
+    monkeypatch.setenv("PROVMW_BENCH_SIGNING_KEY", "bench-secret-of-enough-characters")
     name = f"provmw-bench-{uuid.uuid4().hex[:12]}"
     yield name
     keys = list(client.scan_iter(match=f"*{name}*", count=1000))
@@ -56,17 +56,17 @@ def prefix(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     client.close()
 
 
-def redis_state(prefix: str, **options: Any) -> Any:
+def redis_state(prefix: str, shared: tuple[str, ...] = ("cache",), **options: Any) -> Any:
     from provmw_redis import RedisState
 
-    return RedisState(StateSettings(URL, options={"key_prefix": prefix, **options}))
+    return RedisState(StateSettings(URL, shared, options={"key_prefix": prefix, **options}))
 
 
 @pytest.mark.parametrize("store", ["memory", "sqlite", "redis"])
 def test_budget_reserve_and_settle(benchmark: Any, loop: asyncio.AbstractEventLoop, tmp_path: Path, prefix: str,
                                    store: str) -> None:
     file = SqliteFile(str(tmp_path / "b.db")) if store == "sqlite" else None
-    chosen: BudgetStore = redis_state(prefix).budget_store() if store == "redis" else \
+    chosen: BudgetStore = redis_state(prefix, ("budget",)).budget_store() if store == "redis" else \
         EmbeddedState(budgets=file).budget_store()
     pipeline = MiddlewarePipeline([BudgetMiddleware(BudgetOptions(limits=[LIMIT]), store=chosen)])
     benchmark.group = "shared state: budget reserve + settle, 200 calls"
@@ -75,7 +75,8 @@ def test_budget_reserve_and_settle(benchmark: Any, loop: asyncio.AbstractEventLo
 
 @pytest.mark.parametrize("store", ["memory", "redis", "redis, signed"])
 def test_cache_hit(benchmark: Any, loop: asyncio.AbstractEventLoop, prefix: str, store: str) -> None:
-    signing = {"signing_key_env": "PROVMW_BENCH_SIGNING_KEY"} if store.endswith("signed") else {}
+    signing = {"signing_key_env": "PROVMW_BENCH_SIGNING_KEY"} if store.endswith("signed") else \
+        {"unsigned_cache": True}
     chosen: CacheStore = MemoryCacheStore() if store == "memory" else redis_state(prefix, **signing).cache_store()
     pipeline = MiddlewarePipeline([CacheMiddleware(CacheOptions(), store=chosen)])
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import hmac
+import json
 import math
+import os
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -24,6 +28,7 @@ __all__ = [
     "check_options",
     "did_you_mean",
     "fallback_chain",
+    "fingerprint",
 ]
 
 _MASK = "**********"
@@ -213,6 +218,21 @@ def _repr_headers(value: FrozenMap) -> str:
     return repr(sorted(value))  # header values may carry credentials
 
 
+@functools.cache
+def _fingerprint_key() -> bytes:
+    # A fleet sets the same key everywhere so that processes sharing a cache or breakers agree;
+    # the default still never shows a secret, it only makes fingerprints comparable across hosts.
+    chosen = os.environ.get("PROVMW_FINGERPRINT_KEY", "provmw credential fingerprint v1")
+    return hashlib.sha256(chosen.encode()).digest()
+
+
+def fingerprint(api_key: Secret | None, headers: Mapping[str, str]) -> str:
+    """A keyed digest of the credentials calls carry (key and headers): equal credentials give
+    equal fingerprints, and the fingerprint never reveals them."""
+    material = json.dumps([api_key.reveal() if api_key is not None else None, sorted(headers.items())])
+    return hashlib.blake2b(material.encode(), key=_fingerprint_key(), digest_size=16).hexdigest()
+
+
 @attrs.frozen
 class ProviderConfig:
     """A named way to reach one model: where, how, with which options, and what comes next."""
@@ -231,6 +251,11 @@ class ProviderConfig:
     )
     context_window: int | None = attrs.field(default=None, validator=number(gt=0, integer=True, optional=True))
     price: Price | None = attrs.field(default=None, converter=to_price)
+    # Who the calls are made as: the cache and the breakers keep accounts apart by it.
+    credential_fingerprint: str = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "credential_fingerprint", fingerprint(self.api_key, self.headers))
 
     @property
     def is_ad_hoc(self) -> bool:

@@ -358,6 +358,7 @@ class Disposition:
 
     retryable: bool
     may_fall_back: bool
+    endpoint_failed: bool = False  # counts against the endpoint's breaker
 
 
 def disposition(exc: BaseException) -> Disposition:
@@ -368,12 +369,16 @@ def disposition(exc: BaseException) -> Disposition:
             retryable = False
         if exc.should_retry is not None:
             retryable = exc.should_retry
-        return Disposition(retryable=retryable, may_fall_back=type(exc).fallback_eligible)
+        fallback = type(exc).fallback_eligible
+        about_the_account = isinstance(exc, AuthenticationError) or \
+            (isinstance(exc, RateLimitError) and exc.quota_exhausted)
+        return Disposition(retryable=retryable, may_fall_back=fallback,
+                           endpoint_failed=fallback and not about_the_account)
     if isinstance(exc, CircuitOpenError):
-        return Disposition(retryable=False, may_fall_back=True)
+        return Disposition(retryable=False, may_fall_back=True)  # not a new failure of the endpoint
     if isinstance(exc, DeadlineExceededError):  # the whole call is out of time
         return Disposition(retryable=False, may_fall_back=False)
     if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError since 3.11
-        return Disposition(retryable=True, may_fall_back=True)
+        return Disposition(retryable=True, may_fall_back=True, endpoint_failed=True)
     return Disposition(retryable=False, may_fall_back=False)
 

@@ -2,7 +2,9 @@
 
 The hooks themselves are specified in :mod:`provmw.hookspecs`. pluggy finds and calls them
 once, when a manager is built; it is never on the per-call path. provmw's own middleware and
-providers come through the same hooks.
+providers come through the same hooks. The policy (autoload switch, allow and block lists of
+``name`` or ``distribution:name``) and entry-point name clashes are decided from package
+metadata before any plugin is imported; each hook's answer is checked where it is collected.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import pluggy
 
 from provmw import hookspecs
 from provmw._checks import did_you_mean
+from provmw._contributions import ADAPTER, MIDDLEWARE, STATE_BACKEND, USAGE_STORE, Shape, iterable_answer
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError, PluginError, PluginLoadError, ProvmwError
 from provmw.hookspecs import hookimpl, hookspec
 from provmw.middleware import BUILTINS, USAGE, section_options, store_options
-from provmw.settings import PluginPolicy, PluginStatus
+from provmw.settings import PluginPolicy, PluginStatus, normalized_distribution
 from provmw.stores.usage import is_store_url
 
 if TYPE_CHECKING:
@@ -108,15 +111,24 @@ class PluginHost:
         from provmw import _builtin
 
         self.register(_builtin, BUILTIN_PLUGIN, distribution="provmw", version=_version("provmw"))
-        for ep in _entry_points():
-            self._load_entry_point(ep, strict=strict)
+        eps = _entry_points()
+        # Clashes are found from metadata alone, before any plugin module is imported: importing
+        # the impostor first would already run its code.
+        clashes = _clashes([ep for ep in eps if self.policy.status_of(ep.name, _distribution(ep)) is None])
+        if clashes and strict:
+            raise clashes[min(clashes)]
+        for ep in eps:
+            self._load_entry_point(ep, strict=strict, clash=clashes.get(ep.name))
         return self
 
-    def _load_entry_point(self, ep: importlib.metadata.EntryPoint, *, strict: bool) -> None:
-        dist = ep.dist.name if ep.dist else "?"
-        version = ep.dist.version if ep.dist else "?"
-        if (status := self.policy.status_of(ep.name)) is not None:
+    def _load_entry_point(self, ep: importlib.metadata.EntryPoint, *, strict: bool,
+                          clash: PluginError | None = None) -> None:
+        dist, version = _distribution(ep), ep.dist.version if ep.dist else "?"
+        if (status := self.policy.status_of(ep.name, dist)) is not None:
             self._infos.append(PluginInfo(ep.name, dist, version, status))
+            return
+        if clash is not None:
+            self._infos.append(PluginInfo(ep.name, dist, version, "failed", str(clash)))
             return
         try:
             plugin = ep.load()
@@ -136,7 +148,7 @@ class PluginHost:
         if settings.state is None:
             return None
         answers = self._call("provmw_state_backend", many=False, settings=settings)
-        found = [(plugin, backend) for plugin, backend in answers if backend is not None]
+        found = _checked(answers, STATE_BACKEND, "provmw_state_backend")
         if len(found) > 1:
             raise PluginError(f"plugins {', '.join(repr(p) for p, _ in found)} all serve "
                               f"{settings.state.scheme}:// state; block all but one")
@@ -156,7 +168,7 @@ class PluginHost:
         where, scheme = f"{settings.source}: [middleware.usage] store", urlsplit(url).scheme
         answers = self._call("provmw_usage_store", many=False, url=url,
                              options=FrozenMap(store_options(settings, USAGE)))
-        found = [(plugin, store) for plugin, store in answers if store is not None]
+        found = _checked(answers, USAGE_STORE, "provmw_usage_store")
         if len(found) > 1:
             raise PluginError(f"{where}: plugins {', '.join(repr(p) for p, _ in found)} all serve {scheme}:// "
                               "ledgers; block all but one")
@@ -170,11 +182,11 @@ class PluginHost:
 
     def collect_middleware(self, settings: Settings, state: State) -> tuple[Contribution, ...]:
         """Every enabled middleware contributed by loaded plugins, with its plugin's name."""
-        found = [
-            Contribution(middleware, plugin)
-            for plugin, result in self._call("provmw_middleware", settings=settings, state=state)
-            for middleware in result
-        ]
+        found: list[Contribution] = []
+        for plugin, result in self._call("provmw_middleware", settings=settings, state=state):
+            for middleware in result:
+                MIDDLEWARE.check(middleware, plugin, "provmw_middleware")
+                found.append(Contribution(middleware, plugin))
         _check_sections(settings, [c.middleware for c in found])
         return tuple(c for c in found if settings.enabled(c.middleware.name))
 
@@ -183,6 +195,7 @@ class PluginHost:
         adapters: dict[str, ProviderAdapter] = {}
         for plugin, result in self._call("provmw_providers"):
             for adapter in result:
+                ADAPTER.check(adapter, plugin, "provmw_providers")
                 if adapter.name in adapters:
                     raise PluginError(f"plugin {plugin!r} registers provider {adapter.name!r} twice over")
                 adapters[adapter.name] = adapter
@@ -195,7 +208,7 @@ class PluginHost:
         for impl in reversed(getattr(self._pm.hook, hook).get_hookimpls()):
             try:
                 result = impl.function(*(kwargs[name] for name in impl.argnames))
-                results.append((impl.plugin_name, list(result or ()) if many else result))
+                results.append((impl.plugin_name, iterable_answer(result, impl.plugin_name, hook) if many else result))
             except ProvmwError:
                 raise
             except Exception as exc:
@@ -212,6 +225,32 @@ def _check_sections(settings: Settings, middlewares: Sequence[Middleware]) -> No
                 f"{settings.source}: [middleware.{section}] names no installed middleware"
                 f"{did_you_mean(section, names)}; known: {', '.join(names) or 'none'}"
             )
+
+
+def _checked(answers: list[tuple[str, Any]], shape: Shape, hook: str) -> list[tuple[str, Any]]:
+    """The answers that are not None, each checked to have ``shape``."""
+    found = [(plugin, value) for plugin, value in answers if value is not None]
+    for plugin, value in found:
+        shape.check(value, plugin, hook)
+    return found
+
+
+def _distribution(ep: importlib.metadata.EntryPoint) -> str:
+    return ep.dist.name if ep.dist else "?"
+
+
+def _clashes(eps: Sequence[importlib.metadata.EntryPoint]) -> dict[str, PluginError]:
+    """An error for each entry-point name that more than one distribution publishes."""
+    publishers: dict[str, dict[str, str]] = {}
+    for ep in eps:
+        dist = _distribution(ep)
+        publishers.setdefault(ep.name, {})[normalized_distribution(dist)] = dist
+    return {
+        name: PluginError(f"plugin {name!r} is published by {len(dists)} distributions: "
+                          f"{', '.join(sorted(dists.values()))}; none was imported. Uninstall one, or name the "
+                          f"one to load as distribution:name in the allowlist (or block the other the same way)")
+        for name, dists in publishers.items() if len(dists) > 1
+    }
 
 
 def _entry_points() -> list[importlib.metadata.EntryPoint]:

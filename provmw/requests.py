@@ -120,8 +120,9 @@ def merged_options(config: ProviderConfig, request_options: Mapping[str, Any]) -
 def request_digest(operation: ProviderOperation, config: ProviderConfig, request: ProviderRequest) -> str:
     """A stable hex digest of everything that changes the answer, for nobody in particular.
 
-    Canonical JSON (sorted keys, no whitespace) of the operation, provider, model, base URL
-    and the request with its merged options, hashed with SHA-256: the same in every
+    Canonical JSON (sorted keys, no whitespace) of the operation, provider, model, base URL,
+    the credentials' fingerprint (an answer made with one account's key is never served to
+    another key) and the request with its merged options, hashed with SHA-256: the same in every
     process and Python version, unlike ``hash()``. Only namespaces marked shared use it
     bare; every other cache key is bound to the caller (:func:`provmw.context.scoped_key`).
     """
@@ -133,6 +134,7 @@ def request_digest(operation: ProviderOperation, config: ProviderConfig, request
         "provider": config.provider,
         "model": config.model,
         "base_url": config.base_url,
+        "credentials": config.credential_fingerprint,
         "request": body,
     }
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

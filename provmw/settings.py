@@ -7,7 +7,7 @@ the embedded defaults apply (no configurations, default middleware settings)::
     default = "primary"
 
     [plugins]
-    allow = ["calllog"]          # optional allowlist of entry-point names
+    allow = ["calllog"]          # optional allowlist: entry-point names or distribution:name
     block = []
 
     [configurations.primary]
@@ -29,8 +29,9 @@ Every error names the file, the section and the key.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -42,7 +43,7 @@ from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
 from provmw.stores.shared import StateSettings
 
-__all__ = ["PluginPolicy", "Settings", "find_settings_file", "load_settings", "options_from"]
+__all__ = ["PluginPolicy", "Settings", "find_settings_file", "load_settings", "normalized_distribution", "options_from"]
 
 T = TypeVar("T")
 
@@ -54,38 +55,74 @@ _CONFIG_KEYS = ("provider", "model", "base_url", "api_key_env", "options", "fall
 PluginStatus = Literal["loaded", "blocked", "not-allowed", "disabled", "failed"]
 
 
+_AUTOLOAD_ON = frozenset({"", "0", "false", "no", "off"})  # the only values that leave autoload on
+
+
+def _entries(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(_plugin_entry(entry) for entry in value)
+
+
+def _optional_entries(value: Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if value is None else _entries(value)
+
+
 @attrs.frozen
 class PluginPolicy:
-    """Which plugins may load: autoload switch, allowlist (None: all) and blocklist."""
+    """Which plugins may load: autoload switch, allowlist (None: all) and blocklist.
+
+    An entry is an entry-point name (``redis``) or ``distribution:name``
+    (``provmw-redis:redis``), which matches only that name published by that distribution.
+    """
 
     autoload: bool = True
-    allow: tuple[str, ...] | None = None
-    block: tuple[str, ...] = ()
+    allow: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_entries)
+    block: tuple[str, ...] = attrs.field(default=(), converter=_entries)
 
     def with_environment(self, environ: Mapping[str, str]) -> PluginPolicy:
         """Apply ``PROVMW_DISABLE_PLUGIN_AUTOLOAD``, ``PROVMW_PLUGINS``, ``PROVMW_BLOCKED_PLUGINS``."""
         policy = self
-        if environ.get("PROVMW_DISABLE_PLUGIN_AUTOLOAD", "").strip() in {"1", "true", "yes"}:
+        # Fail safe: a switch meant to turn plugins off must not be defeated by its spelling.
+        if environ.get("PROVMW_DISABLE_PLUGIN_AUTOLOAD", "").strip().lower() not in _AUTOLOAD_ON:
             policy = attrs.evolve(policy, autoload=False)
         if allow := environ.get("PROVMW_PLUGINS", "").strip():
-            policy = attrs.evolve(policy, allow=_names(allow))
+            policy = attrs.evolve(policy, allow=_names(allow, "PROVMW_PLUGINS"))
         if block := environ.get("PROVMW_BLOCKED_PLUGINS", "").strip():
-            policy = attrs.evolve(policy, block=(*policy.block, *_names(block)))
+            policy = attrs.evolve(policy, block=(*policy.block, *_names(block, "PROVMW_BLOCKED_PLUGINS")))
         return policy
 
-    def status_of(self, name: str) -> PluginStatus | None:
-        """Why ``name`` must not load, or None when it may."""
+    def status_of(self, name: str, distribution: str = "") -> PluginStatus | None:
+        """Why entry point ``name`` of ``distribution`` must not load, or None when it may."""
         if not self.autoload:
             return "disabled"
-        if name in self.block:
+        if _matches(self.block, name, distribution):
             return "blocked"
-        if self.allow is not None and name not in self.allow:
+        if self.allow is not None and not _matches(self.allow, name, distribution):
             return "not-allowed"
         return None
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+def _plugin_entry(entry: str) -> str:
+    """``entry`` checked as a policy entry: ``name``, or ``distribution:name`` (normalised)."""
+    distribution, colon, name = (part.strip() for part in entry.rpartition(":"))
+    if not name or (colon and not distribution) or ":" in distribution:
+        raise ConfigurationError(f"plugin entry {entry.strip()!r}: expected an entry-point name or distribution:name")
+    return f"{normalized_distribution(distribution)}:{name}" if colon else name
+
+
+def _matches(entries: tuple[str, ...], name: str, distribution: str) -> bool:
+    return name in entries or f"{normalized_distribution(distribution)}:{name}" in entries
+
+
+def normalized_distribution(distribution: str) -> str:
+    """A distribution name as pip compares them (PEP 503): ``Provmw_Redis`` is ``provmw-redis``."""
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+def _names(text: str, variable: str) -> tuple[str, ...]:
+    try:
+        return tuple(_plugin_entry(part) for part in text.split(",") if part.strip())
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{variable}: {exc}") from None
 
 
 @attrs.frozen
@@ -227,18 +264,20 @@ def _config(name: str, table: Mapping[str, Any], source: str, environ: Mapping[s
 
 def _policy(table: Mapping[str, Any], source: str) -> PluginPolicy:
     _check_keys(table, _PLUGIN_KEYS, source, "[plugins]")
-    allow = table.get("allow")
-    return PluginPolicy(
-        autoload=_typed(table, "autoload", bool, source, "[plugins]", default=True) is not False,
-        allow=None if allow is None else tuple(_str_list(table, "allow", source)),
-        block=tuple(_str_list(table, "block", source)),
-    )
+    autoload = _typed(table, "autoload", bool, source, "[plugins]", default=True) is not False
+    allow = None if table.get("allow") is None else tuple(_str_list(table, "allow", source))
+    block = tuple(_str_list(table, "block", source))
+    try:
+        return PluginPolicy(autoload=autoload, allow=allow, block=block)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{source}: [plugins] {exc}") from None
 
 
 def _str_list(table: Mapping[str, Any], key: str, source: str) -> list[str]:
     value = table.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigurationError(f"{source}: [plugins] {key}: must be a list of plugin names")
+        raise ConfigurationError(f"{source}: [plugins] {key}: must be a list of plugin names "
+                                 "(entry-point names or distribution:name)")
     return value
 
 

@@ -6,6 +6,7 @@ import hashlib
 from typing import Any
 
 import attrs
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -81,15 +82,31 @@ def test_embedding_inputs_and_dimensions_change_the_key(inputs: list[str], dimen
     assert base != request_digest(ProviderOperation.EMBEDDING, CONFIG, EmbeddingRequest([*inputs, "more"]))
 
 
-def test_the_api_key_and_identifier_do_not_change_the_key() -> None:
-    other = attrs.evolve(CONFIG, identifier="q", api_key="sk-other", timeout_s=5)
+def test_the_identifier_and_timeout_do_not_change_the_key() -> None:
+    other = attrs.evolve(CONFIG, identifier="q", timeout_s=5)
     assert request_digest(OP, other, CHAT) == request_digest(OP, CONFIG, CHAT)
 
 
+@pytest.mark.parametrize("credentials", [{"api_key": "sk-other"}, {"api_key": None},
+                                         {"headers": {"OpenAI-Organization": "org-b"}}],
+                         ids=["another key", "no key", "another account header"])
+def test_other_credentials_change_the_key(credentials: dict[str, Any]) -> None:
+    mine = attrs.evolve(CONFIG, api_key="sk-mine")
+    other = attrs.evolve(mine, identifier="q", **credentials)
+    assert request_digest(OP, other, CHAT) != request_digest(OP, mine, CHAT)
+
+
+def test_the_key_never_contains_the_credentials() -> None:
+    config = attrs.evolve(CONFIG, api_key="sk-SENTINEL", headers={"X-Account": "acct-SENTINEL"})
+    assert "SENTINEL" not in config.credential_fingerprint
+    assert "SENTINEL" not in repr(config) and config.credential_fingerprint not in repr(config)
+
+
 def test_keys_are_pinned_so_they_are_stable_across_processes_and_versions() -> None:
-    # A change here means every deployed shared cache silently goes cold: do it on purpose.
+    # A change here means every deployed shared cache silently goes cold: do it on purpose
+    # (0.2.0 did, to bind answers to the credentials that made them).
     digest = request_digest(OP, CONFIG, CHAT)
-    assert digest == "06c3f2960af900f0ab7fead190793ddf593f7bb908a8d03b141453651da4c189"
+    assert digest == "ef15738976aa37216165dd27fa17676b2bdc024deef9b2bcd45e8bf6c73e409c"
     assert scoped_key(digest, "acme", "ada") == hashlib.sha256(
         f'["acme", "ada"]\n{digest}'.encode()).hexdigest()
 

@@ -24,25 +24,25 @@ from provmw.errors import (
 
 
 @pytest.mark.parametrize(
-    ("error", "retryable", "may_fall_back"),
+    ("error", "retryable", "may_fall_back", "endpoint_failed"),
     [
-        (RateLimitError("x"), True, True),
-        (RateLimitError("x", code="insufficient_quota"), False, True),
-        (ProviderTimeoutError("x"), True, True),
-        (ProviderUnavailableError("x"), True, True),
-        (ProviderConnectionError("x"), True, True),
-        (AuthenticationError("x"), False, False),
-        (InvalidRequestError("x"), False, False),
-        (ContextLengthExceededError("x"), False, False),
-        (ContentPolicyError("x"), False, False),
-        (CircuitOpenError("b", 1.0), False, True),
-        (BudgetExceededError("u", limit=1, spent=1, reserved=0, period="day"), False, False),
-        (TimeoutError(), True, True),
-        (ValueError(), False, False),
+        (RateLimitError("x"), True, True, True),
+        (RateLimitError("x", code="insufficient_quota"), False, True, False),
+        (ProviderTimeoutError("x"), True, True, True),
+        (ProviderUnavailableError("x"), True, True, True),
+        (ProviderConnectionError("x"), True, True, True),
+        (AuthenticationError("x"), False, False, False),
+        (InvalidRequestError("x"), False, False, False),
+        (ContextLengthExceededError("x"), False, False, False),
+        (ContentPolicyError("x"), False, False, False),
+        (CircuitOpenError("b", 1.0), False, True, False),
+        (BudgetExceededError("u", limit=1, spent=1, reserved=0, period="day"), False, False, False),
+        (TimeoutError(), True, True, True),
+        (ValueError(), False, False, False),
     ],
 )
-def test_disposition_table(error: BaseException, retryable: bool, may_fall_back: bool) -> None:
-    assert disposition(error) == errors.Disposition(retryable, may_fall_back)
+def test_disposition_table(error: BaseException, retryable: bool, may_fall_back: bool, endpoint_failed: bool) -> None:
+    assert disposition(error) == errors.Disposition(retryable, may_fall_back, endpoint_failed)
 
 
 def test_should_retry_hint_overrides_the_class() -> None:

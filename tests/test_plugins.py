@@ -11,6 +11,7 @@ from provmw.plugins import PluginHost, PluginPolicy, hookimpl
 from provmw.settings import Settings
 from provmw.state import State, open_state
 from provmw.stores.cache import MemoryCacheStore
+from provmw.stores.embedded import EmbeddedState
 from provmw.stores.shared import StateSettings
 
 
@@ -109,10 +110,13 @@ def test_discovery_order_is_deterministic(site: Path) -> None:
 
 
 class Backend:
-    """A state backend serving only what the wiring tests look at."""
+    """A state backend whose cache store the wiring tests look at; the rest is embedded."""
 
     def __init__(self) -> None:
         self.store = MemoryCacheStore()
+        embedded = EmbeddedState()
+        self.budget_store, self.breaker_store = embedded.budget_store, embedded.breaker_store
+        self.rate_limiter, self.aclose = embedded.rate_limiter, embedded.aclose
 
     def cache_store(self) -> MemoryCacheStore:
         return self.store

@@ -62,12 +62,14 @@ async def run_within(limit_s: float, call: Awaitable[T], expired: Callable[[], E
 
 
 def endpoint_key(config: ProviderConfig) -> str:
-    """``provider|scheme://host/path|model``: the endpoint a breaker or limiter guards.
+    """``provider|scheme://host/path|model|account``: what a breaker guards.
 
-    User info and query strings are dropped so that no credential ends up in a key.
+    The account is a prefix of the credentials' keyed fingerprint, so one account's failing
+    key never opens the breaker for another's; user info and query strings are dropped so
+    that no credential ends up in a key.
     """
     url = ""
     if config.base_url:
         parts = urlsplit(config.base_url)
         url = f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{parts.path}"
-    return f"{config.provider}|{url}|{config.model}"
+    return f"{config.provider}|{url}|{config.model}|{config.credential_fingerprint[:16]}"

@@ -18,11 +18,12 @@ log = logging.getLogger(__name__)
 
 
 class CircuitBreakerMiddleware:
-    """One breaker per provider + base URL + model; open raises ``CircuitOpenError`` at once.
+    """One breaker per provider + base URL + model + account; open raises ``CircuitOpenError`` at once.
 
-    Fallback-eligible errors (rate limits, timeouts, 5xx, connection failures, bad bodies)
-    count as failures; other errors say nothing about the endpoint's health, so they,
-    like a cancelled call, give their permit back uncounted.
+    Errors that say the endpoint is unwell (rate limits, timeouts, 5xx, connection
+    failures, bad bodies) count as failures; errors about the account (a rejected key, an
+    exhausted quota) or the request say nothing about the endpoint's health, so they, like
+    a cancelled call, give their permit back uncounted.
     """
 
     name = "circuit_breaker"
@@ -33,7 +34,7 @@ class CircuitBreakerMiddleware:
         self.policy = policy or BreakerPolicy()
         self.store: BreakerStore = store if store is not None else MemoryBreakerStore()
         self._clock = clock
-        self._keys: dict[tuple[str, str | None, str], str] = {}
+        self._keys: dict[tuple[str, str | None, str, str], str] = {}
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         key, store, policy, clock = self._key(config), self.store, self.policy, self._clock
@@ -45,7 +46,7 @@ class CircuitBreakerMiddleware:
         try:
             response = await next(config)
         except Exception as exc:
-            if disposition(exc).may_fall_back:
+            if disposition(exc).endpoint_failed:
                 _log(await store.record(key, admission, policy, failed=True, slow=False, now=clock()))
             else:
                 await store.release(key, admission)
@@ -60,7 +61,7 @@ class CircuitBreakerMiddleware:
 
     def _key(self, config: ProviderConfig) -> str:
         # Parsing the URL costs more than the rest of the happy path; remember the answer.
-        where = (config.provider, config.base_url, config.model)
+        where = (config.provider, config.base_url, config.model, config.credential_fingerprint)
         key = self._keys.get(where)
         if key is None:
             if len(self._keys) >= 4096:  # ad-hoc configurations could otherwise grow it forever

@@ -297,6 +297,25 @@ async def test_summed_response_costs_equal_the_ledger_over_real_http(
     assert all(a.usage.saved_cost_usd == pytest.approx(billed) for a in answers[1:])
 
 
+async def test_two_accounts_on_one_endpoint_never_share_an_entry(fake: FakeProvider, builtin_only: PluginHost) -> None:
+    settings = Settings(configurations={"a": openai_config(fake, identifier="a", api_key="sk-account-a"),
+                                        "b": openai_config(fake, identifier="b", api_key="sk-account-b")},
+                        middleware={**BUILTIN_MIDDLEWARE_OFF, "cache": {}})
+    async with ServiceManager(settings, host=builtin_only) as manager:
+        first = await manager.embed("x", configuration="a", tenant="acme")
+        other = await manager.embed("x", configuration="b", tenant="acme")
+        again = await manager.embed("x", configuration="a", tenant="acme")
+    assert (first.cached, other.cached, again.cached, fake.count()) == (False, False, True, 2)
+
+
+async def test_an_ad_hoc_call_with_another_key_or_none_misses(fake: FakeProvider, builtin_only: PluginHost) -> None:
+    where: dict[str, Any] = {"provider": "openai", "model": "gpt-test", "base_url": fake.openai_base_url,
+                             "tenant": "acme"}
+    async with ServiceManager(_settings(fake), host=builtin_only) as manager:
+        answers = [await manager.embed("x", api_key=key, **where) for key in ("sk-a", "sk-b", None, "sk-a")]
+    assert [a.cached for a in answers] == [False, False, False, True] and fake.count() == 3
+
+
 def _settings(fake: FakeProvider, **cache_options: Any) -> Settings:
     middleware: dict[str, Any] = {**BUILTIN_MIDDLEWARE_OFF, "cache": cache_options}
     return Settings(configurations={"oa": openai_config(fake)}, middleware=middleware)

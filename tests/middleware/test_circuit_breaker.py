@@ -6,12 +6,21 @@ import asyncio
 import contextlib
 import logging
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from provmw.config import ProviderConfig
-from provmw.errors import CircuitOpenError, ConfigurationError, InvalidRequestError, ProviderUnavailableError
+from provmw.errors import (
+    AuthenticationError,
+    CircuitOpenError,
+    ConfigurationError,
+    InvalidRequestError,
+    ProviderError,
+    ProviderUnavailableError,
+    RateLimitError,
+)
 from provmw.middleware._common import endpoint_key
 from provmw.middleware.circuit_breaker import CircuitBreakerMiddleware
 from provmw.responses import CompletionResponse
@@ -81,7 +90,7 @@ async def test_an_open_breaker_rejects_at_once_with_retry_after() -> None:
     with pytest.raises(CircuitOpenError) as caught:
         await middleware.handle(CTX, CONFIG, inner)
     assert inner.calls == [] and caught.value.retry_after_s == pytest.approx(6)
-    assert caught.value.breaker == "openai|https://api.test/v1|m"
+    assert caught.value.breaker == endpoint_key(CONFIG)
 
 
 async def test_exactly_n_half_open_probes_out_of_a_thousand_concurrent_calls() -> None:
@@ -197,15 +206,34 @@ async def test_each_transition_is_logged_once(caplog: pytest.LogCaptureFixture) 
     clock.advance(10)
     await asyncio.gather(*(feed(middleware, False) for _ in range(100)), return_exceptions=True)
     lines = [r.getMessage() for r in caplog.records]
-    assert lines == ["circuit openai|https://api.test/v1|m: closed -> open",
-                     "circuit openai|https://api.test/v1|m: open -> half_open",
-                     "circuit openai|https://api.test/v1|m: half_open -> closed"]
+    key = endpoint_key(CONFIG)
+    assert lines == [f"circuit {key}: closed -> open", f"circuit {key}: open -> half_open",
+                     f"circuit {key}: half_open -> closed"]
 
 
 def test_the_breaker_key_drops_credentials_and_query() -> None:
     config = ProviderConfig(identifier="p", provider="openai", model="m",
                             base_url="https://user:pw@api.test:8443/v1?key=sk-secret")
-    assert endpoint_key(config) == "openai|https://api.test:8443/v1|m"
+    assert endpoint_key(config).startswith("openai|https://api.test:8443/v1|m|")
+    assert "pw" not in endpoint_key(config) and "sk-secret" not in endpoint_key(config)
+
+
+async def test_one_accounts_failures_never_open_the_breaker_for_another_account() -> None:
+    middleware = await open_breaker(FakeClock())
+    other = attrs.evolve(CONFIG, api_key="sk-other-account")
+    assert state(middleware, other) is BreakerState.CLOSED
+    assert (await middleware.handle(CTX, other, ScriptedNext())).text == "ok"
+
+
+@pytest.mark.parametrize("error", [RateLimitError("no credit", status=429, code="insufficient_quota"),
+                                   AuthenticationError("bad key", status=401),
+                                   AuthenticationError("forbidden", status=403)], ids=["quota", "401", "403"])
+async def test_errors_about_the_account_are_not_endpoint_failures(error: ProviderError) -> None:
+    middleware = breaker(FakeClock(), window_size=4, min_calls=4)
+    for _ in range(8):
+        with contextlib.suppress(ProviderError):
+            await middleware.handle(CTX, CONFIG, ScriptedNext(error))
+    assert state(middleware) is BreakerState.CLOSED
 
 
 @pytest.mark.parametrize(("key", "value"), [("failure_rate", 0), ("failure_rate", 1.5), ("window_size", 0),

@@ -7,8 +7,11 @@ Enable by installing; configure under ``[middleware.call_log]``::
     log_text = false        # also log the answer's text (redacted, truncated)
     max_text_chars = 200
 
-The line carries correlation id, operation, configuration, who served, tokens, latency
-and outcome; never the API key (configurations mask it, and only identifiers are logged).
+The line carries correlation id, operation, configuration, user and tenant (e-mails and
+phone numbers redacted, like the answer's text), who served, tokens, latency and outcome;
+never the API key (configurations mask it, and only identifiers are logged). Every value a
+caller or a provider chose is escaped: a newline or control character in it cannot start a
+forged line, and a space or ``=`` in it is quoted, so it cannot add a field.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from collections.abc import Iterable
 import provmw
 from provmw.settings import Settings, options_from
 from provmw_calllog.middleware import CallLogMiddleware, CallLogOptions
-from provmw_calllog.redact import redact
+from provmw_calllog.redact import escape, field, redact
 
-__all__ = ["CallLogMiddleware", "CallLogOptions", "provmw_middleware", "redact"]
+__all__ = ["CallLogMiddleware", "CallLogOptions", "escape", "field", "provmw_middleware", "redact"]
 
 
 @provmw.hookimpl

@@ -12,7 +12,7 @@ from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.pipeline import Next, R
 from provmw.responses import CompletionResponse, ProviderResponse
-from provmw_calllog.redact import redact
+from provmw_calllog.redact import escape, field, redact
 
 __all__ = ["CallLogMiddleware", "CallLogOptions"]
 
@@ -62,8 +62,9 @@ class CallLogMiddleware:
 
     def _describe(self, response: ProviderResponse) -> str:
         usage = response.usage
-        parts = [f"ok served_by={response.served_by} provider={response.provider} "
-                 f"model={response.model} cached={response.cached} "
+        # The provider reports model (and a hostile one anything): escaped like the caller's values.
+        parts = [f"ok served_by={escape(response.served_by)} provider={escape(response.provider)} "
+                 f"model={escape(response.model)} cached={response.cached} "
                  f"tokens_in={usage.input_tokens} tokens_out={usage.output_tokens}"]
         if self.options.log_text and isinstance(response, CompletionResponse):
             parts.append(f"text={redact(response.text)[: self.options.max_text_chars]!r}")
@@ -71,6 +72,7 @@ class CallLogMiddleware:
 
     def _emit(self, ctx: ProviderCallContext, config: ProviderConfig, started: float, outcome: str) -> None:
         elapsed_ms = (self._clock() - started) * 1000.0
+        # Every value a caller or provider chose is escaped, so none can end the line or add a field.
         log.log(self.options.level, "call %s %s config=%s user=%s tenant=%s %.1fms %s",
-                ctx.correlation_id, ctx.operation.value, config.identifier,
-                ctx.facts.user, ctx.facts.tenant, elapsed_ms, outcome)
+                escape(ctx.correlation_id), ctx.operation.value, escape(config.identifier),
+                field(ctx.facts.user), field(ctx.facts.tenant), elapsed_ms, outcome)

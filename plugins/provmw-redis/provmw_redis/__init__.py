@@ -7,11 +7,13 @@ Install it and name the server in the settings; nothing else changes::
     key_prefix = "provmw"                # keys of separate deployments must not meet
     timeout_s = 0.5                      # per Redis command; a paused server counts as down
     retry_s = 1.0                        # how long a down server is skipped before trying again
-    signing_key_env = "PROVMW_CACHE_KEY" # optional: HMAC-sign cache entries with this secret
+    signing_key_env = "PROVMW_CACHE_SIGNING_KEY"  # the default: the secret that signs cache entries
+    unsigned_cache = false               # true: share the cache unsigned when no key is set (logged)
     slot_lease_s = 300                   # a dead process's concurrency slot frees after this
     probe_lease_s = 120                  # half-open probes silent this long are presumed dead
 
-``[state] shared`` picks the concerns that live in Redis (all four by default).
+``[state] shared`` picks the concerns that live in Redis (all of them by default). Sharing the
+cache or the idempotency store needs the signing key: without it the backend refuses to start.
 """
 
 from __future__ import annotations

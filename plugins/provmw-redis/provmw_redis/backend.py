@@ -14,7 +14,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from provmw_redis.cache import RedisCacheStore
     from provmw_redis.rate_limits import RedisRateLimiter
 
-__all__ = ["Health", "RedisOptions", "RedisState", "RedisUnavailableError", "lua_limits", "milliseconds"]
+__all__ = ["SIGNING_KEY_ENV", "Health", "RedisOptions", "RedisState", "RedisUnavailableError", "lua_limits",
+           "milliseconds"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,11 @@ UNREACHABLE: tuple[type[BaseException], ...] = (
     redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError, TimeoutError)
 
 _PREFIX = re.compile(r"[A-Za-z0-9_.:-]+")
+
+SIGNING_KEY_ENV = "PROVMW_CACHE_SIGNING_KEY"  # where the cache's signing key is read unless signing_key_env says
+_MIN_KEY_CHARS = 16
+# The concerns whose entries are answers served to callers: what a writer to Redis could forge.
+_SIGNED_CONCERNS = frozenset({"cache", "idempotency"})
 
 
 def _prefix(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -68,6 +74,7 @@ class RedisOptions:
     timeout_s: float = attrs.field(default=0.5, validator=number(gt=0))
     retry_s: float = attrs.field(default=1.0, validator=number(ge=0))
     signing_key_env: str | None = None
+    unsigned_cache: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     slot_lease_s: float = attrs.field(default=300.0, validator=number(gt=0))
     probe_lease_s: float = attrs.field(default=120.0, validator=number(gt=0))
     max_connections: int = attrs.field(default=50, validator=number(ge=1, integer=True))
@@ -105,7 +112,7 @@ class RedisState:
     def __init__(self, state: StateSettings, source: str = "<settings>") -> None:
         where = f"{source}: [state]"
         self.options = o = options_from(RedisOptions, state.options, where)
-        self.signing_key = _signing_key(o.signing_key_env, where)
+        self.signing_key = _signing_key(o, _SIGNED_CONCERNS & set(state.shared), where)
         # No client-side retries: a paused server must cost one timeout, and the stores decide
         # what a failure means (the budget fails closed before anything is sent). Past
         # max_connections, commands queue for a connection rather than fail.
@@ -174,10 +181,25 @@ def _lua(name: str) -> str:
     return resources.files("provmw_redis").joinpath("scripts", f"{name}.lua").read_text(encoding="utf-8")
 
 
-def _signing_key(variable: str | None, where: str) -> Secret | None:
-    if variable is None:
-        return None
-    value = os.environ.get(variable)
-    if not value:
+def _signing_key(options: RedisOptions, signed: Collection[str], where: str) -> Secret | None:
+    """The key that signs cache entries; None only where nothing shared needs one or the settings
+    opt out with ``unsigned_cache = true`` (logged: anyone who can write to Redis can then forge answers)."""
+    variable = options.signing_key_env or SIGNING_KEY_ENV
+    if value := os.environ.get(variable, ""):
+        if len(value) < _MIN_KEY_CHARS:
+            raise ConfigurationError(f"{where} signing key in {variable} is {len(value)} characters; use at least "
+                                     f"{_MIN_KEY_CHARS} random ones (e.g. the output of `openssl rand -hex 32`)")
+        return Secret(value)
+    if options.signing_key_env is not None:
         raise ConfigurationError(f"{where} signing_key_env: environment variable {variable} is not set")
-    return Secret(value)
+    if not signed:
+        return None
+    if options.unsigned_cache:
+        log.warning("%s unsigned_cache = true: shared %s entries are not signed, so anyone who can write to this "
+                    "Redis can serve forged answers", where, " and ".join(sorted(signed)))
+        return None
+    raise ConfigurationError(
+        f"{where}: sharing the {' and '.join(sorted(signed))} needs a signing key, and environment variable "
+        f"{SIGNING_KEY_ENV} is not set. Set it to the same random secret on every host (e.g. `export "
+        f"{SIGNING_KEY_ENV}=$(openssl rand -hex 32)`), or leave cache and idempotency out of [state] shared, "
+        "or accept forgeable entries with [state] unsigned_cache = true")

@@ -24,6 +24,15 @@ REDIS_URL = os.environ.get("PROVMW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 ROOT = Path(__file__).parents[3]
 
 
+SIGNING_KEY = "a-signing-secret-for-the-tests"
+
+
+@pytest.fixture(autouse=True)
+def _signing_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared cache is signed by default; every test (and process it spawns) has the key."""
+    monkeypatch.setenv("PROVMW_CACHE_SIGNING_KEY", SIGNING_KEY)
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     try:
