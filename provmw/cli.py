@@ -10,6 +10,7 @@ import re
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from zoneinfo import ZoneInfo
 
@@ -102,6 +103,9 @@ def _usage(args: argparse.Namespace, out: TextIO) -> int:
     if options.store == "sqlite" and not _exists(options.path, "usage ledger"):
         out.write(render([], args.format))
         return 0
+    if Path(f"{options.path}.spill").exists():
+        _note(f"some records wait in {options.path}.spill and are not counted yet; the next manager start "
+              "writes them to the ledger")
     since = _since(args.since, zone)
     rows = asyncio.run(_read_state(settings, lambda state: state.usage_journal().store.summary(
         args.group_by, zone, since)))

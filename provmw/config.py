@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from provmw._checks import check_json, did_you_mean, number
+from provmw._redact import masked_url
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
 from provmw.pricing import Price, to_price
@@ -67,6 +68,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 OWNED_BODY_KEYS = frozenset({
     *KNOWN_OPTIONS, "model", "messages", "prompt", "input", "system", "tools", "functions", "n", "best_of",
     "stream", "stream_options", "max_completion_tokens", "max_output_tokens", "dimensions", "encoding_format",
+    # billed at other rates than the price table's: a call priced at standard rates must go out at them
+    "service_tier", "modalities", "audio", "web_search_options", "prediction",
 })
 
 
@@ -120,7 +123,7 @@ def _optional_url(instance: object, attribute: attrs.Attribute[Any], value: obje
     if value is None:
         return
     if not isinstance(value, str) or not value.startswith(("http://", "https://")):
-        raise ConfigurationError(f"base_url must be an http(s) URL, got {value!r}")
+        raise ConfigurationError(f"base_url must be an http(s) URL, got {_shown_url(value)}")
     _check_url_parts(value)
 
 
@@ -214,6 +217,10 @@ def _to_frozen(value: Mapping[str, Any] | None) -> FrozenMap:
     return value if isinstance(value, FrozenMap) else FrozenMap(value)
 
 
+def _shown_url(value: object) -> str:
+    return repr(masked_url(value)) if isinstance(value, str) else repr(value)
+
+
 def _repr_headers(value: FrozenMap) -> str:
     return repr(sorted(value))  # header values may carry credentials
 
@@ -240,7 +247,7 @@ class ProviderConfig:
     identifier: str = attrs.field(validator=_non_empty_str)
     provider: str = attrs.field(validator=_non_empty_str)
     model: str = attrs.field(validator=_non_empty_str)
-    base_url: str | None = attrs.field(default=None, validator=_optional_url)
+    base_url: str | None = attrs.field(default=None, validator=_optional_url, repr=_shown_url)
     api_key: Secret | None = attrs.field(default=None, converter=_to_secret, validator=_header_safe_key)
     options: FrozenMap = attrs.field(factory=FrozenMap, converter=_to_frozen, validator=_validate_options)
     fallbacks: tuple[str, ...] = attrs.field(default=(), converter=_to_str_tuple)

@@ -4,6 +4,7 @@
 
     ProvmwError
     ├── ConfigurationError                 bad settings, file, or call arguments
+    │   └── DestinationRefusedError        an ad-hoc base_url reaches an address the policy refuses
     ├── InvalidDataError                   a dict that does not decode to the type asked for
     │   └── UnsupportedOperationError      the provider cannot do this operation
     ├── PluginError
@@ -32,8 +33,9 @@
 configuration?". A server's ``x-should-retry`` hint overrides the retry answer. A
 context-length error may fall back only to a larger context window; the fallback
 middleware checks that itself.
-No error message ever contains an API key: configurations mask theirs by type, and
-adapters never put request headers into errors.
+No error message ever contains an API key: configurations mask theirs by type,
+adapters never put request headers into errors, and the manager scrubs every credential a
+request carried out of any error that leaves the terminal (a provider may echo them).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ __all__ = [
     "ContentPolicyError",
     "ContextLengthExceededError",
     "DeadlineExceededError",
+    "DestinationRefusedError",
     "Disposition",
     "DuplicateMiddlewareError",
     "FallbackAttempt",
@@ -81,6 +84,21 @@ class ProvmwError(Exception):
 
 class ConfigurationError(ProvmwError):
     """A setting, configuration file entry or call argument is invalid."""
+
+
+class DestinationRefusedError(ConfigurationError):
+    """An ad-hoc ``base_url`` names, or resolves to, an address of a class (``kind``: loopback,
+    private, link_local, metadata, reserved) the destination policy refuses; nothing was sent."""
+
+    def __init__(self, host: str, address: str, kind: str, hint: str) -> None:
+        super().__init__(f"ad-hoc base_url host {host!r} reaches {address} ({kind.replace('_', '-')} address): {hint}")
+        self.host = host
+        self.address = address
+        self.kind = kind
+        self.hint = hint
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.host, self.address, self.kind, self.hint))
 
 
 class InvalidDataError(ProvmwError, ValueError):

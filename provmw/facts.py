@@ -80,7 +80,7 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
                idempotency_key: str | None = None) -> CallFacts:
     """The facts of one call on ``config`` whose fallback chain is ``chain``."""
     estimated = estimate_tokens(request)
-    max_output = _max_output_tokens(config, request)
+    max_output = _most_output_tokens(chain, request)
     max_input, planned = _bound_over(chain, request, prices)
     return CallFacts(
         user=_text("user", user), tenant=_text("tenant", tenant),
@@ -181,6 +181,13 @@ def _json_bytes(value: Mapping[str, Any]) -> int:
 def _plain(value: object) -> object:
     # What the adapter would send; anything else is counted by its text, which is no shorter.
     return dict(value) if isinstance(value, Mapping) else str(value)
+
+
+def _most_output_tokens(chain: Sequence[ProviderConfig], request: ProviderRequest) -> int | None:
+    """The largest ``max_tokens`` over the fallback chain, or None when one of them sets none
+    (a fallback may answer at length; a strict token limit must reserve for it)."""
+    bounds = [_max_output_tokens(config, request) for config in chain]
+    return None if not bounds or None in bounds else max(b for b in bounds if b is not None)
 
 
 def _max_output_tokens(config: ProviderConfig, request: ProviderRequest) -> int | None:

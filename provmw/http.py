@@ -29,6 +29,7 @@ from typing import Any
 
 import aiohttp
 import attrs
+from aiohttp.abc import AbstractResolver
 
 from provmw.errors import (
     AuthenticationError,
@@ -221,15 +222,17 @@ def _encode(body: Mapping[str, Any]) -> bytes:
 class HttpClient:
     """The manager's HTTP client: one aiohttp session, opened lazily in the running loop."""
 
-    def __init__(self, *, connector_limit: int = 100) -> None:
+    def __init__(self, *, connector_limit: int = 100, resolver: AbstractResolver | None = None) -> None:
         self._session: aiohttp.ClientSession | None = None
         self._connector_limit = connector_limit
+        self._resolver = resolver  # a resolver of its own keeps its own answers: no connector DNS cache
 
     @property
     def session(self) -> aiohttp.ClientSession:
         """The open session; the first use opens it in the running loop."""
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self._connector_limit)
+            connector = aiohttp.TCPConnector(limit=self._connector_limit, resolver=self._resolver,
+                                             use_dns_cache=self._resolver is None)
             self._session = aiohttp.ClientSession(connector=connector, raise_for_status=False,
                                                   timeout=_NO_TIMER)
         return self._session

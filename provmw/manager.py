@@ -9,8 +9,10 @@ from typing import Any, TypeVar
 import attrs
 
 from provmw._checks import did_you_mean
+from provmw._redact import Scrubber
 from provmw.config import ProviderConfig, Secret, check_options, fallback_chain
 from provmw.context import FrozenMap, ProviderCallContext, ProviderOperation
+from provmw.destinations import DestinationGuard
 from provmw.errors import AttemptTimeoutError, ConfigurationError
 from provmw.facts import call_facts
 from provmw.http import HttpClient
@@ -76,7 +78,8 @@ class ServiceManager:
     default otherwise), ``user`` and ``tenant`` (strings: who budgets, usage and the cache
     count the call for), ``controls`` (per-call middleware controls), ``idempotency_key``,
     ``correlation_id``, or an ad-hoc target instead of a configuration: ``provider`` and
-    ``model``, with ``base_url``, ``api_key`` and ``timeout_s``.
+    ``model``, with ``base_url``, ``api_key`` and ``timeout_s``. An ad-hoc ``base_url`` must
+    pass the settings' destination policy (``provmw.destinations``) before anything is sent.
     """
 
     def __init__(self, settings: Settings | None = None, *, host: PluginHost | None = None,
@@ -96,6 +99,8 @@ class ServiceManager:
             self._adapter(config.provider, where=f"[configurations.{config.identifier}] provider")
         self.prices = PriceTable()
         self.http = http if http is not None else HttpClient()
+        # Ad-hoc base_urls go through a client of their own, whose resolver checks (ADR 0018).
+        self.destinations = DestinationGuard(self.settings.destinations)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> ServiceManager:
@@ -113,6 +118,7 @@ class ServiceManager:
         usage ledger writes what it still holds); the manager may not be used afterwards."""
         try:
             await self.http.aclose()
+            await self.destinations.aclose()
         finally:
             try:
                 await self.pipeline.aclose()
@@ -209,8 +215,14 @@ class ServiceManager:
                      base_url, api_key, timeout_s)
         request = ChatRequest(_messages(messages), options=_options(options))
         config, _ = self._facts(ProviderOperation.CHAT, request, call)
-        async for chunk in self._adapter(config.provider).stream_chat(self.http, config, request):
-            yield chunk
+        await self.destinations.check(config)
+        http = self.destinations.client_for(config, self.http)
+        try:
+            async for chunk in self._adapter(config.provider).stream_chat(http, config, request):
+                yield chunk
+        except Exception as exc:
+            Scrubber.for_config(config).error(exc)
+            raise
 
     def resolve(self, configuration: str | None = None, *, provider: str | None = None,
                 model: str | None = None, base_url: str | None = None,
@@ -243,17 +255,21 @@ class ServiceManager:
     async def _run(self, operation: ProviderOperation, request: ProviderRequest, response_type: type[R],
                    call: _Call) -> R:
         config, ctx = self._facts(operation, request, call)
+        await self.destinations.check(config)
         method = _METHODS[operation]
         adapters, http, prices, attempts = self.providers, self.http, self.prices, ctx.attempts
+        client_for = self.destinations.client_for
 
         # The terminal is the one place that sees every request that reached a provider: it
-        # enforces the attempt's time limit, records the attempt, and prices the answer.
+        # enforces the attempt's time limit, scrubs the credentials the request carried out of
+        # its error (a provider may echo them), records the attempt, and prices the answer.
         async def terminal(chosen: ProviderConfig) -> R:
             call_adapter: Callable[..., Awaitable[ProviderResponse]] = getattr(adapters[chosen.provider], method)
             try:
-                response = await run_within(chosen.timeout_s, call_adapter(http, chosen, request),
+                response = await run_within(chosen.timeout_s, call_adapter(client_for(chosen, http), chosen, request),
                                             lambda: _attempt_timeout(chosen))
             except BaseException as exc:
+                Scrubber.for_config(chosen).error(exc)
                 attempts.record(Attempt(config_id=chosen.identifier, error_type=type(exc).__name__,
                                         status=getattr(exc, "status", None)))
                 raise

@@ -23,6 +23,9 @@ the embedded defaults apply (no configurations, default middleware settings)::
     [state]                      # optional: share state across processes (a plugin serves it)
     url = "redis://127.0.0.1:6379/0"
 
+    [security]
+    ad_hoc_destinations = ["public"]   # where a call's own base_url may go (provmw.destinations)
+
 Every error names the file, the section and the key.
 """
 
@@ -40,6 +43,7 @@ import attrs
 from provmw._checks import did_you_mean, options_from
 from provmw.config import ProviderConfig
 from provmw.context import FrozenMap
+from provmw.destinations import DestinationPolicy
 from provmw.errors import ConfigurationError
 from provmw.stores.shared import StateSettings
 
@@ -47,7 +51,7 @@ __all__ = ["PluginPolicy", "Settings", "find_settings_file", "load_settings", "n
 
 T = TypeVar("T")
 
-_TOP_KEYS = ("default", "configurations", "middleware", "plugins", "state")
+_TOP_KEYS = ("default", "configurations", "middleware", "plugins", "state", "security")
 _PLUGIN_KEYS = ("autoload", "allow", "block")
 _CONFIG_KEYS = ("provider", "model", "base_url", "api_key_env", "options", "fallbacks",
                 "timeout_s", "active", "headers", "context_window", "price")
@@ -135,6 +139,7 @@ class Settings:
     plugins: PluginPolicy = attrs.field(factory=PluginPolicy)
     source: str = "<embedded defaults>"
     state: StateSettings | None = None
+    destinations: DestinationPolicy = attrs.field(factory=DestinationPolicy)
 
     def __attrs_post_init__(self) -> None:
         if self.default is not None and self.default not in self.configurations:
@@ -239,6 +244,7 @@ def parse_settings(document: Mapping[str, Any], source: str, environ: Mapping[st
         plugins=_policy(_table(document, "plugins", source), source),
         source=source,
         state=StateSettings.from_table(_table(document, "state", source), source) if "state" in document else None,
+        destinations=DestinationPolicy.from_table(_table(document, "security", source), source),
     )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from provmw.errors import ConfigurationError
-from provmw.middleware import BUDGET, CACHE, USAGE, section_options
+from provmw.middleware import BUDGET, CACHE, IDEMPOTENCY, USAGE, section_options
 from provmw.stores.embedded import EmbeddedState, SqliteFile
 from provmw.stores.journal import FailurePolicy, UsageJournal
 from provmw.stores.outage import (
@@ -70,7 +70,9 @@ class State:
     def idempotency_store(self) -> CacheStore:
         """Where first answers wait for repeats of their ``idempotency_key``: a store of its own, so
         the response cache's evictions never forget one."""
-        return self._once("idempotency", lambda: GuardedCache(self._backend("idempotency").cache_store()))
+        shared = self._shared("idempotency")
+        make: Callable[[], CacheStore] = self.embedded.idempotency_store if shared is None else shared.cache_store
+        return self._once("idempotency", lambda: GuardedCache(make()))
 
     def budget_store(self) -> BudgetStore:
         return self._once("budget", lambda: GuardedBudgets(self._backend("budget").budget_store(),
@@ -131,6 +133,7 @@ def open_state(settings: Settings, shared: StateBackend | None = None, *, ledger
     budget = section_options(settings, BUDGET)
     usage = section_options(settings, USAGE)
     cache = section_options(settings, CACHE)
+    idempotency = section_options(settings, IDEMPOTENCY)
     if ledger is None and usage.store not in ("sqlite", "memory"):
         raise ConfigurationError(f"{settings.source}: [middleware.usage] store: {masked_url(usage.store)} is a "
                                  "ledger a plugin serves; open the state with PluginHost.collect_ledger(settings)")
@@ -138,7 +141,8 @@ def open_state(settings: Settings, shared: StateBackend | None = None, *, ledger
         budgets=SqliteFile(budget.path, budget.busy_timeout_s) if budget.store == "sqlite" else None,
         ledger=SqliteFile(usage.path, usage.busy_timeout_s, "FULL" if usage.synchronous == "full" else "NORMAL")
         if usage.store == "sqlite" else None,
-        cache_max_entries=cache.max_entries, cache_max_bytes=cache.max_bytes)
+        cache_max_entries=cache.max_entries, cache_max_bytes=cache.max_bytes,
+        idempotency_max_entries=idempotency.max_entries, idempotency_max_bytes=idempotency.max_bytes)
     return State(embedded, shared, shared_concerns=settings.state.shared if settings.state else (),
                  budget_failure_policy=budget.failure_policy, journal_policy=usage.failure_policy,
                  journal_max_records=usage.max_journal_records, ledger=ledger,

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from provmw.config import ProviderConfig
+from provmw.destinations import DestinationPolicy
 from provmw.http import HttpClient
 from provmw.plugins import PluginHost, PluginPolicy
 from provmw.testing import FakeProvider
@@ -14,6 +15,8 @@ SENTINEL_KEY = "sk-SENTINEL-7f3a9c-do-not-print"
 
 BUILTIN_MIDDLEWARE = ("deadline", "usage_hits", "idempotency", "cache", "budget", "fallback", "rate_limit", "retry",
                       "circuit_breaker", "usage", "timeout")
+# Ad-hoc calls to the loopback fake provider must be allowed, like any loopback destination.
+LOOPBACK_ALLOWED = DestinationPolicy(ad_hoc_destinations=("public", "loopback"))
 # Settings sections that switch every built-in middleware off: for tests of the bare wiring.
 BUILTIN_MIDDLEWARE_OFF = {name: {"enabled": False} for name in BUILTIN_MIDDLEWARE}
 

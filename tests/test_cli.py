@@ -145,6 +145,14 @@ async def test_usage_as_json_and_csv(fake: FakeProvider, tmp_path: Path) -> None
     assert text.splitlines()[0].startswith("day,calls,attempts,")
 
 
+async def test_usage_says_on_stderr_when_records_wait_in_the_spill_file(
+        fake: FakeProvider, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = await write_ledger(fake, tmp_path)
+    (tmp_path / "ledger.sqlite3.spill").write_text("")
+    _, text = await asyncio.to_thread(run, "--config", str(config), "usage", "--format", "json")
+    assert json.loads(text) and "wait in" in capsys.readouterr().err
+
+
 async def test_budget_lists_each_bucket_with_its_spend_and_reset(fake: FakeProvider, tmp_path: Path) -> None:
     config = await write_ledger(fake, tmp_path)
     status, text = await asyncio.to_thread(run, "--config", str(config), "budget", "--format", "json")

@@ -18,7 +18,7 @@ from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost
 from provmw.settings import Settings
 from provmw.testing import FakeProvider, Fault
-from tests.conftest import BUILTIN_MIDDLEWARE_OFF
+from tests.conftest import BUILTIN_MIDDLEWARE_OFF, LOOPBACK_ALLOWED
 
 # genai-prices keeps dated price changes; price every body on one day, so the suite does not drift.
 PRICED_ON = datetime.datetime(2025, 12, 1, tzinfo=datetime.UTC)
@@ -87,7 +87,8 @@ async def provmw_usd(fake: FakeProvider, host: PluginHost, provider: str, model:
                      usage: dict[str, Any]) -> float:
     fake.script(Fault(usage=usage))
     base_url = fake.openai_base_url if provider == "openai" else fake.anthropic_base_url
-    async with ServiceManager(Settings(middleware=BUILTIN_MIDDLEWARE_OFF), host=host) as manager:
+    settings = Settings(middleware=BUILTIN_MIDDLEWARE_OFF, destinations=LOOPBACK_ALLOWED)
+    async with ServiceManager(settings, host=host) as manager:
         response = await manager.chat("hi", provider=provider, model=model, base_url=base_url)
     assert response.usage.cost_usd is not None
     return response.usage.cost_usd

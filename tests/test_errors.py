@@ -71,6 +71,7 @@ def test_provider_error_str_names_provider_model_status() -> None:
         BudgetExceededError("user:ada", limit=1.0, spent=0.9, reserved=0.2, period="day", resets_at="t"),
         FallbackExhaustedError([FallbackAttempt("a", ProviderTimeoutError("t"))]),
         errors.UnsupportedOperationError("anthropic", "embedding"),
+        errors.DestinationRefusedError("localhost", "127.0.0.1", "loopback", "allowed only when ..."),
     ],
 )
 def test_errors_pickle_with_their_facts(error: errors.ProvmwError) -> None:

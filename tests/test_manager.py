@@ -14,7 +14,7 @@ from provmw.plugins import PluginHost
 from provmw.responses import CompletionResponse, EmbeddingResponse, VisionResponse
 from provmw.settings import Settings
 from provmw.testing import FakeProvider
-from tests.conftest import BUILTIN_MIDDLEWARE_OFF, anthropic_config, openai_config
+from tests.conftest import BUILTIN_MIDDLEWARE_OFF, LOOPBACK_ALLOWED, anthropic_config, openai_config
 
 
 class Spy:
@@ -39,7 +39,7 @@ def spy() -> Spy:
 @pytest.fixture
 def manager(fake: FakeProvider, builtin_only: PluginHost, spy: Spy) -> ServiceManager:
     settings = Settings(configurations={"oa": openai_config(fake, fallbacks=("an",)), "an": anthropic_config(fake)},
-                        default="oa", middleware=BUILTIN_MIDDLEWARE_OFF)
+                        default="oa", middleware=BUILTIN_MIDDLEWARE_OFF, destinations=LOOPBACK_ALLOWED)
     return ServiceManager(settings, host=builtin_only, middleware=[spy])
 
 
@@ -182,7 +182,7 @@ def test_pipeline_is_built_once_per_manager(manager: ServiceManager) -> None:
     assert [(e.name, e.plugin) for e in manager.stack] == [("spy", "(application)")]
 
 
-@pytest.mark.parametrize("key", ["model", "max_tokens", "messages", "n", "max_completion_tokens"])
+@pytest.mark.parametrize("key", ["model", "max_tokens", "messages", "n", "max_completion_tokens", "service_tier"])
 async def test_extra_body_cannot_replace_what_the_call_was_priced_on(
         manager: ServiceManager, fake: FakeProvider, key: str) -> None:
     async with manager:

@@ -15,7 +15,7 @@ from provmw.pricing import Price, PriceTable
 from provmw.responses import Usage
 from provmw.settings import Settings
 from provmw.testing import FakeProvider, Fault
-from tests.conftest import BUILTIN_MIDDLEWARE_OFF, openai_config
+from tests.conftest import BUILTIN_MIDDLEWARE_OFF, LOOPBACK_ALLOWED, openai_config
 
 
 def config(model: str, **fields: object) -> ProviderConfig:
@@ -108,7 +108,7 @@ async def test_litellm_9812_is_priced_as_anthropic_billed_it(fake: FakeProvider,
     # The usage body quoted in BerriAI/litellm#9812 (Claude 3.7 Sonnet): Anthropic billed $0.054399.
     fake.script(Fault(usage={"input_tokens": 3, "cache_creation_input_tokens": 12304,
                              "cache_read_input_tokens": 0, "output_tokens": 550}))
-    settings = Settings(middleware=BUILTIN_MIDDLEWARE_OFF)
+    settings = Settings(middleware=BUILTIN_MIDDLEWARE_OFF, destinations=LOOPBACK_ALLOWED)
     async with ServiceManager(settings, host=builtin_only) as manager:
         response = await manager.chat("hi", provider="anthropic", model="claude-3-7-sonnet-20250219",
                                       base_url=fake.anthropic_base_url)

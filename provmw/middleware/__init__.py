@@ -55,6 +55,7 @@ __all__ = [
     "BUDGET",
     "BUILTINS",
     "CACHE",
+    "IDEMPOTENCY",
     "USAGE",
     "BudgetMiddleware",
     "Builtin",

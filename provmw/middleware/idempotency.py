@@ -12,6 +12,8 @@ a call that failed is a new attempt::
     [middleware.idempotency]
     window_s = 86400       # how long a key is remembered
     lock_s = 600           # how long another process waits for a first call that may have died
+    max_entries = 100000   # in memory: past this many keys in a window the oldest are forgotten
+    max_bytes = 268435456  # ... or past this much answer text
 """
 
 from __future__ import annotations
@@ -42,10 +44,13 @@ _POLL_FIRST_S, _POLL_MAX_S = 0.02, 0.25  # waiting for another process's first c
 
 @attrs.frozen(kw_only=True)
 class IdempotencyOptions:
-    """``[middleware.idempotency]``: how long a key is remembered, how long a claim on it holds."""
+    """``[middleware.idempotency]``: how long a key is remembered, how long a claim on it holds, and
+    how many first answers this process keeps (the state reads the bounds, ADR 0013)."""
 
     window_s: float = attrs.field(default=86_400.0, validator=number(gt=0))
     lock_s: float = attrs.field(default=600.0, validator=number(gt=0))
+    max_entries: int = attrs.field(default=100_000, validator=number(ge=1, integer=True))
+    max_bytes: int = attrs.field(default=256 * 1024 * 1024, validator=number(ge=1, integer=True))
 
 
 @attrs.frozen
@@ -69,7 +74,9 @@ class IdempotencyMiddleware:
 
     def __init__(self, options: IdempotencyOptions | None = None, *, store: CacheStore | None = None) -> None:
         self.options = options or IdempotencyOptions()
-        self.store: CacheStore = store if store is not None else MemoryCacheStore()
+        o = self.options
+        self.store: CacheStore = store if store is not None else MemoryCacheStore(max_entries=o.max_entries,
+                                                                                   max_bytes=o.max_bytes)
         self._running: dict[str, _First] = {}
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:

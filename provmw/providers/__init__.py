@@ -62,7 +62,9 @@ class ProviderAdapter(Protocol):
     - put a timer on a unary call: the manager bounds each attempt with ``config.timeout_s``
       (``AttemptTimeoutError``). ``stream_chat`` passes ``read_timeout_s=config.timeout_s``
       to ``http.post_sse``, bounding the connect and each read, not the whole stream;
-    - log or raise anything holding the API key or request headers;
+    - log or raise anything holding the API key or request headers (the manager also scrubs
+      every credential of the configuration out of an adapter's errors, since a provider may
+      echo them: that is a backstop, not a licence);
     - keep per-call state on ``self``: one adapter instance serves concurrent calls.
 
     A new adapter proves itself by subclassing ``provmw.testing.AdapterConformance``::

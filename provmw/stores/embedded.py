@@ -33,9 +33,14 @@ class EmbeddedState:
     ledger: SqliteFile | None = None
     cache_max_entries: int = 10_000
     cache_max_bytes: int = 64 * 1024 * 1024
+    idempotency_max_entries: int = 100_000
+    idempotency_max_bytes: int = 256 * 1024 * 1024
 
     def cache_store(self) -> MemoryCacheStore:
         return MemoryCacheStore(max_entries=self.cache_max_entries, max_bytes=self.cache_max_bytes)
+
+    def idempotency_store(self) -> MemoryCacheStore:
+        return MemoryCacheStore(max_entries=self.idempotency_max_entries, max_bytes=self.idempotency_max_bytes)
 
     def budget_store(self) -> BudgetStore:
         if self.budgets is None:

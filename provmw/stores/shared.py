@@ -13,13 +13,13 @@ Concerns left out of ``shared`` keep their embedded store (memory, or SQLite for
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 import attrs
 
+from provmw._redact import masked_url
 from provmw.config import did_you_mean
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
@@ -33,16 +33,6 @@ if TYPE_CHECKING:
 __all__ = ["SHARED_CONCERNS", "StateBackend", "StateSettings", "masked_url"]
 
 SHARED_CONCERNS = ("budget", "cache", "circuit_breaker", "idempotency", "rate_limit")
-
-
-def masked_url(url: str) -> str:
-    """``url`` with its password (in the user part or a ``password=`` parameter) masked, for display."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if parts.password is not None:
-        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
-    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
-    return parts._replace(netloc=netloc, query=query).geturl()
 
 
 def _concerns(value: Sequence[str]) -> tuple[str, ...]:

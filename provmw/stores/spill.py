@@ -60,6 +60,13 @@ class SpillClaim:
         os.close(self.fd)
 
 
+def _after_a_cut(fd: int) -> bytes:
+    """A newline when the file ends in a line cut short (a writer killed mid-append), so the next
+    record starts a line of its own instead of spoiling both."""
+    size = os.fstat(fd).st_size
+    return b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
+
+
 class SpillFile:
     """Records set aside at ``path``; ``fsync`` makes an append survive power loss too."""
 
@@ -74,7 +81,7 @@ class SpillFile:
         data = _encode(records)
         fd = self._open_current()
         try:
-            _write_all(fd, data)
+            _write_all(fd, _after_a_cut(fd) + data)
             if self.fsync:
                 os.fsync(fd)
         finally:
@@ -90,7 +97,7 @@ class SpillFile:
 
     def _open_current(self) -> int:
         while True:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX)
             if _same_file(fd, self.path):
                 return fd

@@ -131,15 +131,14 @@ def usages(draw: st.DrawFn, max_input: int, max_output: int, ttl: str | None) ->
                  reasoning_tokens=draw(st.integers(0, output)))
 
 
-@settings(max_examples=300, deadline=None)
-@given(provider=st.sampled_from(["openai", "anthropic", "third-party"]), drawn=requests(), data=st.data())
-async def test_settle_never_exceeds_the_reservation(provider: str, drawn: tuple[ChatRequest, str | None],
-                                                    data: st.DataObject) -> None:
-    request, ttl = drawn
+async def reserved_and_settled(provider: str, request: ChatRequest,
+                               usage_within: Any) -> tuple[Amounts, Amounts]:
+    """The reservation a strict budget makes for ``request`` and what it settles for the usage
+    ``usage_within(max_input_tokens)`` reports."""
     config = ProviderConfig(identifier="c", provider=provider, model="m", price=TIERED)
     facts = call_facts(ProviderOperation.CHAT, config, request, chain=(config,), prices=PriceTable(),
                        known_controls=())
-    usage = data.draw(usages(facts.max_input_tokens, request.options["max_tokens"], ttl))
+    usage = usage_within(facts.max_input_tokens)
     assert config.price is not None
     answer = CompletionResponse(provider=provider, model="m", usage=Usage(
         **{**usage.to_dict(), "cost_usd": config.price.cost_usd(usage)}))
@@ -148,5 +147,39 @@ async def test_settle_never_exceeds_the_reservation(provider: str, drawn: tuple[
                               store=store)
     await budget.handle(ProviderCallContext(ProviderOperation.CHAT, facts=facts), config, ScriptedNext(answer))
     [reserved], [settled] = store.reserved, store.settled
+    return reserved, settled
+
+
+@settings(max_examples=300, deadline=None)
+@given(provider=st.sampled_from(["openai", "anthropic", "third-party"]), drawn=requests(), data=st.data())
+async def test_settle_never_exceeds_the_reservation(provider: str, drawn: tuple[ChatRequest, str | None],
+                                                    data: st.DataObject) -> None:
+    request, ttl = drawn
+    reserved, settled = await reserved_and_settled(
+        provider, request, lambda bound: data.draw(usages(bound, request.options["max_tokens"], ttl)))
     assert settled.cost_micro_usd <= reserved.cost_micro_usd
     assert settled.tokens <= reserved.tokens
+
+
+async def test_a_whole_bound_of_one_hour_cache_writes_settles_within_the_reservation() -> None:
+    request = ChatRequest([Message.user("x" * 2000)], options={
+        "max_tokens": 1, "extra_body": {"cache_control": {"type": "ephemeral", "ttl": "1h"}}})
+    reserved, settled = await reserved_and_settled("anthropic", request, lambda bound: Usage(
+        input_tokens=bound, cache_write_1h_tokens=bound, output_tokens=1))
+    assert settled.cost_micro_usd <= reserved.cost_micro_usd
+
+
+def test_the_output_bound_is_the_largest_max_tokens_in_the_fallback_chain() -> None:
+    primary = ProviderConfig(identifier="p", provider="openai", model="m", options={"max_tokens": 10}, fallbacks=("b",))
+    backup = ProviderConfig(identifier="b", provider="openai", model="m", options={"max_tokens": 4000})
+    facts = call_facts(ProviderOperation.CHAT, primary, ChatRequest([Message.user("hi")]), chain=[primary, backup],
+                       prices=PriceTable({}), known_controls=())
+    assert facts.max_output_tokens == 4000
+
+
+def test_a_fallback_without_max_tokens_leaves_the_output_unbounded() -> None:
+    primary = ProviderConfig(identifier="p", provider="openai", model="m", options={"max_tokens": 10}, fallbacks=("b",))
+    backup = ProviderConfig(identifier="b", provider="openai", model="m")
+    facts = call_facts(ProviderOperation.CHAT, primary, ChatRequest([Message.user("hi")]), chain=[primary, backup],
+                       prices=PriceTable({}), known_controls=())
+    assert facts.max_output_tokens is None

@@ -21,7 +21,7 @@ from provmw.settings import Settings
 from provmw.stores.cache import MemoryCacheStore
 from provmw.stores.outage import GuardedCache
 from provmw.testing import FakeProvider, Fault, ScriptedNext, call_context
-from tests.conftest import BUILTIN_MIDDLEWARE_OFF, openai_config
+from tests.conftest import BUILTIN_MIDDLEWARE_OFF, LOOPBACK_ALLOWED, openai_config
 
 CONFIG = ProviderConfig(identifier="p", provider="openai", model="m")
 ANSWER = CompletionResponse(provider="openai", model="m", text="42", finish_reason="stop")
@@ -318,7 +318,7 @@ async def test_an_ad_hoc_call_with_another_key_or_none_misses(fake: FakeProvider
 
 def _settings(fake: FakeProvider, **cache_options: Any) -> Settings:
     middleware: dict[str, Any] = {**BUILTIN_MIDDLEWARE_OFF, "cache": cache_options}
-    return Settings(configurations={"oa": openai_config(fake)}, middleware=middleware)
+    return Settings(configurations={"oa": openai_config(fake)}, middleware=middleware, destinations=LOOPBACK_ALLOWED)
 
 
 async def test_a_waiter_on_a_slow_leader_is_bound_by_its_own_deadline(

@@ -16,6 +16,7 @@ from provmw.plugins import PluginHost
 from provmw.responses import CompletionResponse, Usage
 from provmw.settings import Settings
 from provmw.stores.cache import MemoryCacheStore
+from provmw.stores.outage import GuardedCache
 from provmw.testing import FakeClock, FakeProvider, Fault, ScriptedNext, call_context
 from tests.conftest import BUILTIN_MIDDLEWARE_OFF, openai_config
 
@@ -138,3 +139,10 @@ async def test_a_repeat_after_the_callers_own_timeout_is_not_charged_again(
         again = await manager.chat("hi", idempotency_key="order-8")
         [bucket] = await manager.state.budget_store().states(now=0)
     assert again.text and fake.count() == 1 and bucket.spent.requests == 1
+
+
+def test_the_idempotency_store_is_bounded_by_its_own_options(fake: FakeProvider, builtin_only: PluginHost) -> None:
+    settings = _settings(fake, idempotency={"max_entries": 3})
+    store = ServiceManager(settings, host=builtin_only).state.idempotency_store()
+    assert isinstance(store, GuardedCache) and isinstance(store.store, MemoryCacheStore)
+    assert store.store.max_entries == 3

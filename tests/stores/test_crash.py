@@ -78,7 +78,7 @@ WRITER = """
                                  operation="chat", config_id="oa", provider="openai", model="m", input_tokens=i)
                      for a in (1, 2)]
             await store.write(batch)
-            print(i, flush=True)  # acknowledged: the transaction has committed with synchronous=FULL
+            print(i, flush=True)  # acknowledged: committed to the WAL (NORMAL); a kill cannot undo it
     asyncio.run(main())
 """
 

@@ -44,3 +44,12 @@ def test_a_claim_held_by_a_live_replay_is_left_alone(tmp_path: Path) -> None:
     assert spill.claim() == []
     held.release()
     assert [r.key for c in spill.claim() for r in c.records] == [("a", 1)]
+
+
+def test_a_line_cut_short_by_a_killed_writer_spoils_no_later_record(tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "u.db.spill")
+    spill.append([record("a")])
+    with spill.path.open("ab") as cut:
+        cut.write(b'{"call_id": "half-writ')  # a writer killed mid-append
+    spill.append([record("b")])
+    assert [r.key for c in spill.claim() for r in c.records] == [("a", 1), ("b", 1)]

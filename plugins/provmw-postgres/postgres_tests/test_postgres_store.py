@@ -103,3 +103,39 @@ async def test_provmw_usage_sums_the_fleet_ledger_in_sql(schema: str, postgres_u
     found = json.loads(out.getvalue())
     assert [(r["user"], r["calls"], r["attempts"], r["cost_usd"], r["billed_unknown"]) for r in found] \
         == [("ada", 1, 2, 0.75, 0), ("bob", 1, 1, 0.0, 1)]
+
+
+async def test_a_locked_table_is_a_store_outage_and_the_records_spill(
+        schema: str, postgres_url: str, tmp_path: Path) -> None:
+    store = PostgresUsageStore(postgres_url, PostgresOptions(schema=schema, statement_timeout_s=0.3))
+    await store.write([record("before")])
+    spill = SpillFile(tmp_path / "ledger.spill")
+    journal = UsageJournal(store, spill=spill, retry_s=0.01)
+    with psycopg.connect(postgres_url) as holder:
+        holder.execute(f"LOCK TABLE {schema}.provmw_usage IN SHARE MODE")  # what a plain CREATE INDEX holds
+        outcomes = await asyncio.gather(*(journal.durable(record(f"c{i}")) for i in range(16)))
+        holder.rollback()
+    await journal.aclose(timeout_s=5)
+    assert set(outcomes) == {"spilled"} and journal.spilled == 16
+
+
+async def test_a_role_with_only_insert_and_select_writes_to_an_existing_table(
+        schema: str, postgres_url: str) -> None:
+    owner = PostgresUsageStore(postgres_url, PostgresOptions(schema=schema))
+    await owner.write([record("made-the-table")])
+    await owner.aclose()
+    role = f"writer_{schema[-12:]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        admin.execute(f"GRANT INSERT, SELECT ON {schema}.provmw_usage TO {role}")
+    try:
+        writer = PostgresUsageStore(psycopg.conninfo.make_conninfo(postgres_url, user=role),
+                                    PostgresOptions(schema=schema))
+        await writer.write([record("by-the-writer")])
+        assert {r.call_id for r in await writer.records()} == {"made-the-table", "by-the-writer"}
+        await writer.aclose()
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")

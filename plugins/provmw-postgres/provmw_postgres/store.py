@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 
 from provmw._checks import number
-from provmw.errors import ConfigurationError, ProvmwError
+from provmw.errors import ConfigurationError, UsageLedgerUnavailableError
 from provmw.stores.shared import masked_url
 from provmw.stores.summary import ROW_COLUMNS, Group
 from provmw.stores.usage import UsageRecord
@@ -47,8 +47,9 @@ def _identifier(instance: object, attribute: attrs.Attribute[Any], value: str) -
                                  f"got {value!r}")
 
 
-class PostgresUnavailableError(ProvmwError, ConnectionError):
-    """PostgreSQL could not be reached, or the connection broke; the journal keeps the records."""
+class PostgresUnavailableError(UsageLedgerUnavailableError, ConnectionError):
+    """PostgreSQL could not take the write (unreachable, broken connection, a lock or a timeout,
+    missing rights): the store is down, not the record; the journal spills and retries."""
 
 
 @attrs.frozen(kw_only=True)
@@ -146,7 +147,9 @@ class PostgresUsageStore:
         async with self._lock:
             try:
                 return await work(await self._connected())
-            except psycopg.OperationalError as exc:
+            except psycopg.DataError:
+                raise  # this batch holds a value the column refuses: the journal sets the record aside
+            except psycopg.Error as exc:
                 await self.aclose()  # a broken connection is not used again
                 raise PostgresUnavailableError(self._scrub(f"PostgreSQL ledger at {masked_url(self._url)}: "
                                                            f"{type(exc).__name__}: {exc}")) from None
@@ -168,6 +171,9 @@ class PostgresUsageStore:
         timeout_ms = int(self.options.statement_timeout_s * 1000)
         await connection.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(timeout_ms)))
         index = sql.Identifier(f"{self.options.table}_by_time")
+        found = await connection.execute("SELECT to_regclass(%s)", (self.table.as_string(connection),))
+        if (await found.fetchone() or (None,))[0] is not None:
+            return  # a role with only INSERT and SELECT rights needs no CREATE once the table exists
         async with connection.transaction():
             await connection.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
             await connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(

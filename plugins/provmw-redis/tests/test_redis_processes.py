@@ -41,7 +41,8 @@ def document(fake: FakeProvider, prefix: str, **middleware: dict[str, Any]) -> d
             "options": {"max_tokens": 100, "temperature": 0},
             "price": {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 100.0}}},
         "middleware": {"usage": {"store": "memory"}, "retry": {"max_attempts": 1}, **middleware},
-        "state": {"url": REDIS_URL, "key_prefix": prefix},
+        # A loaded machine can take longer than the 0.5 s default to answer 4 busy processes.
+        "state": {"url": REDIS_URL, "key_prefix": prefix, "timeout_s": 5.0},
     }
 
 

@@ -1,0 +1,136 @@
+"""The one place that knows what a credential looks like inside a URL or a provider's text.
+
+``masked_url`` is what every display of a URL uses (configuration reprs, settings errors,
+``provmw stack``). ``Scrubber`` removes the credentials a request carried from whatever a
+provider sent back, before an error leaves the manager (ADR 0014, amended by ADR 0018).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+from urllib.parse import SplitResult, quote, quote_plus, unquote_plus, urlsplit
+
+import attrs
+
+if TYPE_CHECKING:
+    from provmw.config import ProviderConfig
+
+__all__ = ["MASK", "Scrubber", "is_key_like", "masked_url", "url_secrets"]
+
+MASK = "***"
+# A query parameter whose name contains one of these carries a credential (case-insensitive):
+# key, api_key, x-goog-api-key, token, access_token, sig, signature, password, client_secret...
+_KEY_LIKE = re.compile(r"key|token|sig|pass|pwd|secret|auth|credential", re.IGNORECASE)
+_PARAM = re.compile(r"(^|[&;])([^=&;]*)=([^&;]*)")
+# Shorter values cannot be told apart from ordinary words; replacing them would garble the text.
+_MIN_SECRET_CHARS = 4
+# A cut-off snippet may end with the first characters of a secret: that many are a leak worth masking.
+_MIN_TAIL_CHARS = 6
+
+
+def is_key_like(name: str) -> bool:
+    """Whether a query parameter called ``name`` carries a credential."""
+    return _KEY_LIKE.search(name) is not None
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its user part's password (or a lone user, which is then the key) and every
+    key-like query value masked, for display; never raises."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<a URL that does not parse>"
+    query = _PARAM.sub(lambda m: f"{m[1]}{m[2]}={MASK}" if is_key_like(unquote_plus(m[2])) else m[0], parts.query)
+    return parts._replace(netloc=_masked_netloc(parts), query=query).geturl()
+
+
+def _masked_netloc(parts: SplitResult) -> str:
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return parts.netloc
+    user, colon, _ = userinfo.partition(":")
+    return f"{user}:{MASK}@{host}" if colon else f"{MASK}@{host}"
+
+
+def url_secrets(url: str | None) -> tuple[str, ...]:
+    """The credentials inside ``url``: the user part's password (or lone user), ``user:password``
+    (what HTTP Basic encodes), and every key-like query value, as written and decoded."""
+    if not url:
+        return ()
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return (url,)
+    found: list[str] = []
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    if at:
+        user, _, password = userinfo.partition(":")
+        found += [userinfo, password or user, unquote_plus(password or user)]
+    for match in _PARAM.finditer(parts.query):
+        if is_key_like(unquote_plus(match[2])):
+            found += [match[3], unquote_plus(match[3])]
+    return tuple(found)
+
+
+def _forms(secret: str) -> tuple[str, ...]:
+    """The ways a secret comes back: as sent, URL-encoded, and base64 (HTTP Basic, tokens)."""
+    raw = secret.encode("utf-8")
+    b64 = base64.b64encode(raw).decode("ascii")
+    return (secret, quote(secret, safe=""), quote_plus(secret), b64, b64.rstrip("="),
+            base64.urlsafe_b64encode(raw).decode("ascii").rstrip("="))
+
+
+@attrs.frozen
+class Scrubber:
+    """Replaces known secrets (and their encoded forms) in text and in errors with ``***``."""
+
+    forms: tuple[str, ...]
+
+    @classmethod
+    def of(cls, secrets: Iterable[str]) -> Scrubber:
+        """A scrubber for ``secrets``; values too short to recognise are left out."""
+        forms = {form for s in secrets if len(s) >= _MIN_SECRET_CHARS for form in _forms(s)}
+        return cls(tuple(sorted((f for f in forms if len(f) >= _MIN_SECRET_CHARS), key=len, reverse=True)))
+
+    @classmethod
+    def for_config(cls, config: ProviderConfig) -> Scrubber:
+        """Every credential a request made from ``config`` carries: the key, each header value,
+        and the credentials inside ``base_url``."""
+        key = config.api_key.reveal() if config.api_key else ""
+        return cls.of((key, *config.headers.values(), *url_secrets(config.base_url)))
+
+    def text(self, text: str) -> str:
+        """``text`` without any secret, including one cut short at its end (a truncated snippet)."""
+        before = None
+        while before != text:  # a replacement can join the pieces of another occurrence
+            before = text
+            for form in self.forms:
+                text = text.replace(form, MASK)
+        for form in self.forms:
+            text = _masked_tail(text, form)
+        return text
+
+    def error(self, exc: BaseException) -> None:
+        """Scrub ``exc`` in place (its arguments and string attributes), and the errors it chains."""
+        seen: set[int] = set()
+        current: BaseException | None = exc
+        while current is not None and id(current) not in seen and self.forms:
+            seen.add(id(current))
+            self._one(current)
+            current = current.__cause__ or current.__context__
+
+    def _one(self, exc: BaseException) -> None:
+        exc.args = tuple(self.text(a) if isinstance(a, str) else a for a in exc.args)
+        for name, value in list(vars(exc).items()):
+            if isinstance(value, str):
+                setattr(exc, name, self.text(value))
+
+
+def _masked_tail(text: str, form: str) -> str:
+    for cut in range(len(form) - 1, _MIN_TAIL_CHARS - 1, -1):
+        if text.endswith(form[:cut]):
+            return text[:-cut] + MASK
+    return text
