@@ -11,7 +11,7 @@ import attrs
 
 from provmw.errors import ConfigurationError
 
-__all__ = ["did_you_mean", "number", "one_of", "options_from"]
+__all__ = ["check_json", "did_you_mean", "number", "one_of", "options_from"]
 
 T = TypeVar("T")
 
@@ -35,6 +35,35 @@ def number(*, gt: float | None = None, ge: float | None = None, le: float | None
             raise ConfigurationError(f"{attribute.name} must be {wanted}, got {value!r}")
 
     return check
+
+
+# Deeper than any real schema or option: past it a value is refused before the encoder
+# (or a recursive walk) can be made to overflow the stack.
+_MAX_JSON_DEPTH = 32
+
+
+def check_json(value: object, where: str, depth: int = 0) -> None:
+    """Raise ``ConfigurationError`` unless ``value`` is JSON a provider accepts: string keys,
+    finite numbers, lists and mappings at most 32 deep. ``where`` names it in the error."""
+    if isinstance(value, str | bool | int | None):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ConfigurationError(f"{where} must be a finite number, got {value!r}")
+        return
+    if depth >= _MAX_JSON_DEPTH:
+        raise ConfigurationError(f"{where} is nested more than {_MAX_JSON_DEPTH} levels deep")
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ConfigurationError(f"{where} has a key that is not a string: {key!r}")
+            check_json(item, f"{where}.{key}", depth + 1)
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            check_json(item, f"{where}[{index}]", depth + 1)
+    else:
+        raise ConfigurationError(f"{where} must be JSON (text, number, true/false, list or table), "
+                                 f"got {type(value).__name__}")
 
 
 def did_you_mean(name: str, known: Sequence[str]) -> str:

@@ -6,13 +6,16 @@ import functools
 import hashlib
 import hmac
 import json
+import math
 import os
+import re
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from provmw._checks import did_you_mean, number
+from provmw._checks import check_json, did_you_mean, number
 from provmw._redact import masked_url
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
@@ -45,6 +48,20 @@ KNOWN_OPTIONS: Mapping[str, tuple[type, ...]] = {
     "extra_body": (dict, FrozenMap),
 }
 
+# Bounds every provider documents (inclusive; None: unbounded); beyond them a call is refused
+# here rather than sent to fail upstream, or to be priced on a budget that cannot apply.
+_RANGES: Mapping[str, tuple[float, float]] = {
+    "temperature": (0, math.inf),
+    "top_p": (0, 1),
+    "max_tokens": (1, math.inf),
+}
+_ANY_NUMBER = (-math.inf, math.inf)
+_NUMBERS = (int, float)
+
+# RFC 9110 field names are tokens; a value may hold no control character, so neither a
+# header nor an API key can end the line and add headers of its own.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 # Body keys an adapter writes itself, from the request and the configuration, and which pricing,
 # budgets and the cache key were computed on: ``extra_body`` may not replace them afterwards.
@@ -107,6 +124,25 @@ def _optional_url(instance: object, attribute: attrs.Attribute[Any], value: obje
         return
     if not isinstance(value, str) or not value.startswith(("http://", "https://")):
         raise ConfigurationError(f"base_url must be an http(s) URL, got {_shown_url(value)}")
+    _check_url_parts(value)
+
+
+def _check_url_parts(url: str) -> None:
+    # The URL is not echoed: it may carry credentials.
+    if _CONTROL.search(url) or " " in url:
+        raise ConfigurationError("base_url must not contain spaces or control characters")
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0 or not parts.hostname:
+        raise ConfigurationError("base_url needs a host and, if it gives a port, one from 1 to 65535")
+
+
+def _header_safe_key(instance: object, attribute: attrs.Attribute[Any], value: Secret | None) -> None:
+    if value is not None and _CONTROL.search(value.reveal()):
+        raise ConfigurationError("api_key contains a control character (such as CR or LF); it is sent in a header")
 
 
 def _bool(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -114,21 +150,43 @@ def _bool(instance: object, attribute: attrs.Attribute[Any], value: object) -> N
         raise ConfigurationError(f"{attribute.name} must be true or false, got {value!r}")
 
 
-def check_options(options: Mapping[str, Any]) -> None:
-    """Raise ``ConfigurationError`` for an unknown option or a value of the wrong type."""
+def check_options(options: object) -> None:
+    """Raise ``ConfigurationError`` for options that are not a mapping, an unknown option, or
+    a value of the wrong type or out of its range (NaN and infinity included)."""
+    if not isinstance(options, Mapping):
+        raise ConfigurationError(f"options must be a mapping of option names to values, got {type(options).__name__}")
     for name, option in options.items():
         accepted = KNOWN_OPTIONS.get(name)
         if accepted is None:
-            hint = did_you_mean(name, list(KNOWN_OPTIONS))
+            hint = did_you_mean(str(name), list(KNOWN_OPTIONS))
             raise ConfigurationError(f"options.{name} is not a known option{hint}")
         if isinstance(option, bool) or not isinstance(option, accepted):
             kinds = " or ".join(t.__name__ for t in accepted)
             raise ConfigurationError(f"options.{name} must be {kinds}, got {option!r}")
+        if isinstance(option, _NUMBERS):
+            low, high = _RANGES.get(name, _ANY_NUMBER)
+            if not (-math.inf < option < math.inf and low <= option <= high):  # NaN fails every comparison
+                raise _out_of_range(name, option, low, high)
+        elif not isinstance(option, str):
+            _check_structure(name, option)
     owned = sorted(OWNED_BODY_KEYS.intersection(options.get("extra_body", {})))
     if owned:
         raise ConfigurationError(
             f"options.extra_body may not set {', '.join(owned)}: provmw sends those itself and prices, budgets "
             "and caches the call on them; pass them as the call's own arguments or options")
+
+
+def _out_of_range(name: str, option: float, low: float, high: float) -> ConfigurationError:
+    span = "" if low == -math.inf else f", at least {low:g}" if high == math.inf else f", from {low:g} to {high:g}"
+    return ConfigurationError(f"options.{name} must be a finite number{span}, got {option!r}")
+
+
+def _check_structure(name: str, option: object) -> None:
+    if name == "stop":
+        if not all(isinstance(item, str) for item in option):  # type: ignore[attr-defined]
+            raise ConfigurationError(f"options.stop must be a string or a list of strings, got {option!r}")
+    else:
+        check_json(option, f"options.{name}")
 
 
 def _validate_options(instance: object, attribute: attrs.Attribute[Any], value: FrozenMap) -> None:
@@ -149,6 +207,10 @@ def _validate_headers(instance: object, attribute: attrs.Attribute[Any], value: 
     for name, header in value.items():
         if not isinstance(name, str) or not isinstance(header, str):
             raise ConfigurationError(f"headers.{name} must map a string to a string")
+        if not _HEADER_NAME.fullmatch(name):
+            raise ConfigurationError(f"headers: {name!r} is not a header name (letters, digits and !#$%&'*+-.^_`|~)")
+        if _CONTROL.search(header):  # the value is not echoed: it may be a credential
+            raise ConfigurationError(f"headers.{name} contains a control character (such as CR or LF)")
 
 
 def _to_frozen(value: Mapping[str, Any] | None) -> FrozenMap:
@@ -186,7 +248,7 @@ class ProviderConfig:
     provider: str = attrs.field(validator=_non_empty_str)
     model: str = attrs.field(validator=_non_empty_str)
     base_url: str | None = attrs.field(default=None, validator=_optional_url, repr=_shown_url)
-    api_key: Secret | None = attrs.field(default=None, converter=_to_secret)
+    api_key: Secret | None = attrs.field(default=None, converter=_to_secret, validator=_header_safe_key)
     options: FrozenMap = attrs.field(factory=FrozenMap, converter=_to_frozen, validator=_validate_options)
     fallbacks: tuple[str, ...] = attrs.field(default=(), converter=_to_str_tuple)
     timeout_s: float = attrs.field(default=60.0, validator=number(gt=0))

@@ -39,6 +39,7 @@ from aiohttp.abc import AbstractResolver
 from provmw._reads import ERROR_BODY_BYTES, ReadLimits, ReadRefused, read_capped
 from provmw.errors import (
     AuthenticationError,
+    ConfigurationError,
     ContentPolicyError,
     ContextLengthExceededError,
     InvalidRequestError,
@@ -242,7 +243,11 @@ def plain_json(value: Any) -> Any:
 
 
 def _encode(body: Mapping[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode("utf-8")
+    # NaN and infinity are not JSON: Python would write them, a provider would choke on them.
+    try:
+        return json.dumps(body, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ConfigurationError(f"the request body cannot be sent as JSON: {exc}") from None
 
 
 class HttpClient:

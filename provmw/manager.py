@@ -192,7 +192,7 @@ class ServiceManager:
         """Answer a conversation in which the model may call ``tools``."""
         if not tools:
             raise ConfigurationError("chat_with_tools needs at least one tool")
-        request = ChatRequest(_messages(messages), tools=tuple(tools), options=_options(options))
+        request = ChatRequest(_messages(messages), tools=tools, options=_options(options))
         return await self._run(ProviderOperation.TOOLS, request, CompletionResponse, _Call(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
@@ -315,7 +315,7 @@ def _messages(messages: Messages) -> tuple[Message, ...]:
         return (Message.user(messages),)
     if isinstance(messages, Message):
         return (messages,)
-    result = tuple(messages)
+    result = tuple(messages) if isinstance(messages, Iterable) else ()
     if not result or not all(isinstance(m, Message) for m in result):
         raise ConfigurationError("messages must be a string, a Message, or a non-empty list of Message")
     return result

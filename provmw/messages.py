@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -19,17 +19,32 @@ Role = Literal["system", "user", "assistant", "tool"]
 _ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 
 
+def _text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{type(instance).__name__}.{attribute.name} must be a string, "
+                                 f"got {type(value).__name__}")
+
+
+def _optional_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _text(instance, attribute, value)
+
+
 @attrs.frozen
 class TextPart:
     """A piece of text inside a message."""
 
-    text: str
+    text: str = attrs.field(validator=_text)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": "text", "text": self.text}
 
 
 def _check_image(instance: ImagePart, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(instance.url, str | None) or not isinstance(instance.data, bytes | None):
+        raise ConfigurationError(f"an image part needs url as a string or data as bytes, got url "
+                                 f"{type(instance.url).__name__} and data {type(instance.data).__name__}")
+    _text(instance, attribute, value)
     if (instance.url is None) == (instance.data is None):
         raise ConfigurationError("an image part needs exactly one of url or data")
     if instance.data is not None and not instance.media_type.startswith("image/"):
@@ -82,15 +97,28 @@ def _part_from_dict(value: object, where: str) -> ContentPart:
 
 
 def _freeze_schema(value: Mapping[str, Any]) -> FrozenMap:
-    return value if isinstance(value, FrozenMap) else FrozenMap(json.loads(json.dumps(value)))
+    if isinstance(value, FrozenMap):
+        return value
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"ToolSpec.parameters must be a JSON schema (a mapping), got {type(value).__name__}")
+    try:  # one pass in C: NaN, infinity, objects JSON cannot hold and runaway nesting all fail it
+        return FrozenMap(json.loads(json.dumps(value, allow_nan=False)))
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ConfigurationError(f"ToolSpec.parameters must be a JSON schema: {exc}") from None
+
+
+def _tool_name(instance: ToolSpec, attribute: attrs.Attribute[Any], value: object) -> None:
+    _text(instance, attribute, value)
+    if not value:
+        raise ConfigurationError("ToolSpec.name must not be empty")
 
 
 @attrs.frozen
 class ToolSpec:
     """A tool the model may call: its name, what it does, and a JSON schema of its arguments."""
 
-    name: str
-    description: str = ""
+    name: str = attrs.field(validator=_tool_name)
+    description: str = attrs.field(default="", validator=_text)
     parameters: FrozenMap = attrs.field(
         factory=lambda: FrozenMap({"type": "object", "properties": {}}), converter=_freeze_schema
     )
@@ -112,9 +140,9 @@ class ToolSpec:
 class ToolCall:
     """A call the model asked for; ``arguments`` is the JSON text the model wrote."""
 
-    id: str
-    name: str
-    arguments: str = "{}"
+    id: str = attrs.field(validator=_text)
+    name: str = attrs.field(validator=_text)
+    arguments: str = attrs.field(default="{}", validator=_text)
 
     def parsed_arguments(self) -> Any:
         """The arguments decoded from JSON; raises ``InvalidDataError`` if the model wrote bad JSON."""
@@ -139,7 +167,7 @@ class ToolCall:
 def _to_parts(value: str | Sequence[ContentPart]) -> tuple[ContentPart, ...]:
     if isinstance(value, str):
         return (TextPart(value),)
-    parts = tuple(value)
+    parts = _items(value, "message content")
     for part in parts:
         if not isinstance(part, TextPart | ImagePart):
             raise ConfigurationError(f"message content must be text or image parts, got {part!r}")
@@ -147,6 +175,18 @@ def _to_parts(value: str | Sequence[ContentPart]) -> tuple[ContentPart, ...]:
 
 
 def _tool_calls(value: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
+    calls = _items(value, "Message.tool_calls")
+    for call in calls:
+        if not isinstance(call, ToolCall):
+            raise ConfigurationError(f"Message.tool_calls must hold ToolCall values, got {type(call).__name__}")
+    return calls
+
+
+def _items(value: object, where: str) -> tuple[Any, ...]:
+    if type(value) is tuple:  # the common case, without the slower abstract-class checks
+        return value
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise ConfigurationError(f"{where} must be a list, got {type(value).__name__}")
     return tuple(value)
 
 
@@ -162,7 +202,7 @@ class Message:
     role: Role = attrs.field(validator=_check_role)
     content: tuple[ContentPart, ...] = attrs.field(default=(), converter=_to_parts)
     tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tool_calls)
-    tool_call_id: str | None = None
+    tool_call_id: str | None = attrs.field(default=None, validator=_optional_text)
 
     @classmethod
     def system(cls, text: str) -> Message:

@@ -32,9 +32,11 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import attrs
+import cachetools
 
 from provmw._checks import did_you_mean, number
 from provmw.errors import ConfigurationError
+from provmw.stores._bounded import MAX_NAMES
 
 if TYPE_CHECKING:
     from provmw.config import ProviderConfig
@@ -201,7 +203,9 @@ class PriceTable:
             taken, prices = _bundled()
         self.taken = taken
         self._prices = dict(prices)
-        self._found: dict[tuple[str, str], Price | None] = {}
+        # Ad-hoc calls choose model names: remember the most recently used ones only (a model
+        # looked up again after falling out warns again, which is all it costs).
+        self._found: cachetools.LRUCache[tuple[str, str], Price | None] = cachetools.LRUCache(MAX_NAMES)
 
     def price_for(self, config: ProviderConfig) -> Price | None:
         """The price of calls on ``config``, or None (with one warning per model) when unknown."""

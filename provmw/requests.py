@@ -11,6 +11,7 @@ import attrs
 
 from provmw.config import ProviderConfig
 from provmw.context import FrozenMap, ProviderOperation
+from provmw.errors import ConfigurationError
 from provmw.messages import Message, ToolSpec
 
 __all__ = [
@@ -29,15 +30,45 @@ def _frozen(value: Mapping[str, Any] | None) -> FrozenMap:
 
 
 def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
-    return tuple(value)
+    messages = _all_of(value, Message, "messages")
+    if not messages:
+        raise ConfigurationError("messages must not be empty")
+    return messages
 
 
 def _tools(value: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
-    return tuple(value)
+    return _all_of(value, ToolSpec, "tools")
 
 
 def _texts(value: Iterable[str]) -> tuple[str, ...]:
-    return tuple(value)
+    texts = _all_of(value, str, "inputs")
+    if not texts:
+        raise ConfigurationError("inputs must hold at least one string")
+    return texts
+
+
+def _all_of(value: object, kind: type[Any], where: str) -> tuple[Any, ...]:
+    # A caller's wrong type is a ConfigurationError here, not an AttributeError in an adapter.
+    # The manager passes tuples: they skip the slower abstract-class checks.
+    if type(value) is not tuple:
+        if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+            raise ConfigurationError(f"{where} must be a list of {kind.__name__}, got {type(value).__name__}")
+        value = tuple(value)
+    for item in value:
+        if not isinstance(item, kind):
+            index = value.index(item)
+            raise ConfigurationError(f"{where}[{index}] must be a {kind.__name__}, got {type(item).__name__}")
+    return value
+
+
+def _prompt(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise ConfigurationError(f"prompt must be a string, got {type(value).__name__}")
+
+
+def _dimensions(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigurationError(f"dimensions must be a positive integer, got {value!r}")
 
 
 @attrs.frozen
@@ -60,7 +91,7 @@ class ChatRequest:
 class CompletionRequest:
     """A bare prompt to complete, and per-call options."""
 
-    prompt: str
+    prompt: str = attrs.field(validator=_prompt)
     options: FrozenMap = attrs.field(factory=FrozenMap, converter=_frozen)
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,7 +103,7 @@ class EmbeddingRequest:
     """Texts to embed, in order, and an optional output dimension."""
 
     inputs: tuple[str, ...] = attrs.field(converter=_texts)
-    dimensions: int | None = None
+    dimensions: int | None = attrs.field(default=None, validator=_dimensions)
 
     def to_dict(self) -> dict[str, Any]:
         return {"inputs": list(self.inputs), "dimensions": self.dimensions}

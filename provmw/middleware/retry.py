@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import attrs
+import cachetools
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
@@ -26,6 +27,7 @@ from provmw.context import ProviderCallContext
 from provmw.errors import ConfigurationError, disposition
 from provmw.middleware._common import Sleep
 from provmw.pipeline import Next, R
+from provmw.stores._bounded import MAX_NAMES
 
 __all__ = ["RetryBudget", "RetryMiddleware", "RetryOptions", "full_jitter"]
 
@@ -84,11 +86,16 @@ class RetryMiddleware:
     controls = frozenset({"max_attempts"})
 
     def __init__(self, options: RetryOptions | None = None, *, sleep: Sleep = asyncio.sleep,
-                 rng: random.Random | None = None, budgets: dict[str, RetryBudget] | None = None) -> None:
+                 rng: random.Random | None = None,
+                 budgets: MutableMapping[str, RetryBudget] | None = None) -> None:
         self.options = options or RetryOptions()
         self._sleep = sleep
         self._rng = rng or random.Random()
-        self.budgets = budgets if budgets is not None else {}
+        # One budget per configuration; ad-hoc calls choose names, so the least recently used
+        # go past MAX_NAMES. A forgotten budget comes back with its initial tokens, which a
+        # new name would get anyway.
+        self.budgets: MutableMapping[str, RetryBudget] = (
+            budgets if budgets is not None else cachetools.LRUCache(MAX_NAMES))
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         budget = self.budget(config.identifier)

@@ -23,6 +23,7 @@ import attrs
 
 from provmw._checks import number
 from provmw.errors import ConfigurationError
+from provmw.stores._bounded import MAX_NAMES, KeepingLRU
 
 __all__ = ["Admission", "BreakerPolicy", "BreakerState", "BreakerStore", "MemoryBreakerStore", "Transition"]
 
@@ -103,10 +104,18 @@ class _Breaker:
 
 
 class MemoryBreakerStore:
-    """Breaker state in this process; atomic because no method awaits while it decides."""
+    """Breaker state in this process; atomic because no method awaits while it decides.
 
-    def __init__(self) -> None:
-        self._breakers: dict[str, _Breaker] = {}
+    At most ``max_keys`` breakers are kept (ad-hoc calls choose endpoints). A full store
+    forgets the least recently used closed breaker, which loses at most a window of
+    outcomes; an open or half-open one goes only when every breaker is, and a live
+    endpoint's breaker is not the least recently used: every call, even a refused one,
+    touches it.
+    """
+
+    def __init__(self, max_keys: int = MAX_NAMES) -> None:
+        self._breakers: KeepingLRU[str, _Breaker] = KeepingLRU(
+            max_keys, keep=lambda b: b.state is not BreakerState.CLOSED)
 
     def state(self, key: str) -> BreakerState:
         """The breaker's current state (closed if never seen)."""

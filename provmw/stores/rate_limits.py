@@ -13,6 +13,7 @@ from typing import Protocol
 import attrs
 
 from provmw._checks import number
+from provmw.stores._bounded import MAX_NAMES, KeepingLRU
 
 __all__ = ["Grant", "MemoryRateLimiter", "RateLimiter", "RateLimits"]
 
@@ -75,11 +76,16 @@ class _State:
 
 
 class MemoryRateLimiter:
-    """Rate limits in this process; a concurrency wait is polled every ``poll_s``."""
+    """Rate limits in this process; a concurrency wait is polled every ``poll_s``.
 
-    def __init__(self, poll_s: float = 0.02) -> None:
+    At most ``max_keys`` configurations are tracked (a ``"*"`` limit applies to each ad-hoc
+    one). A full limiter forgets the least recently used one with no call in flight: it
+    comes back with full buckets, as a configuration never seen would.
+    """
+
+    def __init__(self, poll_s: float = 0.02, max_keys: int = MAX_NAMES) -> None:
         self.poll_s = poll_s
-        self._states: dict[str, _State] = {}
+        self._states: KeepingLRU[str, _State] = KeepingLRU(max_keys, keep=lambda s: s.in_flight > 0)
 
     async def acquire(self, key: str, limits: RateLimits, tokens: int, now: float) -> Grant:
         s = self._state(key, limits, now)

@@ -1,0 +1,55 @@
+"""Per-name state is bounded: a caller inventing names cannot grow it (issue #16, finding 10)."""
+
+from __future__ import annotations
+
+import attrs
+
+from provmw.stores._bounded import KeepingLRU
+from provmw.stores.breakers import BreakerPolicy, BreakerState, MemoryBreakerStore
+from provmw.stores.rate_limits import MemoryRateLimiter, RateLimits
+
+POLICY = BreakerPolicy(window_size=2, min_calls=1, open_s=30)
+
+
+@attrs.define
+class Slot:
+    busy: bool = False
+
+
+def test_a_full_map_forgets_the_least_recently_used_entry_it_need_not_keep() -> None:
+    names: KeepingLRU[str, Slot] = KeepingLRU(3, keep=lambda slot: slot.busy)
+    names["a"], names["b"], names["c"] = Slot(busy=True), Slot(), Slot()
+    names["d"] = Slot()
+    assert sorted(names) == ["a", "c", "d"]
+
+
+def test_a_map_of_kept_entries_still_holds_its_bound() -> None:
+    names: KeepingLRU[str, Slot] = KeepingLRU(3, keep=lambda slot: slot.busy)
+    for name in "abcdef":
+        names[name] = Slot(busy=True)
+    assert sorted(names) == ["d", "e", "f"]
+
+
+async def open_breaker(store: MemoryBreakerStore, key: str) -> None:
+    admission = await store.admit(key, POLICY, now=0.0)
+    await store.record(key, admission, POLICY, failed=True, slow=False, now=0.0)
+
+
+async def test_an_open_breaker_outlives_many_new_endpoints() -> None:
+    store = MemoryBreakerStore(max_keys=8)
+    await open_breaker(store, "failing")
+    for n in range(100):
+        await store.admit(f"endpoint-{n}", POLICY, now=1.0)
+    assert store.state("failing") is BreakerState.OPEN
+    assert len(store._breakers) == 8
+
+
+async def test_a_rate_limit_with_a_call_in_flight_outlives_many_new_configurations() -> None:
+    limiter, limits = MemoryRateLimiter(max_keys=8), RateLimits(max_concurrency=1)
+    assert (await limiter.acquire("busy", limits, 1, now=0.0)).admitted
+    for n in range(100):
+        name = f"ad-hoc:openai/m{n}"
+        await limiter.acquire(name, limits, 1, now=0.0)
+        await limiter.release(name, limits, permit="", reserved=1, used=1, now=0.0)
+    assert not (await limiter.acquire("busy", limits, 1, now=0.0)).admitted  # its slot is still counted
+    assert len(limiter._states) == 8
