@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, quote, quote_plus, unquote_plus, urlsplit
 
 import attrs
@@ -123,10 +123,19 @@ class Scrubber:
             current = current.__cause__ or current.__context__
 
     def _one(self, exc: BaseException) -> None:
-        exc.args = tuple(self.text(a) if isinstance(a, str) else a for a in exc.args)
+        exc.args = tuple(self._value(a) for a in exc.args)
         for name, value in list(vars(exc).items()):
-            if isinstance(value, str):
-                setattr(exc, name, self.text(value))
+            setattr(exc, name, self._value(value))
+
+    def _value(self, value: Any) -> Any:
+        # Text, the raw body an error keeps (bytes), and the headers it keeps (a mapping of text).
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, bytes):
+            return self.text(value.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+        if isinstance(value, Mapping) and any(isinstance(v, str) for v in value.values()):
+            return {k: self.text(v) if isinstance(v, str) else v for k, v in value.items()}
+        return value
 
 
 def _masked_tail(text: str, form: str) -> str:

@@ -196,10 +196,16 @@ def _status_error(exc: HttpStatusError, codes: ErrorCodes, provider: str, model:
 
 def _extract(body: bytes, codes: ErrorCodes) -> tuple[str | None, str | None]:
     try:
-        return codes.extract(json.loads(body))
-    except (ValueError, TypeError, AttributeError, KeyError):
+        code, message = codes.extract(decode_json(body))
+    except (ValueError, TypeError, AttributeError, KeyError, LookupError):
         snippet = body[:200].decode("utf-8", errors="replace").strip()
         return None, snippet or None
+    # A hostile body may put anything there: only text is kept, so only text needs scrubbing.
+    return _text_or_none(code), _text_or_none(message)
+
+
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _foreign_error(exc: BaseException, provider: str, model: str) -> ProviderError:

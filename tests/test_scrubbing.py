@@ -26,6 +26,7 @@ from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost
 from provmw.settings import Settings
 from tests.conftest import BUILTIN_MIDDLEWARE_OFF, SENTINEL_KEY
+from tests.hostile import HostileProvider
 
 HEADER_SECRET = "org-HDR-5e1f0c-secret"
 URL_PASSWORD = "pw-URL-8d2b4a-secret"
@@ -158,3 +159,39 @@ def test_encoded_forms_of_a_secret_are_scrubbed() -> None:
 @given(secret=st.text(min_size=4, max_size=40), before=st.text(max_size=40), after=st.text(max_size=40))
 def test_scrubbed_text_never_contains_the_secret(secret: str, before: str, after: str) -> None:
     assert secret not in Scrubber.of([secret]).text(before + secret + after)
+
+
+@pytest.fixture
+async def hostile_provider() -> AsyncIterator[HostileProvider]:
+    async with HostileProvider() as server:
+        yield server
+
+
+@pytest.mark.parametrize("body", ['{"error": {"message": ["%s"]}}', '{"error": {"message": {"k": "%s"}}}',
+                                  '{"error": {"code": ["%s"], "message": "no"}}'],
+                         ids=["message list", "message object", "code list"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_key_echoed_inside_a_non_text_error_field_never_reaches_the_error(
+        hostile_provider: HostileProvider, builtin_only: PluginHost, body: str, provider: str) -> None:
+    hostile_provider.answer(body % SENTINEL_KEY, status=401)
+    base = hostile_provider.openai_base_url if provider == "openai" else hostile_provider.anthropic_base_url
+    config = ProviderConfig(identifier="h", provider=provider, model="m", base_url=base, api_key=SENTINEL_KEY)
+    async with ServiceManager(Settings(configurations={"h": config}, middleware=BUILTIN_MIDDLEWARE_OFF),
+                              host=builtin_only) as manager:
+        with pytest.raises(AuthenticationError) as caught:
+            await manager.chat("hi")
+    assert SENTINEL_KEY not in "".join(traceback.format_exception(caught.value))
+
+
+async def test_the_raw_body_an_error_chains_is_scrubbed_too(
+        hostile_provider: HostileProvider, builtin_only: PluginHost) -> None:
+    hostile_provider.echo(status=401)
+    config = ProviderConfig(identifier="h", provider="openai", model="m", base_url=hostile_provider.openai_base_url,
+                            api_key=SENTINEL_KEY)
+    async with ServiceManager(Settings(configurations={"h": config}, middleware=BUILTIN_MIDDLEWARE_OFF),
+                              host=builtin_only) as manager:
+        with pytest.raises(AuthenticationError) as caught:
+            await manager.chat("hi")
+    chained = caught.value.__context__
+    assert chained is not None and SENTINEL_KEY.encode() not in vars(chained).get("body", b"")
+    assert SENTINEL_KEY not in str(vars(chained).get("headers", {}))

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from provmw.config import ProviderConfig
-from provmw.errors import MalformedResponseError
+from provmw.errors import MalformedResponseError, ProviderError
 from provmw.http import HttpClient, decode_json
 from provmw.messages import Message
 from provmw.providers.anthropic import AnthropicAdapter
@@ -202,3 +202,24 @@ def test_decode_json_reads_every_strict_json_value(value: object) -> None:
 def test_decode_json_refuses_what_strict_json_does_not_allow(text: str) -> None:
     with pytest.raises(ValueError, match="not JSON|nested too deeply"):
         decode_json(text)
+
+
+ERROR_BODIES = {
+    "100,000 deep": "[" * 100_000 + "]" * 100_000,
+    "code is an object": '{"error": {"code": {"a": 1}, "message": "x"}}',
+    "type is a list": '{"error": {"type": ["x"], "message": "x"}}',
+    "error is a list": '{"error": [1]}',
+}
+
+
+@pytest.mark.parametrize("status", [401, 429, 500])
+@pytest.mark.parametrize("body", list(ERROR_BODIES.values()), ids=list(ERROR_BODIES))
+@pytest.mark.parametrize("adapter", ["openai", "anthropic"])
+async def test_a_hostile_error_body_is_still_a_typed_provider_error(
+        hostile: HostileProvider, http: HttpClient, adapter: str, body: str, status: int) -> None:
+    hostile.answer(body, status=status)
+    config, chat = (openai(hostile), OpenAIAdapter().chat) if adapter == "openai" \
+        else (anthropic(hostile), AnthropicAdapter().chat)
+    with pytest.raises(ProviderError) as caught:
+        await chat(http, config, ChatRequest([Message.user("hi")]))
+    assert caught.value.status == status
