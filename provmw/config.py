@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from provmw._checks import check_json, did_you_mean, number
-from provmw._redact import masked_url
+from provmw._redact import masked_url, url_secrets
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
 from provmw.pricing import Price, to_price
@@ -117,6 +117,8 @@ def _to_secret(value: str | Secret | None) -> Secret | None:
 def _non_empty_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or not value.strip():
         raise ConfigurationError(f"{attribute.name} must be a non-empty string, got {value!r}")
+    if not value.isprintable():  # it reaches log lines and keys: a newline there forges a line
+        raise ConfigurationError(f"{attribute.name} must be printable text, got {value!r}")
 
 
 def _optional_url(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -233,10 +235,11 @@ def _fingerprint_key() -> bytes:
     return hashlib.sha256(chosen.encode()).digest()
 
 
-def fingerprint(api_key: Secret | None, headers: Mapping[str, str]) -> str:
-    """A keyed digest of the credentials calls carry (key and headers): equal credentials give
-    equal fingerprints, and the fingerprint never reveals them."""
-    material = json.dumps([api_key.reveal() if api_key is not None else None, sorted(headers.items())])
+def fingerprint(api_key: Secret | None, headers: Mapping[str, str], base_url: str | None = None) -> str:
+    """A keyed digest of the credentials calls carry (key, headers, and those inside the base
+    URL): equal credentials give equal fingerprints, and the fingerprint never reveals them."""
+    material = json.dumps([api_key.reveal() if api_key is not None else None, sorted(headers.items()),
+                           sorted(url_secrets(base_url))])
     return hashlib.blake2b(material.encode(), key=_fingerprint_key(), digest_size=16).hexdigest()
 
 
@@ -262,7 +265,10 @@ class ProviderConfig:
     credential_fingerprint: str = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "credential_fingerprint", fingerprint(self.api_key, self.headers))
+        if self.api_key is not None and self.base_url and urllib.parse.urlsplit(self.base_url).username is not None:
+            raise ConfigurationError(f"base_url {masked_url(self.base_url)} carries credentials and api_key is set "
+                                     "too: give the key one way (api_key, or headers)")
+        object.__setattr__(self, "credential_fingerprint", fingerprint(self.api_key, self.headers, self.base_url))
 
     @property
     def is_ad_hoc(self) -> bool:

@@ -92,6 +92,8 @@ class DestinationRefusedError(ConfigurationError):
     """An ad-hoc ``base_url`` names, or resolves to, an address of a class (``kind``: loopback,
     private, link_local, metadata, reserved) the destination policy refuses; nothing was sent."""
 
+    never_sent = True  # the ledger records a refusal met inside the stack as not billed
+
     def __init__(self, host: str, address: str, kind: str, hint: str) -> None:
         super().__init__(f"ad-hoc base_url host {host!r} reaches {address} ({kind.replace('_', '-')} address): {hint}")
         self.host = host

@@ -258,12 +258,15 @@ class ServiceManager:
         await self.destinations.check(config)
         method = _METHODS[operation]
         adapters, http, prices, attempts = self.providers, self.http, self.prices, ctx.attempts
-        client_for = self.destinations.client_for
+        client_for, check_destination = self.destinations.client_for, self.destinations.check
 
         # The terminal is the one place that sees every request that reached a provider: it
         # enforces the attempt's time limit, scrubs the credentials the request carried out of
         # its error (a provider may echo them), records the attempt, and prices the answer.
         async def terminal(chosen: ProviderConfig) -> R:
+            # Again here: a layer may have swapped in another ad-hoc configuration, and aiohttp
+            # never asks the checking resolver about an IP literal.
+            await check_destination(chosen)
             call_adapter: Callable[..., Awaitable[ProviderResponse]] = getattr(adapters[chosen.provider], method)
             try:
                 response = await run_within(chosen.timeout_s, call_adapter(client_for(chosen, http), chosen, request),

@@ -15,7 +15,7 @@ from provmw.plugins import PluginHost
 from provmw.settings import Settings
 from provmw.stores._bounded import MAX_NAMES
 from provmw.testing import FakeProvider
-from tests.conftest import openai_config
+from tests.conftest import LOOPBACK_ALLOWED, openai_config
 
 NAMES = 3_000
 
@@ -41,7 +41,7 @@ def layer(manager: ServiceManager, name: str) -> Any:
 
 async def test_invented_model_names_leave_every_per_name_map_within_its_bound(
         fake: FakeProvider, builtin_only: PluginHost) -> None:
-    settings = Settings(configurations={"oa": openai_config(fake)}, default="oa",
+    settings = Settings(configurations={"oa": openai_config(fake)}, default="oa", destinations=LOOPBACK_ALLOWED,
                         middleware={"usage": {"store": "memory"},
                                     "rate_limit": {"limits": {"*": {"requests_per_minute": 10**9}}}})
     async with ServiceManager(settings, host=builtin_only, middleware=[InventedNames()]) as manager:

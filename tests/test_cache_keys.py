@@ -106,7 +106,7 @@ def test_keys_are_pinned_so_they_are_stable_across_processes_and_versions() -> N
     # A change here means every deployed shared cache silently goes cold: do it on purpose
     # (0.2.0 did, to bind answers to the credentials that made them).
     digest = request_digest(OP, CONFIG, CHAT)
-    assert digest == "ef15738976aa37216165dd27fa17676b2bdc024deef9b2bcd45e8bf6c73e409c"
+    assert digest == "2130f2489462c4980fafbc14832934b0912480d08d5fbe08545947b1416ed59a"
     assert scoped_key(digest, "acme", "ada") == hashlib.sha256(
         f'["acme", "ada"]\n{digest}'.encode()).hexdigest()
 
@@ -117,3 +117,9 @@ def test_determinism_is_temperature_zero_or_a_seed() -> None:
     assert not is_deterministic(CONFIG, attrs.evolve(CHAT, options={"temperature": 0.7}))
     assert not is_deterministic(CONFIG, attrs.evolve(CHAT, options={}))
     assert is_deterministic(CONFIG, EmbeddingRequest(["x"]))
+
+
+def test_credentials_inside_the_base_url_are_part_of_the_fingerprint() -> None:
+    one = ProviderConfig(identifier="a", provider="openai", model="m", base_url="https://h.test/v1?key=account-one")
+    two = attrs.evolve(one, base_url="https://h.test/v1?key=account-two")
+    assert one.credential_fingerprint != two.credential_fingerprint

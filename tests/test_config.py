@@ -76,3 +76,17 @@ def test_config_is_picklable_and_keeps_its_key() -> None:
     restored = pickle.loads(pickle.dumps(config))
     assert restored == config
     assert restored.api_key is not None and restored.api_key.reveal() == KEY
+
+
+@pytest.mark.parametrize("field", ["identifier", "provider", "model"])
+def test_a_name_with_a_control_character_is_refused(field: str) -> None:
+    values = {"identifier": "c", "provider": "openai", "model": "m", field: "m\nERROR forged line"}
+    with pytest.raises(ConfigurationError, match=f"{field} must be printable text"):
+        ProviderConfig(**values)
+
+
+def test_credentials_in_the_base_url_and_an_api_key_together_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="carries credentials and api_key is set too") as caught:
+        ProviderConfig(identifier="c", provider="openai", model="m", base_url="https://u:pw-secret@h.test/v1",
+                       api_key="sk-x")
+    assert "pw-secret" not in str(caught.value)

@@ -16,10 +16,12 @@ from hypothesis import strategies as st
 
 from provmw.cli import main
 from provmw.config import ProviderConfig
+from provmw.context import ProviderCallContext
 from provmw.destinations import CheckingResolver, DestinationGuard, DestinationPolicy, address_kind
 from provmw.errors import ConfigurationError, DestinationRefusedError
 from provmw.manager import ServiceManager
 from provmw.messages import Message
+from provmw.pipeline import Next, R
 from provmw.plugins import PluginHost
 from provmw.providers.openai import OpenAIAdapter
 from provmw.requests import ChatRequest
@@ -182,4 +184,22 @@ def test_cli_chat_with_a_loopback_base_url_is_refused(counting: CountingServer, 
                    "--base-url", f"http://127.0.0.1:{counting.port}/v1"], out=io.StringIO())
     assert status == 2
     assert "DestinationRefusedError" in capsys.readouterr().err
+    assert counting.connections == 0
+
+
+async def test_an_ad_hoc_configuration_a_layer_swaps_in_is_checked_before_it_is_sent(
+        counting: CountingServer, fake: FakeProvider, builtin_only: PluginHost) -> None:
+    swapped = ProviderConfig.ad_hoc("openai", "m", base_url=f"http://[::ffff:127.0.0.1]:{counting.port}/v1",
+                                    api_key=SENTINEL_KEY)
+
+    class Swap:
+        name, priority = "swap", 1
+
+        async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
+            return await next(swapped)
+
+    settings = Settings(configurations={"oa": openai_config(fake)}, middleware=BUILTIN_MIDDLEWARE_OFF)
+    async with ServiceManager(settings, host=builtin_only, middleware=[Swap()]) as manager:
+        with pytest.raises(DestinationRefusedError, match="loopback"):
+            await manager.chat("hi")
     assert counting.connections == 0

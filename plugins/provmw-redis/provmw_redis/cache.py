@@ -83,7 +83,9 @@ class RedisCacheStore:
     def _verified(self, key: str, text: str) -> str | None:
         expires_ms, _, rest = text.removeprefix(_SIGNED).partition(":")
         signature, _, body = rest.partition(":")
-        if (text.startswith(_SIGNED) and hmac.compare_digest(signature, self._sign(key, expires_ms, body))
+        # A forged entry is a miss, never an error: compare_digest refuses non-ASCII text.
+        if (text.startswith(_SIGNED) and expires_ms.isdigit() and signature.isascii()
+                and hmac.compare_digest(signature, self._sign(key, expires_ms, body))
                 and int(expires_ms) >= self._clock() * 1000):
             return body
         self._refused(key)

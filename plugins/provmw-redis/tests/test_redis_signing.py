@@ -34,6 +34,15 @@ async def test_a_forged_entry_is_refused_by_default(state: RedisState, prefix: s
     assert await state.cache_store().get("tenant-a:k") is None
 
 
+@pytest.mark.parametrize("forged", ["s2:9999999999999:é:{}", "s2:soon:abc:{}"],
+                         ids=["non-ASCII signature", "bad expiry"])
+async def test_a_malformed_signed_entry_is_a_miss_not_a_store_failure(
+        state: RedisState, prefix: str, redis_sync: redis.Redis, forged: str, caplog: pytest.LogCaptureFixture) -> None:
+    redis_sync.set(f"{prefix}:cache:tenant-a:k", forged)
+    assert await state.cache_store().get("tenant-a:k") is None
+    assert "unreachable" not in caplog.text
+
+
 async def test_an_entry_copied_under_another_tenant_s_key_is_refused(state: RedisState, prefix: str,
                                                                      redis_sync: redis.Redis) -> None:
     await state.cache_store().set("tenant-a:k", '{"a":1}', 60)
