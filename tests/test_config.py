@@ -82,7 +82,7 @@ def test_config_is_picklable_and_keeps_its_key() -> None:
 def test_a_name_with_a_control_character_is_refused(field: str) -> None:
     values = {"identifier": "c", "provider": "openai", "model": "m", field: "m\nERROR forged line"}
     with pytest.raises(ConfigurationError, match=f"{field} must be printable text"):
-        ProviderConfig(**values)
+        ProviderConfig(**values)  # type: ignore[arg-type]
 
 
 def test_credentials_in_the_base_url_and_an_api_key_together_are_refused() -> None:
