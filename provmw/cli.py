@@ -201,14 +201,23 @@ def _fake_provider(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _command(commands: Any, name: str, help: str) -> argparse.ArgumentParser:
+    """A subcommand that also takes ``--config`` after its name (``provmw chat --config X``)."""
+    sub: argparse.ArgumentParser = commands.add_parser(name, help=help, allow_abbrev=False)
+    sub.add_argument("--config", default=argparse.SUPPRESS, help="settings file (as before the command)")
+    return sub
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="provmw", description="One middleware stack for LLM calls.")
+    # No abbreviations: `--config X` after a subcommand must not quietly become `--configuration X`.
+    parser = argparse.ArgumentParser(prog="provmw", description="One middleware stack for LLM calls.",
+                                     allow_abbrev=False)
     parser.add_argument("--config", help="settings file (default: $PROVMW_CONFIG, provmw.toml, pyproject.toml)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each call (INFO level)")
     commands = parser.add_subparsers(dest="command", required=True)
-    chat = commands.add_parser("chat", help="one chat call through the full stack")
+    chat = _command(commands, "chat", help="one chat call through the full stack")
     chat.add_argument("prompt")
-    embed = commands.add_parser("embed", help="one embedding call through the full stack")
+    embed = _command(commands, "embed", help="one embedding call through the full stack")
     embed.add_argument("texts", nargs="+")
     embed.add_argument("--dimensions", type=int)
     for sub in (chat, embed):
@@ -216,18 +225,18 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--provider")
         sub.add_argument("--model")
         sub.add_argument("--base-url")
-    commands.add_parser("stack", help="the resolved middleware order")
-    commands.add_parser("plugins", help="discovered plugins and their status")
-    usage = commands.add_parser("usage", help="the usage ledger, grouped")
+    _command(commands, "stack", help="the resolved middleware order")
+    _command(commands, "plugins", help="discovered plugins and their status")
+    usage = _command(commands, "usage", help="the usage ledger, grouped")
     usage.add_argument("--since", help="7d, 12h, 30m, or an ISO date/time")
     usage.add_argument("--group-by", choices=("day", "configuration", "model", "user", "tenant"),
                        default="day")
-    budget = commands.add_parser("budget", help="each budget bucket: limit, spent, reserved, resets at")
+    budget = _command(commands, "budget", help="each budget bucket: limit, spent, reserved, resets at")
     for sub in (usage, budget):
         sub.add_argument("--format", choices=("table", "csv", "json"), default="table")
         sub.add_argument("--tz", help="time zone for days and windows (default: [middleware.budget] timezone)")
-    commands.add_parser("demo", help="a scripted story against the loopback fake provider")
-    fake = commands.add_parser("fake-provider", help="run the fake provider on loopback")
+    _command(commands, "demo", help="a scripted story against the loopback fake provider")
+    fake = _command(commands, "fake-provider", help="run the fake provider on loopback")
     fake.add_argument("--host", default="127.0.0.1")
     fake.add_argument("--port", type=int, default=8765)
     return parser

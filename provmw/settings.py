@@ -229,7 +229,8 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         document = tomllib.loads(found.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"{found}: not valid TOML: {exc}") from exc
-    if found.name == "pyproject.toml" and path is None:
+    # A pyproject is read for its [tool.provmw] table however it was named (argument or variable).
+    if found.name == "pyproject.toml":
         document = document.get("tool", {}).get("provmw", {})
     return parse_settings(document, str(found), environ)
 
