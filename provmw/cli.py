@@ -9,12 +9,13 @@ import logging
 import re
 import sys
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from zoneinfo import ZoneInfo
 
-from provmw.errors import ConfigurationError, ProvmwError
+from provmw.errors import ConfigurationError, PluginError, ProvmwError
 
 if TYPE_CHECKING:
     from provmw.settings import Settings
@@ -88,7 +89,8 @@ def _plugins(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"{info.name:<16}{info.distribution:<22}{info.version:<10}{info.status}\n")
         if info.error:
             out.write(f"    {info.error}\n")
-    return 0
+    # Non-zero when a plugin failed, so a script or CI step notices.
+    return 1 if any(info.status == "failed" for info in host.plugins) else 0
 
 
 def _usage(args: argparse.Namespace, out: TextIO) -> int:
@@ -258,6 +260,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return asyncio.run(result) if asyncio.iscoroutine(result) else int(result)
     except ProvmwError as exc:
         sys.stderr.write(f"provmw: {type(exc).__name__}: {exc}\n")
+        if args.verbose:
+            traceback.print_exception(exc, file=sys.stderr)
+        elif isinstance(exc, PluginError):
+            sys.stderr.write("provmw: run with -v for the traceback\n")
         return 2
 
 

@@ -109,6 +109,17 @@ class PluginPolicy:
         return None
 
 
+    def unmatched(self, installed: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+        """Allow- and block-list entries that match no installed ``(name, distribution)``, each with
+        its list's name: a typo here would silently disable every plugin, or block nothing."""
+        if not self.autoload:
+            return ()
+        installed = tuple(installed)
+        lists = {"allowlist": self.allow or (), "blocklist": self.block}
+        return tuple((label, entry) for label, entries in lists.items() for entry in entries
+                     if not any(_matches((entry,), name, dist) for name, dist in installed))
+
+
 def _plugin_entry(entry: str) -> str:
     """``entry`` checked as a policy entry: ``name``, or ``distribution:name`` (normalised)."""
     distribution, colon, name = (part.strip() for part in entry.rpartition(":"))
