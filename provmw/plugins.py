@@ -154,8 +154,9 @@ class PluginHost:
             raise PluginError(f"plugins {', '.join(repr(p) for p, _ in found)} all serve "
                               f"{settings.state.scheme}:// state; block all but one")
         if not found:
+            which, why = self._unserved()
             raise ConfigurationError(
-                f"{settings.source}: [state] url: no {self._unserved()} serves {settings.state.scheme}:// state")
+                f"{settings.source}: [state] url: no {which} plugin serves {settings.state.scheme}:// state{why}")
         backend: StateBackend = found[0][1]
         return backend
 
@@ -174,20 +175,22 @@ class PluginHost:
                               "ledgers; block all but one")
         if not found:
             schemes = sorted({s for _, served in self._call("provmw_usage_schemes") for s in served})
+            which, why = self._unserved()
             raise ConfigurationError(
-                f"{where}: no {self._unserved()} serves {scheme}:// ledgers; built in: sqlite, memory; served by "
-                f"plugins: {', '.join(schemes) or 'none'}")
+                f"{where}: no {which} plugin serves {scheme}:// ledgers; built in: sqlite, memory; served by "
+                f"plugins: {', '.join(schemes) or 'none'}{why}")
         store: UsageStore = found[0][1]
         return store
 
-    def _unserved(self) -> str:
-        """Why nothing answered for a URL scheme: plugins installed but not loaded say so, by name."""
+    def _unserved(self) -> tuple[str, str]:
+        """Why nothing answered for a URL scheme, as ("installed" or "loaded", a note): plugins
+        installed but not loaded are named with their status, so a blocked one is not "missing"."""
         if not self.policy.autoload:
-            return "loaded plugin (plugin autoload is off)"
+            return "loaded", " (plugin autoload is off)"
         idle = [f"{p.name} ({p.distribution}: {p.status})" for p in self._infos if p.status != "loaded"]
         if idle:
-            return f"loaded plugin (installed but not loaded: {', '.join(idle)})"
-        return "installed plugin (redis:// is served by provmw-redis, postgresql:// by provmw-postgres)"
+            return "loaded", f" (installed but not loaded: {', '.join(idle)})"
+        return "installed", " (redis:// is served by provmw-redis, postgresql:// by provmw-postgres)"
 
     def collect_middleware(self, settings: Settings, state: State) -> tuple[Contribution, ...]:
         """Every enabled middleware contributed by loaded plugins, with its plugin's name."""
