@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import errno
 import logging
 import re
 import sys
@@ -199,7 +200,14 @@ async def _demo(args: argparse.Namespace, out: TextIO) -> int:
 def _fake_provider(args: argparse.Namespace, out: TextIO) -> int:
     from provmw.testing import main as serve
 
-    serve(["--host", args.host, "--port", str(args.port)])
+    try:
+        serve(["--host", args.host, "--port", str(args.port)])
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        _note(f"fake-provider: port {args.port} on {args.host} is taken (another fake provider?); "
+              "try --port with another number")
+        return 1
     return 0
 
 
