@@ -56,10 +56,12 @@ async def _embed(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _usage_line(response: Any, out: TextIO) -> None:
+    from provmw.reports import usd
+
     usage = response.usage
-    cost = "unpriced" if usage.cost_usd is None else f"${usage.cost_usd:.6f}"
+    cost = "unpriced" if usage.cost_usd is None else usd(usage.cost_usd)
     if usage.saved_cost_usd is not None:
-        cost += f" (saved ${usage.saved_cost_usd:.6f})"
+        cost += f" (saved {usd(usage.saved_cost_usd)})"
     out.write(f"-- served_by={response.served_by} model={response.model} tokens in={usage.input_tokens} "
               f"out={usage.output_tokens} cost={cost} cached={response.cached}\n")
 
