@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import errno
 import logging
 import re
 import sys
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from zoneinfo import ZoneInfo
 
-from provmw.errors import ConfigurationError, ProvmwError
+from provmw.errors import ConfigurationError, PluginError, ProvmwError
 
 if TYPE_CHECKING:
     from provmw.settings import Settings
@@ -54,10 +56,12 @@ async def _embed(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _usage_line(response: Any, out: TextIO) -> None:
+    from provmw.reports import usd
+
     usage = response.usage
-    cost = "unpriced" if usage.cost_usd is None else f"${usage.cost_usd:.6f}"
+    cost = "unpriced" if usage.cost_usd is None else usd(usage.cost_usd)
     if usage.saved_cost_usd is not None:
-        cost += f" (saved ${usage.saved_cost_usd:.6f})"
+        cost += f" (saved {usd(usage.saved_cost_usd)})"
     out.write(f"-- served_by={response.served_by} model={response.model} tokens in={usage.input_tokens} "
               f"out={usage.output_tokens} cost={cost} cached={response.cached}\n")
 
@@ -88,7 +92,8 @@ def _plugins(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"{info.name:<16}{info.distribution:<22}{info.version:<10}{info.status}\n")
         if info.error:
             out.write(f"    {info.error}\n")
-    return 0
+    # Non-zero when a plugin failed, so a script or CI step notices.
+    return 1 if any(info.status == "failed" for info in host.plugins) else 0
 
 
 def _usage(args: argparse.Namespace, out: TextIO) -> int:
@@ -197,18 +202,34 @@ async def _demo(args: argparse.Namespace, out: TextIO) -> int:
 def _fake_provider(args: argparse.Namespace, out: TextIO) -> int:
     from provmw.testing import main as serve
 
-    serve(["--host", args.host, "--port", str(args.port)])
+    try:
+        serve(["--host", args.host, "--port", str(args.port)])
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        _note(f"fake-provider: port {args.port} on {args.host} is taken (another fake provider?); "
+              "try --port with another number")
+        return 1
     return 0
 
 
+def _command(commands: Any, name: str, help: str) -> argparse.ArgumentParser:
+    """A subcommand that also takes ``--config`` after its name (``provmw chat --config X``)."""
+    sub: argparse.ArgumentParser = commands.add_parser(name, help=help, allow_abbrev=False)
+    sub.add_argument("--config", default=argparse.SUPPRESS, help="settings file (as before the command)")
+    return sub
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="provmw", description="One middleware stack for LLM calls.")
+    # No abbreviations: `--config X` after a subcommand must not quietly become `--configuration X`.
+    parser = argparse.ArgumentParser(prog="provmw", description="One middleware stack for LLM calls.",
+                                     allow_abbrev=False)
     parser.add_argument("--config", help="settings file (default: $PROVMW_CONFIG, provmw.toml, pyproject.toml)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each call (INFO level)")
     commands = parser.add_subparsers(dest="command", required=True)
-    chat = commands.add_parser("chat", help="one chat call through the full stack")
+    chat = _command(commands, "chat", help="one chat call through the full stack")
     chat.add_argument("prompt")
-    embed = commands.add_parser("embed", help="one embedding call through the full stack")
+    embed = _command(commands, "embed", help="one embedding call through the full stack")
     embed.add_argument("texts", nargs="+")
     embed.add_argument("--dimensions", type=int)
     for sub in (chat, embed):
@@ -216,18 +237,18 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--provider")
         sub.add_argument("--model")
         sub.add_argument("--base-url")
-    commands.add_parser("stack", help="the resolved middleware order")
-    commands.add_parser("plugins", help="discovered plugins and their status")
-    usage = commands.add_parser("usage", help="the usage ledger, grouped")
+    _command(commands, "stack", help="the resolved middleware order")
+    _command(commands, "plugins", help="discovered plugins and their status")
+    usage = _command(commands, "usage", help="the usage ledger, grouped")
     usage.add_argument("--since", help="7d, 12h, 30m, or an ISO date/time")
     usage.add_argument("--group-by", choices=("day", "configuration", "model", "user", "tenant"),
                        default="day")
-    budget = commands.add_parser("budget", help="each budget bucket: limit, spent, reserved, resets at")
+    budget = _command(commands, "budget", help="each budget bucket: limit, spent, reserved, resets at")
     for sub in (usage, budget):
         sub.add_argument("--format", choices=("table", "csv", "json"), default="table")
         sub.add_argument("--tz", help="time zone for days and windows (default: [middleware.budget] timezone)")
-    commands.add_parser("demo", help="a scripted story against the loopback fake provider")
-    fake = commands.add_parser("fake-provider", help="run the fake provider on loopback")
+    _command(commands, "demo", help="a scripted story against the loopback fake provider")
+    fake = _command(commands, "fake-provider", help="run the fake provider on loopback")
     fake.add_argument("--host", default="127.0.0.1")
     fake.add_argument("--port", type=int, default=8765)
     return parser
@@ -249,6 +270,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return asyncio.run(result) if asyncio.iscoroutine(result) else int(result)
     except ProvmwError as exc:
         sys.stderr.write(f"provmw: {type(exc).__name__}: {exc}\n")
+        if args.verbose:
+            traceback.print_exception(exc, file=sys.stderr)
+        elif isinstance(exc, PluginError):
+            sys.stderr.write("provmw: run with -v for the traceback\n")
         return 2
 
 

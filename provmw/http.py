@@ -37,6 +37,7 @@ import attrs
 from aiohttp.abc import AbstractResolver
 
 from provmw._reads import ERROR_BODY_BYTES, ReadLimits, ReadRefused, read_capped
+from provmw._redact import masked_url
 from provmw.errors import (
     AuthenticationError,
     ConfigurationError,
@@ -143,11 +144,12 @@ _NO_TIMER = aiohttp.ClientTimeout(total=None)
 class HttpStatusError(Exception):
     """A non-2xx answer; ``wire_errors`` turns it into a ``ProviderError``."""
 
-    def __init__(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
+    def __init__(self, status: int, body: bytes, headers: Mapping[str, str], url: str = "") -> None:
         super().__init__(f"HTTP {status}")
         self.status = status
         self.body = body
         self.headers = headers
+        self.url = url
 
 
 class NotJsonError(Exception):
@@ -165,6 +167,7 @@ class ErrorCodes:
 
     extract: Callable[[Any], tuple[str | None, str | None]]
     codes: Mapping[str, type[ProviderError]] = COMMON_CODES
+    not_found_hint: str = ""  # added to a 404's message: the usual cause is a base_url missing a path part
 
 
 @contextlib.contextmanager
@@ -190,6 +193,9 @@ def _status_error(exc: HttpStatusError, codes: ErrorCodes, provider: str, model:
         cls = InvalidRequestError if 400 <= exc.status < 500 else ProviderUnavailableError
     after, should = retry_hints(exc.headers)
     text = message or f"HTTP {exc.status} with no error message"
+    if exc.status == 404 and exc.url:
+        # A bare 404 is almost always a wrong URL: show it (masked) and the adapter's hint.
+        text += f" (404 from {masked_url(exc.url)}{codes.not_found_hint})"
     return cls(text, provider=provider, model=model, status=exc.status, retry_after_s=after,
                should_retry=should, code=code)
 
@@ -311,7 +317,7 @@ async def _status_of(response: aiohttp.ClientResponse, limits: ReadLimits) -> Ht
     """The error for a non-2xx answer; its body is cut at ``ERROR_BODY_BYTES``, never refused."""
     limit = min(limits.max_body_bytes, ERROR_BODY_BYTES)
     body = await read_capped(response.content, response.content_length, limit, truncate=True)
-    return HttpStatusError(response.status, body, response.headers)
+    return HttpStatusError(response.status, body, response.headers, str(response.url))
 
 
 async def _events(content: aiohttp.StreamReader, limits: ReadLimits) -> AsyncIterator[SSEEvent]:

@@ -96,7 +96,8 @@ class ServiceManager:
                            for m in self.pipeline.middlewares)
         self.providers: Mapping[str, ProviderAdapter] = self.host.collect_providers()
         for config in self.settings.configurations.values():
-            self._adapter(config.provider, where=f"[configurations.{config.identifier}] provider")
+            self._adapter(config.provider,
+                          where=f"{self.settings.source}: [configurations.{config.identifier}] provider")
         self.prices = PriceTable()
         self.http = http if http is not None else HttpClient(limits=self.settings.http)
         # Ad-hoc base_urls go through a client of their own, whose resolver checks (ADR 0018).

@@ -23,7 +23,7 @@ from provmw import hookspecs
 from provmw._checks import did_you_mean
 from provmw._contributions import ADAPTER, MIDDLEWARE, STATE_BACKEND, USAGE_STORE, Shape, iterable_answer
 from provmw.context import FrozenMap
-from provmw.errors import ConfigurationError, PluginError, PluginLoadError, ProvmwError
+from provmw.errors import ConfigurationError, DuplicateMiddlewareError, PluginError, PluginLoadError, ProvmwError
 from provmw.hookspecs import hookimpl, hookspec
 from provmw.middleware import BUILTINS, USAGE, section_options, store_options
 from provmw.settings import PluginPolicy, PluginStatus, normalized_distribution
@@ -114,6 +114,7 @@ class PluginHost:
         eps = _entry_points()
         # Clashes are found from metadata alone, before any plugin module is imported: importing
         # the impostor first would already run its code.
+        _warn_unmatched(self.policy, eps)
         clashes = _clashes([ep for ep in eps if self.policy.status_of(ep.name, _distribution(ep)) is None])
         if clashes and strict:
             raise clashes[min(clashes)]
@@ -136,7 +137,7 @@ class PluginHost:
         except Exception as exc:
             error = PluginLoadError(
                 f"plugin {ep.name!r} from distribution {dist!r} failed to load: "
-                f"{type(exc).__name__}: {exc}"
+                f"{type(exc).__name__}: {exc}{_block_hint(ep.name)}"
             )
             if strict:
                 raise error from exc
@@ -153,9 +154,9 @@ class PluginHost:
             raise PluginError(f"plugins {', '.join(repr(p) for p, _ in found)} all serve "
                               f"{settings.state.scheme}:// state; block all but one")
         if not found:
+            which, why = self._unserved()
             raise ConfigurationError(
-                f"{settings.source}: [state] url: no installed plugin serves {settings.state.scheme}:// state "
-                "(for redis://, pip install provmw-redis)")
+                f"{settings.source}: [state] url: no {which} plugin serves {settings.state.scheme}:// state{why}")
         backend: StateBackend = found[0][1]
         return backend
 
@@ -174,11 +175,22 @@ class PluginHost:
                               "ledgers; block all but one")
         if not found:
             schemes = sorted({s for _, served in self._call("provmw_usage_schemes") for s in served})
+            which, why = self._unserved()
             raise ConfigurationError(
-                f"{where}: no installed plugin serves {scheme}:// ledgers; built in: sqlite, memory; served by "
-                f"plugins: {', '.join(schemes) or 'none'} (for postgresql://, pip install provmw-postgres)")
+                f"{where}: no {which} plugin serves {scheme}:// ledgers; built in: sqlite, memory; served by "
+                f"plugins: {', '.join(schemes) or 'none'}{why}")
         store: UsageStore = found[0][1]
         return store
+
+    def _unserved(self) -> tuple[str, str]:
+        """Why nothing answered for a URL scheme, as ("installed" or "loaded", a note): plugins
+        installed but not loaded are named with their status, so a blocked one is not "missing"."""
+        if not self.policy.autoload:
+            return "loaded", " (plugin autoload is off)"
+        idle = [f"{p.name} ({p.distribution}: {p.status})" for p in self._infos if p.status != "loaded"]
+        if idle:
+            return "loaded", f" (installed but not loaded: {', '.join(idle)})"
+        return "installed", " (redis:// is served by provmw-redis, postgresql:// by provmw-postgres)"
 
     def collect_middleware(self, settings: Settings, state: State) -> tuple[Contribution, ...]:
         """Every enabled middleware contributed by loaded plugins, with its plugin's name."""
@@ -187,6 +199,7 @@ class PluginHost:
             for middleware in result:
                 MIDDLEWARE.check(middleware, plugin, "provmw_middleware")
                 found.append(Contribution(middleware, plugin))
+        _check_duplicates(found)
         _check_sections(settings, [c.middleware for c in found])
         return tuple(c for c in found if settings.enabled(c.middleware.name))
 
@@ -212,8 +225,37 @@ class PluginHost:
             except ProvmwError:
                 raise
             except Exception as exc:
-                raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook}: {exc}") from exc
+                hint = _block_hint(impl.plugin_name) if impl.plugin_name != BUILTIN_PLUGIN else ""
+                raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook}: {exc}{hint}") from exc
         return results
+
+
+def _check_duplicates(found: Sequence[Contribution]) -> None:
+    """Two contributions with one name, named with both plugins (the pipeline alone cannot)."""
+    first: dict[str, str] = {}
+    for c in found:
+        if (earlier := first.setdefault(c.middleware.name, c.plugin)) is not c.plugin:
+            one, two = sorted((earlier, c.plugin))
+            raise DuplicateMiddlewareError(
+                f"two middleware are named {c.middleware.name!r}, from plugins {one!r} and {two!r}; "
+                "block one (PROVMW_BLOCKED_PLUGINS or [plugins] block)")
+
+
+def _block_hint(name: str) -> str:
+    return f"; to run without it, set PROVMW_BLOCKED_PLUGINS={name} (or add it to [plugins] block)"
+
+
+def _warn_unmatched(policy: PluginPolicy, eps: Sequence[importlib.metadata.EntryPoint]) -> None:
+    """Warn about allow/block entries that match nothing installed, naming what is installed."""
+    installed = [(ep.name, _distribution(ep)) for ep in eps]
+    shown = ", ".join(f"{name} (from {dist})" for name, dist in installed) or "none"
+    for label, entry in policy.unmatched(installed):
+        published = [name for name, dist in installed if normalized_distribution(dist) == entry]
+        hint = (f"; {entry!r} is a distribution: write its plugin's name ({', '.join(published)})" if published
+                else did_you_mean(entry, [name for name, _ in installed]))
+        log.warning("plugin %s entry %r (PROVMW_%s or [plugins] %s) matches no installed plugin%s; installed: %s",
+                    label, entry, "PLUGINS" if label == "allowlist" else "BLOCKED_PLUGINS",
+                    "allow" if label == "allowlist" else "block", hint, shown)
 
 
 def _check_sections(settings: Settings, middlewares: Sequence[Middleware]) -> None:

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
@@ -14,7 +15,7 @@ from provmw.periods import window
 from provmw.stores.budgets import BucketState
 from provmw.stores.summary import GROUPS, usage_rows
 
-__all__ = ["GROUPS", "budget_rows", "render", "usage_rows"]
+__all__ = ["GROUPS", "budget_rows", "plain", "render", "usage_rows", "usd"]
 
 
 def budget_rows(states: Sequence[BucketState], limits: Sequence[BudgetLimit], zone: ZoneInfo,
@@ -65,4 +66,18 @@ def render(rows: Sequence[dict[str, Any]], form: Literal["table", "csv", "json"]
 
 
 def _cell(value: Any) -> str:
-    return f"{value:.6f}" if isinstance(value, float) else str(value)
+    return plain(value) if isinstance(value, float) else str(value)
+
+
+def plain(value: float) -> str:
+    """A number for people: 6 significant digits, never in exponent form (``0.0000051``).
+
+    Only what is printed for reading is rounded: the ledger, JSON, CSV and reprs keep the exact
+    value, so sums and comparisons are never made on a rounded one.
+    """
+    return format(Decimal(f"{value:.6g}").normalize(), "f")
+
+
+def usd(value: float) -> str:
+    """Money for display: ``$0.0000051``, not ``$5.0999999999999995e-06`` nor ``$0.000005``."""
+    return f"${plain(value)}"

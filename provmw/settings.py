@@ -58,7 +58,7 @@ T = TypeVar("T")
 _TOP_KEYS = ("default", "configurations", "middleware", "plugins", "state", "security", "http")
 _PLUGIN_KEYS = ("autoload", "allow", "block")
 _CONFIG_KEYS = ("provider", "model", "base_url", "api_key_env", "options", "fallbacks",
-                "timeout_s", "active", "headers", "context_window", "price")
+                "timeout_s", "active", "headers", "headers_env", "context_window", "price")
 
 PluginStatus = Literal["loaded", "blocked", "not-allowed", "disabled", "failed"]
 
@@ -107,6 +107,17 @@ class PluginPolicy:
         if self.allow is not None and not _matches(self.allow, name, distribution):
             return "not-allowed"
         return None
+
+
+    def unmatched(self, installed: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+        """Allow- and block-list entries that match no installed ``(name, distribution)``, each with
+        its list's name: a typo here would silently disable every plugin, or block nothing."""
+        if not self.autoload:
+            return ()
+        installed = tuple(installed)
+        lists = {"allowlist": self.allow or (), "blocklist": self.block}
+        return tuple((label, entry) for label, entries in lists.items() for entry in entries
+                     if not any(_matches((entry,), name, dist) for name, dist in installed))
 
 
 def _plugin_entry(entry: str) -> str:
@@ -229,7 +240,8 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         document = tomllib.loads(found.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"{found}: not valid TOML: {exc}") from exc
-    if found.name == "pyproject.toml" and path is None:
+    # A pyproject is read for its [tool.provmw] table however it was named (argument or variable).
+    if found.name == "pyproject.toml":
         document = document.get("tool", {}).get("provmw", {})
     return parse_settings(document, str(found), environ)
 
@@ -257,7 +269,9 @@ def parse_settings(document: Mapping[str, Any], source: str, environ: Mapping[st
 def _config(name: str, table: Mapping[str, Any], source: str, environ: Mapping[str, str]) -> ProviderConfig:
     where = f"[configurations.{name}]"
     _check_keys(table, _CONFIG_KEYS, source, where)
-    fields = {k: v for k, v in table.items() if k != "api_key_env"}
+    fields = {k: v for k, v in table.items() if k not in ("api_key_env", "headers_env")}
+    if "headers_env" in table:
+        fields["headers"] = _headers_from_env(table, source, where, environ)
     if "api_key_env" in table:
         variable = _typed(table, "api_key_env", str, source, where) or ""
         if variable not in environ:
@@ -272,6 +286,25 @@ def _config(name: str, table: Mapping[str, Any], source: str, environ: Mapping[s
         return ProviderConfig(identifier=name, **fields)
     except ConfigurationError as exc:
         raise ConfigurationError(f"{source}: {where} {exc}") from None
+
+
+def _headers_from_env(table: Mapping[str, Any], source: str, where: str,
+                      environ: Mapping[str, str]) -> dict[str, Any]:
+    """``headers`` with ``headers_env``'s values read from the environment, as ``api_key_env`` is:
+    a header that is a credential (Azure's ``api-key``) need not be written in the file."""
+    named = _table(table, "headers_env", source, f"{where[1:-1]}.headers_env")
+    headers = dict(_table(table, "headers", source, f"{where[1:-1]}.headers"))
+    for header, variable in named.items():
+        if not isinstance(variable, str):
+            raise ConfigurationError(f"{source}: {where} headers_env.{header}: must name an environment "
+                                     f"variable, got {variable!r}")
+        if header in headers:
+            raise ConfigurationError(f"{source}: {where} headers_env.{header}: also given in headers; keep one")
+        if variable not in environ:
+            raise ConfigurationError(f"{source}: {where} headers_env.{header}: environment variable "
+                                     f"{variable} is not set")
+        headers[header] = environ[variable]
+    return headers
 
 
 def _policy(table: Mapping[str, Any], source: str) -> PluginPolicy:

@@ -27,6 +27,7 @@ def _blocking(
 ) -> Callable[Concatenate[SyncServiceManager, P], R]:
     @functools.wraps(method)  # the same signature, for help() and IDEs; ParamSpec keeps it for mypy
     def call(self: SyncServiceManager, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        self._check_open()  # before the coroutine exists: a closed manager must not leave one unawaited
         return self._wait(method(self.manager, *args, **kwargs))
 
     call.__doc__ = f"Blocking ``ServiceManager.{method.__name__}``. {method.__doc__ or ''}"
@@ -38,6 +39,7 @@ def _blocking_stream(
 ) -> Callable[Concatenate[SyncServiceManager, P], Iterator[ChatChunk]]:
     @functools.wraps(method)
     def stream(self: SyncServiceManager, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[ChatChunk]:
+        self._check_open()
         chunks = method(self.manager, *args, **kwargs)
         try:
             while True:
@@ -88,6 +90,10 @@ class SyncServiceManager:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("SyncServiceManager is closed; build a new one")
 
     def _wait(self, coro: Awaitable[R]) -> R:
         if self._loop.is_closed():

@@ -61,7 +61,7 @@ def test_sqlite_and_memory_ledgers_need_no_plugin(builtin_only: PluginHost) -> N
 
 def test_an_unserved_scheme_names_the_installed_ones(builtin_only: PluginHost) -> None:
     builtin_only.register(serving("mem"), "mem")
-    with pytest.raises(ConfigurationError, match=r"no installed plugin serves mysql:// ledgers; built in: "
+    with pytest.raises(ConfigurationError, match=r"no loaded plugin serves mysql:// ledgers; built in: "
                                                  r"sqlite, memory; served by plugins: mem"):
         builtin_only.collect_ledger(ledger_settings("mysql://db.example/usage"))
 

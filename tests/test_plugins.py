@@ -147,7 +147,7 @@ def test_the_backend_serving_the_state_url_reaches_the_middleware(builtin_only: 
 
 def test_a_state_url_no_plugin_serves_is_a_configuration_error(builtin_only: PluginHost) -> None:
     builtin_only.register(serving("other", Backend()), "other")
-    with pytest.raises(ConfigurationError, match=r"no installed plugin serves mem:// state"):
+    with pytest.raises(ConfigurationError, match=r"no loaded plugin serves mem:// state \(plugin autoload is off\)"):
         builtin_only.collect_state(STATEFUL)
 
 

@@ -33,7 +33,7 @@ def _extract_error(body: Any) -> tuple[str | None, str | None]:
     return error.get("code") or error.get("type"), error.get("message")
 
 
-ERROR_CODES = ErrorCodes(extract=_extract_error)
+ERROR_CODES = ErrorCodes(extract=_extract_error, not_found_hint="; does base_url end in /v1?")
 
 
 def _headers(config: ProviderConfig) -> dict[str, str]:

@@ -1,0 +1,44 @@
+"""The command line's arguments: no abbreviations, and ``--config`` wherever it is written."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from pathlib import Path
+
+import pytest
+
+from provmw.cli import main
+from provmw.testing import FakeProvider
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(list(argv), out=out), out.getvalue()
+
+
+def settings_file(fake: FakeProvider, path: Path, table: str = "configurations") -> Path:
+    path.write_text(f'[{table}.a]\nprovider = "openai"\nmodel = "m"\nbase_url = "{fake.openai_base_url}"\n')
+    return path
+
+
+async def test_config_after_the_command_is_the_settings_file(fake: FakeProvider, tmp_path: Path) -> None:
+    config = settings_file(fake, tmp_path / "elsewhere.toml")
+    status, text = await asyncio.to_thread(run, "chat", "--config", str(config), "hello")
+    assert status == 0
+    assert "served_by=a" in text
+
+
+def test_an_abbreviated_option_is_refused_not_guessed(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run("chat", "--conf", "a", "hello")
+    assert exited.value.code == 2
+    assert "unrecognized arguments: --conf" in capsys.readouterr().err
+
+
+async def test_config_naming_a_pyproject_reads_its_tool_provmw_table(fake: FakeProvider, tmp_path: Path) -> None:
+    (tmp_path / "app").mkdir()
+    pyproject = settings_file(fake, tmp_path / "app" / "pyproject.toml", table="tool.provmw.configurations")
+    status, text = await asyncio.to_thread(run, "--config", str(pyproject), "chat", "hello")
+    assert status == 0
+    assert "served_by=a" in text
