@@ -237,8 +237,9 @@ class ServiceManager:
             return self.settings.configuration(configuration)
         if configuration is not None or provider is None or model is None:
             raise ConfigurationError("name a configuration, or give both provider= and model=, not a mix")
-        self._adapter(provider, where="provider")
-        fields: dict[str, Any] = {"base_url": base_url, "api_key": api_key}
+        adapter = self._adapter(provider, where="provider")
+        fields: dict[str, Any] = {"base_url": base_url, "api_key": api_key if api_key is not None
+                                  else _environment_key(adapter)}
         if timeout_s is not None:
             fields["timeout_s"] = timeout_s
         return ProviderConfig.ad_hoc(provider, model, **fields)
@@ -306,6 +307,13 @@ _METHODS: Mapping[ProviderOperation, str] = {
     ProviderOperation.COMPLETION: "complete",
     ProviderOperation.EMBEDDING: "embed",
 }
+
+
+def _environment_key(adapter: ProviderAdapter) -> Secret | None:
+    """The key in the adapter's usual variable (``OPENAI_API_KEY``...), for an ad-hoc call given none."""
+    variable = getattr(adapter, "api_key_env", None)  # optional in the contract (ADR 0014)
+    value = os.environ.get(variable) if isinstance(variable, str) else None
+    return Secret(value) if value else None
 
 
 def _attempt_timeout(config: ProviderConfig) -> AttemptTimeoutError:

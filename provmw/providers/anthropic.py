@@ -186,6 +186,7 @@ class AnthropicAdapter:
     """The Anthropic Messages wire format."""
 
     name = "anthropic"
+    api_key_env = "ANTHROPIC_API_KEY"
 
     def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
         """The JSON body of a Messages call, as the Anthropic API documents it."""

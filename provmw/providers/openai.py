@@ -157,6 +157,7 @@ class OpenAIAdapter:
     """The OpenAI wire format."""
 
     name = "openai"
+    api_key_env = "OPENAI_API_KEY"
 
     async def chat(self, http: HttpClient, config: ProviderConfig,
                    request: ChatRequest) -> CompletionResponse:
