@@ -103,9 +103,10 @@ class ServiceManager:
         self.destinations = DestinationGuard(self.settings.destinations, limits=self.settings.http)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> ServiceManager:
+    def from_file(cls, path: str | os.PathLike[str] | None = None, *, host: PluginHost | None = None,
+                  middleware: Iterable[Middleware] = (), http: HttpClient | None = None) -> ServiceManager:
         """Build from the settings file (see ``provmw.settings`` for the search order)."""
-        return cls(load_settings(path), **kwargs)
+        return cls(load_settings(path), host=host, middleware=middleware, http=http)
 
     async def __aenter__(self) -> ServiceManager:
         return self
