@@ -11,7 +11,7 @@ import os
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import attrs
 
@@ -22,6 +22,7 @@ from provmw.errors import ConfigurationError
 from provmw.pricing import Price, to_price
 
 __all__ = [
+    "GenerationOptions",
     "KNOWN_OPTIONS",
     "OWNED_BODY_KEYS",
     "ProviderConfig",
@@ -34,19 +35,52 @@ __all__ = [
 
 _MASK = "**********"
 
-# Option name -> accepted value types. Vendor-specific fields go through ``extra_body``.
+# Option name -> accepted value types: the options provmw checks and the built-in adapters map
+# (README "Options"). Any other vendor field goes through ``extra_body``.
 KNOWN_OPTIONS: Mapping[str, tuple[type, ...]] = {
     "temperature": (int, float),
     "top_p": (int, float),
     "max_tokens": (int,),
+    "max_completion_tokens": (int,),  # OpenAI's name for the output bound, the only one reasoning models take
     "seed": (int,),
     "stop": (str, list, tuple),
     "presence_penalty": (int, float),
     "frequency_penalty": (int, float),
     "response_format": (str, dict, FrozenMap),
     "tool_choice": (str, dict, FrozenMap),
+    "parallel_tool_calls": (bool,),
+    "reasoning_effort": (str,),
+    "logprobs": (bool,),
+    "top_logprobs": (int,),
+    "top_k": (int,),
+    "thinking": (dict, FrozenMap),
+    "metadata": (dict, FrozenMap),
     "extra_body": (dict, FrozenMap),
 }
+
+
+class GenerationOptions(TypedDict, total=False):
+    """``KNOWN_OPTIONS`` as the call methods' typed keyword arguments (ADR 0019)."""
+
+    temperature: float
+    top_p: float
+    max_tokens: int
+    max_completion_tokens: int
+    seed: int
+    stop: str | Sequence[str]
+    presence_penalty: float
+    frequency_penalty: float
+    response_format: str | Mapping[str, Any]
+    tool_choice: str | Mapping[str, Any]
+    parallel_tool_calls: bool
+    reasoning_effort: str
+    logprobs: bool
+    top_logprobs: int
+    top_k: int
+    thinking: Mapping[str, Any]
+    metadata: Mapping[str, Any]
+    extra_body: Mapping[str, Any]
+
 
 # Bounds every provider documents (inclusive; None: unbounded); beyond them a call is refused
 # here rather than sent to fail upstream, or to be priced on a budget that cannot apply.
@@ -54,6 +88,9 @@ _RANGES: Mapping[str, tuple[float, float]] = {
     "temperature": (0, math.inf),
     "top_p": (0, 1),
     "max_tokens": (1, math.inf),
+    "max_completion_tokens": (1, math.inf),
+    "top_logprobs": (0, 20),
+    "top_k": (1, math.inf),
 }
 _ANY_NUMBER = (-math.inf, math.inf)
 _NUMBERS = (int, float)
@@ -67,7 +104,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # budgets and the cache key were computed on: ``extra_body`` may not replace them afterwards.
 OWNED_BODY_KEYS = frozenset({
     *KNOWN_OPTIONS, "model", "messages", "prompt", "input", "system", "tools", "functions", "n", "best_of",
-    "stream", "stream_options", "max_completion_tokens", "max_output_tokens", "dimensions", "encoding_format",
+    "stream", "stream_options", "max_output_tokens", "dimensions", "encoding_format",
     # billed at other rates than the price table's: a call priced at standard rates must go out at them
     "service_tier", "modalities", "audio", "web_search_options", "prediction",
 })
@@ -161,15 +198,16 @@ def check_options(options: object) -> None:
         accepted = KNOWN_OPTIONS.get(name)
         if accepted is None:
             hint = did_you_mean(str(name), list(KNOWN_OPTIONS))
-            raise ConfigurationError(f"options.{name} is not a known option{hint}")
-        if isinstance(option, bool) or not isinstance(option, accepted):
+            raise ConfigurationError(f"options.{name} is not a known option{hint}; a vendor field provmw does "
+                                     f"not know goes in options={{'extra_body': {{{name!r}: ...}}}}")
+        if (isinstance(option, bool) and bool not in accepted) or not isinstance(option, accepted):
             kinds = " or ".join(t.__name__ for t in accepted)
             raise ConfigurationError(f"options.{name} must be {kinds}, got {option!r}")
-        if isinstance(option, _NUMBERS):
+        if isinstance(option, _NUMBERS) and not isinstance(option, bool):
             low, high = _RANGES.get(name, _ANY_NUMBER)
             if not (-math.inf < option < math.inf and low <= option <= high):  # NaN fails every comparison
                 raise _out_of_range(name, option, low, high)
-        elif not isinstance(option, str):
+        elif not isinstance(option, str | bool):
             _check_structure(name, option)
     owned = sorted(OWNED_BODY_KEYS.intersection(options.get("extra_body", {})))
     if owned:

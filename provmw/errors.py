@@ -4,7 +4,8 @@
 
     ProvmwError
     ├── ConfigurationError                 bad settings, file, or call arguments
-    │   └── DestinationRefusedError        an ad-hoc base_url reaches an address the policy refuses
+    │   ├── DestinationRefusedError        an ad-hoc base_url reaches an address the policy refuses
+    │   └── UnknownArgumentError           a call method got a keyword it does not take (a TypeError too)
     ├── InvalidDataError                   a dict that does not decode to the type asked for
     │   └── UnsupportedOperationError      the provider cannot do this operation
     ├── PluginError
@@ -74,6 +75,7 @@ __all__ = [
     "ProvmwError",
     "RateLimitError",
     "ResponseTooLargeError",
+    "UnknownArgumentError",
     "UnsupportedOperationError",
     "UsageLedgerUnavailableError",
     "disposition",
@@ -86,6 +88,11 @@ class ProvmwError(Exception):
 
 class ConfigurationError(ProvmwError):
     """A setting, configuration file entry or call argument is invalid."""
+
+
+class UnknownArgumentError(ConfigurationError, TypeError):
+    """A call method got a keyword argument that is neither a call argument nor a known option
+    (a ``TypeError`` too, as Python's own unknown-keyword error is)."""
 
 
 class DestinationRefusedError(ConfigurationError):

@@ -191,9 +191,12 @@ def _most_output_tokens(chain: Sequence[ProviderConfig], request: ProviderReques
 
 
 def _max_output_tokens(config: ProviderConfig, request: ProviderRequest) -> int | None:
-    options = getattr(request, "options", {})
-    value = options.get("max_tokens", config.options.get("max_tokens"))
-    return value if isinstance(value, int) else None
+    # Either name bounds the answer (max_completion_tokens is OpenAI's for reasoning models);
+    # with both set, the larger, so that a reservation is never short of what may be billed.
+    options = {**config.options, **getattr(request, "options", {})}
+    bounds = [value for name in ("max_tokens", "max_completion_tokens")
+              if isinstance(value := options.get(name), int)]
+    return max(bounds) if bounds else None
 
 
 def _text(name: str, value: object) -> str | None:

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import attrs
 
 from provmw._checks import did_you_mean
 from provmw._redact import Scrubber
-from provmw.config import ProviderConfig, Secret, check_options, fallback_chain
+from provmw.config import KNOWN_OPTIONS, GenerationOptions, ProviderConfig, Secret, check_options, fallback_chain
 from provmw.context import FrozenMap, ProviderCallContext, ProviderOperation
 from provmw.destinations import DestinationGuard
-from provmw.errors import AttemptTimeoutError, ConfigurationError
+from provmw.errors import AttemptTimeoutError, ConfigurationError, UnknownArgumentError
 from provmw.facts import call_facts
 from provmw.http import HttpClient
-from provmw.messages import ContentPart, ImagePart, Message, TextPart, ToolSpec
+from provmw.messages import ContentPart, ImagePart, Message, TextPart, ToolSpec, messages_from
 from provmw.middleware._common import run_within
 from provmw.pipeline import Middleware, MiddlewarePipeline
 from provmw.plugins import PluginHost
@@ -37,7 +37,7 @@ from provmw.state import open_state
 __all__ = ["ServiceManager", "StackEntry"]
 
 R = TypeVar("R", bound=ProviderResponse)
-Messages = str | Message | Sequence[Message]
+Messages = str | Message | Sequence[Message | Mapping[str, Any]]
 
 
 @attrs.frozen
@@ -104,9 +104,10 @@ class ServiceManager:
         self.destinations = DestinationGuard(self.settings.destinations, limits=self.settings.http)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> ServiceManager:
+    def from_file(cls, path: str | os.PathLike[str] | None = None, *, host: PluginHost | None = None,
+                  middleware: Iterable[Middleware] = (), http: HttpClient | None = None) -> ServiceManager:
         """Build from the settings file (see ``provmw.settings`` for the search order)."""
-        return cls(load_settings(path), **kwargs)
+        return cls(load_settings(path), host=host, middleware=middleware, http=http)
 
     async def __aenter__(self) -> ServiceManager:
         return self
@@ -131,9 +132,10 @@ class ServiceManager:
                    controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
                    correlation_id: str | None = None, provider: str | None = None, model: str | None = None,
                    base_url: str | None = None, api_key: str | Secret | None = None,
-                   timeout_s: float | None = None) -> CompletionResponse:
+                   timeout_s: float | None = None,
+                   **option_args: Unpack[GenerationOptions]) -> CompletionResponse:
         """Answer a conversation (a string is one user message)."""
-        request = ChatRequest(_messages(messages), options=_options(options))
+        request = ChatRequest(messages_from(messages), options=_options(options, option_args))
         return await self._run(ProviderOperation.CHAT, request, CompletionResponse, _Call(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
@@ -143,9 +145,10 @@ class ServiceManager:
                        controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
                        correlation_id: str | None = None, provider: str | None = None, model: str | None = None,
                        base_url: str | None = None, api_key: str | Secret | None = None,
-                       timeout_s: float | None = None) -> CompletionResponse:
+                       timeout_s: float | None = None,
+                   **option_args: Unpack[GenerationOptions]) -> CompletionResponse:
         """Complete a bare prompt."""
-        request = CompletionRequest(prompt, options=_options(options))
+        request = CompletionRequest(prompt, options=_options(options, option_args))
         return await self._run(ProviderOperation.COMPLETION, request, CompletionResponse, _Call(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
@@ -171,13 +174,14 @@ class ServiceManager:
                      controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
                      correlation_id: str | None = None, provider: str | None = None, model: str | None = None,
                      base_url: str | None = None, api_key: str | Secret | None = None,
-                     timeout_s: float | None = None) -> VisionResponse:
+                     timeout_s: float | None = None,
+                     **option_args: Unpack[GenerationOptions]) -> VisionResponse:
         """Ask about images (parts, or URLs as strings)."""
         parts: list[ContentPart] = [TextPart(prompt)]
         parts += [ImagePart(url=i) if isinstance(i, str) else i for i in images]
         if len(parts) == 1:
             raise ConfigurationError("vision needs at least one image")
-        request = ChatRequest((Message.user(parts),), options=_options(options))
+        request = ChatRequest((Message.user(parts),), options=_options(options, option_args))
         return await self._run(ProviderOperation.VISION, request, VisionResponse, _Call(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
@@ -189,11 +193,11 @@ class ServiceManager:
                               correlation_id: str | None = None, provider: str | None = None,
                               model: str | None = None, base_url: str | None = None,
                               api_key: str | Secret | None = None, timeout_s: float | None = None,
-                              ) -> CompletionResponse:
+                              **option_args: Unpack[GenerationOptions]) -> CompletionResponse:
         """Answer a conversation in which the model may call ``tools``."""
         if not tools:
             raise ConfigurationError("chat_with_tools needs at least one tool")
-        request = ChatRequest(_messages(messages), tools=tools, options=_options(options))
+        request = ChatRequest(messages_from(messages), tools=tools, options=_options(options, option_args))
         return await self._run(ProviderOperation.TOOLS, request, CompletionResponse, _Call(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
@@ -204,7 +208,7 @@ class ServiceManager:
                           correlation_id: str | None = None, provider: str | None = None,
                           model: str | None = None, base_url: str | None = None,
                           api_key: str | Secret | None = None, timeout_s: float | None = None,
-                          ) -> AsyncGenerator[ChatChunk, None]:
+                          **option_args: Unpack[GenerationOptions]) -> AsyncGenerator[ChatChunk, None]:
         """Stream an answer; deliberately outside the pipeline (see ADR 0005).
 
         The caller arguments are checked as for ``chat``; the stream itself is not budgeted,
@@ -214,7 +218,7 @@ class ServiceManager:
             raise ConfigurationError("stream_chat takes no controls yet: streams run outside the pipeline (ADR 0005)")
         call = _Call(configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model,
                      base_url, api_key, timeout_s)
-        request = ChatRequest(_messages(messages), options=_options(options))
+        request = ChatRequest(messages_from(messages), options=_options(options, option_args))
         config, _ = self._facts(ProviderOperation.CHAT, request, call)
         await self.destinations.check(config)
         http = self.destinations.client_for(config, self.http)
@@ -235,8 +239,9 @@ class ServiceManager:
             return self.settings.configuration(configuration)
         if configuration is not None or provider is None or model is None:
             raise ConfigurationError("name a configuration, or give both provider= and model=, not a mix")
-        self._adapter(provider, where="provider")
-        fields: dict[str, Any] = {"base_url": base_url, "api_key": api_key}
+        adapter = self._adapter(provider, where="provider")
+        fields: dict[str, Any] = {"base_url": base_url, "api_key": api_key if api_key is not None
+                                  else _environment_key(adapter)}
         if timeout_s is not None:
             fields["timeout_s"] = timeout_s
         return ProviderConfig.ad_hoc(provider, model, **fields)
@@ -309,22 +314,37 @@ _METHODS: Mapping[ProviderOperation, str] = {
 }
 
 
+def _environment_key(adapter: ProviderAdapter) -> Secret | None:
+    """The key in the adapter's usual variable (``OPENAI_API_KEY``...), for an ad-hoc call given none."""
+    variable = getattr(adapter, "api_key_env", None)  # optional in the contract (ADR 0014)
+    value = os.environ.get(variable) if isinstance(variable, str) else None
+    return Secret(value) if value else None
+
+
 def _attempt_timeout(config: ProviderConfig) -> AttemptTimeoutError:
     return AttemptTimeoutError(f"attempt on {config.identifier!r} exceeded its timeout of {config.timeout_s:g}s",
                                limit_s=config.timeout_s, provider=config.provider, model=config.model)
 
 
-def _messages(messages: Messages) -> tuple[Message, ...]:
-    if isinstance(messages, str):
-        return (Message.user(messages),)
-    if isinstance(messages, Message):
-        return (messages,)
-    result = tuple(messages) if isinstance(messages, Iterable) else ()
-    if not result or not all(isinstance(m, Message) for m in result):
-        raise ConfigurationError("messages must be a string, a Message, or a non-empty list of Message")
-    return result
-
-
-def _options(options: Mapping[str, Any] | None) -> FrozenMap:
+def _options(options: Mapping[str, Any] | None, option_args: Mapping[str, Any]) -> FrozenMap:
+    """The call's options: ``options={...}`` and the option keyword arguments, each name given once."""
     check_options(options or {})
-    return FrozenMap(options)
+    if not option_args:
+        return FrozenMap(options)
+    for name in option_args:
+        _check_option_argument(name, options or {})
+    check_options(option_args)
+    return FrozenMap({**(options or {}), **option_args})
+
+
+def _check_option_argument(name: str, options: Mapping[str, Any]) -> None:
+    if name not in KNOWN_OPTIONS:
+        known = [*_CALL_ARGUMENTS, *KNOWN_OPTIONS]
+        raise UnknownArgumentError(
+            f"unknown argument {name!r}{did_you_mean(name, known)}: it is neither a call argument nor an option "
+            f"provmw knows; a vendor field goes in options={{'extra_body': {{{name!r}: ...}}}}")
+    if name in options:
+        raise ConfigurationError(f"option {name!r} given twice, as {name}= and in options={{...}}: give it once")
+
+
+_CALL_ARGUMENTS = tuple(f.name for f in attrs.fields(_Call))

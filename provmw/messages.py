@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import attrs
 
@@ -13,7 +13,7 @@ from provmw import _serde
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError, InvalidDataError
 
-__all__ = ["ContentPart", "ImagePart", "Message", "Role", "TextPart", "ToolCall", "ToolSpec"]
+__all__ = ["ContentPart", "ImagePart", "Message", "Role", "TextPart", "ToolCall", "ToolSpec", "messages_from"]
 
 Role = Literal["system", "user", "assistant", "tool"]
 _ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
@@ -78,22 +78,6 @@ class ImagePart:
 
 
 ContentPart = TextPart | ImagePart
-
-
-def _part_from_dict(value: object, where: str) -> ContentPart:
-    data = _serde.mapping(value, where)
-    kind = data.get("type")
-    if kind == "text":
-        return TextPart(_serde.get(data, "text", str, where))
-    if kind == "image":
-        encoded = _serde.get(data, "data", str, where, default=None)
-        raw = base64.b64decode(encoded, validate=True) if encoded is not None else None
-        return ImagePart(
-            url=_serde.get(data, "url", str, where, default=None),
-            data=raw,
-            media_type=_serde.get(data, "media_type", str, where, default="image/png"),
-        )
-    raise InvalidDataError(f"{where}: unknown content part type {kind!r}")
 
 
 def _freeze_schema(value: Mapping[str, Any]) -> FrozenMap:
@@ -239,12 +223,100 @@ class Message:
 
     @classmethod
     def from_dict(cls, value: object) -> Message:
-        data = _serde.mapping(value, "message")
-        parts = _serde.get(data, "content", list, "message", default=[])
-        calls = _serde.get(data, "tool_calls", list, "message", default=[])
-        return cls(
-            role=_serde.get(data, "role", str, "message"),  # type: ignore[arg-type]
-            content=tuple(_part_from_dict(p, f"message.content[{i}]") for i, p in enumerate(parts)),
-            tool_calls=tuple(ToolCall.from_dict(c) for c in calls),
-            tool_call_id=_serde.get(data, "tool_call_id", str, "message", default=None),
-        )
+        """A message from provmw's own dict form (``to_dict``) or from an OpenAI chat message dict;
+        a bad field is a ``ConfigurationError`` naming it."""
+        return _message_from(value, "message")
+
+
+def messages_from(value: object) -> tuple[Message, ...]:
+    """The one conversion of a call's messages: a string (one user message), a ``Message``, or a
+    non-empty list of ``Message`` values and message dicts (provmw's or OpenAI's shape)."""
+    if isinstance(value, str):
+        return (Message.user(value),)
+    if isinstance(value, Message):
+        return (value,)
+    items = _items(value, "messages")
+    if not items:
+        raise ConfigurationError("messages must be a string, a Message, or a non-empty list of messages")
+    if all(type(m) is Message for m in items):  # the common case, without building a new tuple
+        return items
+    return tuple(m if isinstance(m, Message) else _message_from(m, f"messages[{i}]") for i, m in enumerate(items))
+
+
+# Caller input is checked here, once, and named by its place in the call ("messages[2].content[0].text").
+def _mapping(value: object, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"{where} must be a message dict (a mapping), got {type(value).__name__}")
+    return value
+
+
+def _field(data: Mapping[str, Any], key: str, kind: type, where: str, *, required: bool = True) -> Any:
+    value = data.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, kind):
+        got = "nothing" if value is None else type(value).__name__
+        raise ConfigurationError(f"{where}.{key} must be a {kind.__name__}, got {got}")
+    return value
+
+
+def _message_from(value: object, where: str) -> Message:
+    data = _mapping(value, where)
+    role = _field(data, "role", str, where)
+    role = "system" if role == "developer" else role  # OpenAI's newer name for the system turn
+    if role not in _ROLES:
+        raise ConfigurationError(f"{where}.role must be one of {', '.join(_ROLES)}, got {role!r}")
+    calls = _items(data.get("tool_calls") or (), f"{where}.tool_calls")
+    return Message(cast(Role, role), _content_from(data.get("content"), f"{where}.content"),
+                   tuple(_tool_call_from(c, f"{where}.tool_calls[{i}]") for i, c in enumerate(calls)),
+                   tool_call_id=_field(data, "tool_call_id", str, where, required=False))
+
+
+def _content_from(value: object, where: str) -> tuple[ContentPart, ...]:
+    if value is None:  # an OpenAI assistant turn that only calls tools
+        return ()
+    if isinstance(value, str):
+        return (TextPart(value),)
+    return tuple(_part_from(p, f"{where}[{i}]") for i, p in enumerate(_items(value, where)))
+
+
+def _part_from(value: object, where: str) -> ContentPart:
+    data = _mapping(value, where)
+    kind = data.get("type")
+    if kind == "text":
+        return TextPart(_field(data, "text", str, where))
+    if kind == "image_url":  # OpenAI: {"image_url": {"url": ...}}, a data: URL carrying the bytes
+        image = data.get("image_url")
+        url = image if isinstance(image, str) else _field(_mapping(image, f"{where}.image_url"), "url", str,
+                                                          f"{where}.image_url")
+        return _image_from_url(url, f"{where}.image_url.url")
+    if kind == "image":  # provmw's own form, as ImagePart.to_dict writes it
+        encoded = _field(data, "data", str, where, required=False)
+        return ImagePart(url=_field(data, "url", str, where, required=False),
+                         data=None if encoded is None else _decoded(encoded, f"{where}.data"),
+                         media_type=_field(data, "media_type", str, where, required=False) or "image/png")
+    raise ConfigurationError(f"{where}.type must be text, image_url or image, got {kind!r}")
+
+
+def _image_from_url(url: str, where: str) -> ImagePart:
+    header, comma, encoded = url.partition(",")
+    if not (url.startswith("data:") and comma and header.endswith(";base64")):
+        return ImagePart(url=url)
+    return ImagePart(data=_decoded(encoded, where), media_type=header[len("data:"):-len(";base64")])
+
+
+def _decoded(encoded: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except ValueError:
+        raise ConfigurationError(f"{where} is not valid base64") from None
+
+
+def _tool_call_from(value: object, where: str) -> ToolCall:
+    data = _mapping(value, where)
+    call_id = _field(data, "id", str, where)
+    if "function" not in data:  # provmw's own form
+        return ToolCall(call_id, _field(data, "name", str, where), _field(data, "arguments", str, where))
+    function = _mapping(data["function"], f"{where}.function")
+    return ToolCall(call_id, _field(function, "name", str, f"{where}.function"),
+                    _field(function, "arguments", str, f"{where}.function", required=False) or "{}")

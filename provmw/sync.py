@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import Future
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from provmw.http import HttpClient
 from provmw.manager import ServiceManager
+from provmw.pipeline import Middleware
+from provmw.plugins import PluginHost
 from provmw.responses import ChatChunk
+from provmw.settings import Settings, load_settings
 
 __all__ = ["SyncServiceManager"]
 
@@ -61,12 +66,19 @@ async def _awaited(awaitable: Awaitable[R]) -> R:
 class SyncServiceManager:
     """The same methods as ``ServiceManager``, blocking; close with ``close()`` or ``with``."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.manager = ServiceManager(*args, **kwargs)
+    def __init__(self, settings: Settings | None = None, *, host: PluginHost | None = None,
+                 middleware: Iterable[Middleware] = (), http: HttpClient | None = None) -> None:
+        self.manager = ServiceManager(settings, host=host, middleware=middleware, http=http)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="provmw-sync", daemon=True)
         self._thread.start()
         self._closed = False
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str] | None = None, *, host: PluginHost | None = None,
+                  middleware: Iterable[Middleware] = (), http: HttpClient | None = None) -> SyncServiceManager:
+        """Build from the settings file (see ``provmw.settings`` for the search order)."""
+        return cls(load_settings(path), host=host, middleware=middleware, http=http)
 
     chat = _blocking(ServiceManager.chat)
     complete = _blocking(ServiceManager.complete)

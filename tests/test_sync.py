@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import inspect
 import threading
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +72,39 @@ CALL_ARGUMENTS = {"configuration", "user", "tenant", "controls", "idempotency_ke
 def test_every_call_method_spells_out_the_call_arguments(manager: type, method: str) -> None:
     parameters = inspect.signature(getattr(manager, method)).parameters
     assert {name for name, p in parameters.items() if p.kind is p.KEYWORD_ONLY} >= CALL_ARGUMENTS
+
+
+def _parameters(function: Callable[..., object]) -> list[inspect.Parameter]:
+    return list(inspect.signature(function).parameters.values())[1:]  # self or cls aside
+
+
+@pytest.mark.parametrize("method", ["__init__", "from_file"])
+def test_the_twin_is_built_with_the_async_managers_signature(method: str) -> None:
+    twin, manager = inspect.getattr_static(SyncServiceManager, method), inspect.getattr_static(ServiceManager, method)
+    twin, manager = getattr(twin, "__func__", twin), getattr(manager, "__func__", manager)
+    assert _parameters(twin) == _parameters(manager)
+    assert not any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in _parameters(twin))
+
+
+def test_the_twin_has_every_call_method_with_its_signature() -> None:
+    calls = [name for name, value in vars(ServiceManager).items()
+             if inspect.iscoroutinefunction(value) or inspect.isasyncgenfunction(value)]
+    calls = [name for name in calls if not name.startswith("_") and name != "aclose"]  # close() and with
+    assert sorted(calls) == ["chat", "chat_with_tools", "complete", "embed", "stream_chat", "vision"]
+    for name in calls:
+        assert _parameters(getattr(SyncServiceManager, name)) == _parameters(getattr(ServiceManager, name))
+
+
+async def test_the_twin_builds_from_a_settings_file(fake: FakeProvider, tmp_path: Path) -> None:
+    import asyncio
+
+    path = tmp_path / "app.toml"
+    path.write_text(f'default = "oa"\n[configurations.oa]\nprovider = "openai"\nmodel = "m"\n'
+                    f'base_url = "{fake.openai_base_url}"\n[middleware.usage]\nstore = "memory"\n')
+
+    def use() -> str:
+        with SyncServiceManager.from_file(path, host=PluginHost(PluginPolicy(autoload=False), environ={})) as twin:
+            return twin.chat([{"role": "user", "content": "hi"}], temperature=0.2).text
+
+    assert await asyncio.to_thread(use) == "echo: hi"
+    assert fake.received[0].body["temperature"] == 0.2

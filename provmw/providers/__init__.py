@@ -23,7 +23,12 @@ class ProviderAdapter(Protocol):
     """What a provider plugin implements: four operations over one wire API.
 
     ``name`` is what a configuration puts in ``provider``; it is unique among installed
-    adapters. The manager calls exactly the four methods below and reads ``name``; every
+    adapters. An adapter may also declare ``api_key_env: str | None``, the environment
+    variable its provider's own SDK reads the key from (``"OPENAI_API_KEY"``): an ad-hoc
+    call given no ``api_key`` takes the key from it. It is optional (read with ``getattr``,
+    hence not a protocol member, which would make it mandatory for type checkers), and the
+    manager never logs the value. The manager calls exactly the four methods below and
+    reads ``name`` and ``api_key_env``; every
     type they mention is public (``provmw.http``, ``provmw.config``, ``provmw.requests``,
     ``provmw.responses``, ``provmw.messages``, ``provmw.errors``).
 

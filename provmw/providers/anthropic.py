@@ -53,7 +53,10 @@ FINISH_REASONS = {
     "refusal": "content_filter",
 }
 
-_PASSED_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "stop": "stop_sequences"}
+_PASSED_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "stop": "stop_sequences", "top_k": "top_k",
+                   "thinking": "thinking", "metadata": "metadata"}
+# Read for the body's max_tokens (which the API requires), in this order.
+_OUTPUT_BOUNDS = ("max_tokens", "max_completion_tokens")
 # What a malformed answer raises while it is read; ``malformed`` turns each into one error.
 _SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
 
@@ -183,13 +186,14 @@ class AnthropicAdapter:
     """The Anthropic Messages wire format."""
 
     name = "anthropic"
+    api_key_env = "ANTHROPIC_API_KEY"
 
     def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
         """The JSON body of a Messages call, as the Anthropic API documents it."""
         options = merged_options(config, request.options)
         body: dict[str, Any] = {
             "model": config.model,
-            "max_tokens": options.get("max_tokens", DEFAULT_MAX_TOKENS),
+            "max_tokens": next((options[k] for k in _OUTPUT_BOUNDS if k in options), DEFAULT_MAX_TOKENS),
             "messages": _messages(request.messages),
         }
         if system := "\n\n".join(m.text for m in request.messages if m.role == "system"):
@@ -201,8 +205,8 @@ class AnthropicAdapter:
         for name, wire in _PASSED_OPTIONS.items():
             if name in options:
                 value = options[name]
-                body[wire] = [value] if wire == "stop_sequences" and isinstance(value, str) else value
-        ignored = set(options) - {*_PASSED_OPTIONS, "max_tokens", "tool_choice", "extra_body"}
+                body[wire] = [value] if wire == "stop_sequences" and isinstance(value, str) else plain_json(value)
+        ignored = set(options) - {*_PASSED_OPTIONS, *_OUTPUT_BOUNDS, "tool_choice", "extra_body"}
         if ignored:
             log.debug("anthropic ignores options %s", sorted(ignored))
         body.update(plain_json(options.get("extra_body", {})))

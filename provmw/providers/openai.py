@@ -8,6 +8,7 @@ wrong type is a ``MalformedResponseError`` naming the field, never an answer.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -24,6 +25,10 @@ from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, U
 __all__ = ["OpenAIAdapter"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Anthropic's shape of extended thinking; the OpenAI API's own knob is reasoning_effort.
+_IGNORED_OPTIONS = frozenset({"thinking"})
+
+log = logging.getLogger(__name__)
 
 
 def _extract_error(body: Any) -> tuple[str | None, str | None]:
@@ -76,10 +81,12 @@ def _tool(tool: ToolSpec) -> dict[str, Any]:
 
 def _with_options(body: dict[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
     extra = options.get("extra_body", {})
+    if ignored := _IGNORED_OPTIONS.intersection(options):
+        log.debug("openai ignores options %s", sorted(ignored))
     for name, value in options.items():
         if name == "response_format" and isinstance(value, str):
             value = {"type": value}
-        if name != "extra_body":
+        if name != "extra_body" and name not in _IGNORED_OPTIONS:
             body[name] = plain_json(value)
     body.update(plain_json(extra))
     return body
@@ -150,6 +157,7 @@ class OpenAIAdapter:
     """The OpenAI wire format."""
 
     name = "openai"
+    api_key_env = "OPENAI_API_KEY"
 
     async def chat(self, http: HttpClient, config: ProviderConfig,
                    request: ChatRequest) -> CompletionResponse:
