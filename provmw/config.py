@@ -253,6 +253,15 @@ def _validate_headers(instance: object, attribute: attrs.Attribute[Any], value: 
             raise ConfigurationError(f"headers.{name} contains a control character (such as CR or LF)")
 
 
+def _optional_variable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _non_empty_str(instance, attribute, value)
+
+
+def _header_variables(instance: object, attribute: attrs.Attribute[Any], value: FrozenMap) -> None:
+    _validate_headers(instance, attribute, value)  # the variable names, as header values, are printable
+
+
 def _to_frozen(value: Mapping[str, Any] | None) -> FrozenMap:
     return value if isinstance(value, FrozenMap) else FrozenMap(value)
 
@@ -299,6 +308,10 @@ class ProviderConfig:
     )
     context_window: int | None = attrs.field(default=None, validator=number(gt=0, integer=True, optional=True))
     price: Price | None = attrs.field(default=None, converter=to_price)
+    # Where the key and secret header values live: read when the configuration is first used
+    # (``with_credentials``), so a fallback that never runs needs no key set (ADR 0020).
+    api_key_env: str | None = attrs.field(default=None, validator=_optional_variable)
+    headers_env: FrozenMap = attrs.field(factory=FrozenMap, converter=_to_frozen, validator=_header_variables)
     # Who the calls are made as: the cache and the breakers keep accounts apart by it.
     credential_fingerprint: str = attrs.field(init=False, eq=False, repr=False)
 
@@ -307,6 +320,17 @@ class ProviderConfig:
             raise ConfigurationError(f"base_url {masked_url(self.base_url)} carries credentials and api_key is set "
                                      "too: give the key one way (api_key, or headers)")
         object.__setattr__(self, "credential_fingerprint", fingerprint(self.api_key, self.headers, self.base_url))
+
+    def with_credentials(self, environ: Mapping[str, str]) -> ProviderConfig:
+        """This configuration with ``api_key_env`` and ``headers_env`` read from ``environ``;
+        a variable that is not set is a ``ConfigurationError`` naming it."""
+        if self.api_key_env is None and not self.headers_env:
+            return self
+        headers = dict(self.headers)
+        for header, variable in self.headers_env.items():
+            headers[header] = _variable(environ, variable, f"headers_env.{header}")
+        api_key = self.api_key if self.api_key_env is None else _variable(environ, self.api_key_env, "api_key_env")
+        return attrs.evolve(self, api_key=api_key, headers=headers, api_key_env=None, headers_env=FrozenMap())
 
     @property
     def is_ad_hoc(self) -> bool:
@@ -318,6 +342,12 @@ class ProviderConfig:
         """A transient configuration for a call that named provider and model directly."""
         return cls(identifier=f"ad-hoc:{provider}/{model}", provider=provider, model=model,
                    **{**fields, "fallbacks": ()})
+
+
+def _variable(environ: Mapping[str, str], variable: str, key: str) -> str:
+    if variable not in environ:
+        raise ConfigurationError(f"{key}: environment variable {variable} is not set")
+    return environ[variable]
 
 
 def fallback_chain(config: ProviderConfig, configurations: Mapping[str, ProviderConfig]) -> list[ProviderConfig]:

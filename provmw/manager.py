@@ -265,11 +265,13 @@ class ServiceManager:
         method = _METHODS[operation]
         adapters, http, prices, attempts = self.providers, self.http, self.prices, ctx.attempts
         client_for, check_destination = self.destinations.client_for, self.destinations.check
+        credentials = self.settings.with_credentials
 
         # The terminal is the one place that sees every request that reached a provider: it
         # enforces the attempt's time limit, scrubs the credentials the request carried out of
         # its error (a provider may echo them), records the attempt, and prices the answer.
         async def terminal(chosen: ProviderConfig) -> R:
+            chosen = credentials(chosen)  # a plugin's layer may have swapped in a configuration as loaded
             # Again here: a layer may have swapped in another ad-hoc configuration, and aiohttp
             # never asks the checking resolver about an IP literal.
             await check_destination(chosen)

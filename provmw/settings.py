@@ -156,6 +156,8 @@ class Settings:
     state: StateSettings | None = None
     destinations: DestinationPolicy = attrs.field(factory=DestinationPolicy)
     http: ReadLimits = attrs.field(factory=ReadLimits)
+    # Where ``api_key_env`` and ``headers_env`` are read, when a configuration is first used.
+    environ: Mapping[str, str] = attrs.field(factory=lambda: os.environ, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.default is not None and self.default not in self.configurations:
@@ -200,7 +202,15 @@ class Settings:
                 f"no configuration named {name!r}{did_you_mean(name, list(self.configurations))}; "
                 f"known: {', '.join(self.configurations) or 'none'}"
             ) from None
-        return config
+        return self.with_credentials(config)
+
+    def with_credentials(self, config: ProviderConfig) -> ProviderConfig:
+        """``config`` with its key and header variables read now, from this settings' environment;
+        a variable that is not set names the file, the configuration and the variable."""
+        try:
+            return config.with_credentials(self.environ)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{self.source}: [configurations.{config.identifier}] {exc}") from None
 
     def _default_name(self) -> str:
         if self.default is not None:
@@ -254,8 +264,8 @@ def parse_settings(document: Mapping[str, Any], source: str, environ: Mapping[st
     for name in middleware:
         _table(middleware, name, source, f"middleware.{name}")
     return Settings(
-        configurations={name: _config(name, _table(configs, name, source, f"configurations.{name}"),
-                                      source, environ) for name in configs},
+        configurations={name: _config(name, _table(configs, name, source, f"configurations.{name}"), source)
+                        for name in configs},
         default=_typed(document, "default", str, source, "top level"),
         middleware={name: FrozenMap(section) for name, section in middleware.items()},
         plugins=_policy(_table(document, "plugins", source), source),
@@ -263,22 +273,18 @@ def parse_settings(document: Mapping[str, Any], source: str, environ: Mapping[st
         state=StateSettings.from_table(_table(document, "state", source), source) if "state" in document else None,
         destinations=DestinationPolicy.from_table(_table(document, "security", source), source),
         http=ReadLimits.from_table(_table(document, "http", source), source),
+        environ=environ,
     )
 
 
-def _config(name: str, table: Mapping[str, Any], source: str, environ: Mapping[str, str]) -> ProviderConfig:
+def _config(name: str, table: Mapping[str, Any], source: str) -> ProviderConfig:
     where = f"[configurations.{name}]"
     _check_keys(table, _CONFIG_KEYS, source, where)
-    fields = {k: v for k, v in table.items() if k not in ("api_key_env", "headers_env")}
+    fields = dict(table)
     if "headers_env" in table:
-        fields["headers"] = _headers_from_env(table, source, where, environ)
+        fields["headers_env"] = _headers_env(table, source, where)
     if "api_key_env" in table:
-        variable = _typed(table, "api_key_env", str, source, where) or ""
-        if variable not in environ:
-            raise ConfigurationError(
-                f"{source}: {where} api_key_env: environment variable {variable} is not set"
-            )
-        fields["api_key"] = environ[variable]
+        fields["api_key_env"] = _typed(table, "api_key_env", str, source, where)
     for key in ("provider", "model"):
         if key not in table:
             raise ConfigurationError(f"{source}: {where} {key}: missing")
@@ -288,23 +294,18 @@ def _config(name: str, table: Mapping[str, Any], source: str, environ: Mapping[s
         raise ConfigurationError(f"{source}: {where} {exc}") from None
 
 
-def _headers_from_env(table: Mapping[str, Any], source: str, where: str,
-                      environ: Mapping[str, str]) -> dict[str, Any]:
-    """``headers`` with ``headers_env``'s values read from the environment, as ``api_key_env`` is:
-    a header that is a credential (Azure's ``api-key``) need not be written in the file."""
+def _headers_env(table: Mapping[str, Any], source: str, where: str) -> Mapping[str, str]:
+    """``headers_env`` checked: header name to variable name, no header also in ``headers``. A
+    header that is a credential (Azure's ``api-key``) need not be written in the file."""
     named = _table(table, "headers_env", source, f"{where[1:-1]}.headers_env")
-    headers = dict(_table(table, "headers", source, f"{where[1:-1]}.headers"))
+    headers = _table(table, "headers", source, f"{where[1:-1]}.headers")
     for header, variable in named.items():
         if not isinstance(variable, str):
             raise ConfigurationError(f"{source}: {where} headers_env.{header}: must name an environment "
                                      f"variable, got {variable!r}")
         if header in headers:
             raise ConfigurationError(f"{source}: {where} headers_env.{header}: also given in headers; keep one")
-        if variable not in environ:
-            raise ConfigurationError(f"{source}: {where} headers_env.{header}: environment variable "
-                                     f"{variable} is not set")
-        headers[header] = environ[variable]
-    return headers
+    return named
 
 
 def _policy(table: Mapping[str, Any], source: str) -> PluginPolicy:

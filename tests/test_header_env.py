@@ -37,10 +37,11 @@ async def test_the_header_value_comes_from_the_variable(fake: FakeProvider, tmp_
     assert fake.received[-1].headers["x-team"] == "blue"
 
 
-def test_a_missing_variable_is_named(tmp_path: Path) -> None:
+def test_a_missing_variable_is_named_when_the_configuration_is_used(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path), environ={})
     with pytest.raises(ConfigurationError, match=r"provmw.toml: \[configurations.azure\] headers_env.api-key: "
                                                  "environment variable AZURE_OPENAI_KEY is not set"):
-        load_settings(write(tmp_path), environ={})
+        settings.configuration("azure")
 
 
 def test_the_value_never_shows_in_the_configurations_repr(tmp_path: Path) -> None:

@@ -68,9 +68,16 @@ def test_unknown_top_level_key(tmp_path: Path) -> None:
         load_settings(write(tmp_path, "[configuration.a]\n"), environ={})
 
 
-def test_missing_env_var_for_a_key(tmp_path: Path) -> None:
+def test_missing_env_var_for_a_key_is_named_when_the_configuration_is_used(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, GOOD), environ={})
     with pytest.raises(ConfigurationError, match=r"\[configurations.primary\] api_key_env.*TEST_OPENAI_KEY"):
-        load_settings(write(tmp_path, GOOD), environ={})
+        settings.configuration("primary")
+
+
+def test_a_missing_key_does_not_stop_loading_or_another_configuration(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, GOOD), environ={})
+    assert settings.configuration("backup").api_key is None
+    assert settings.configurations["primary"].api_key_env == "TEST_OPENAI_KEY"
 
 
 def test_invalid_value_names_section_and_field(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from provmw.config import ProviderConfig, fallback_chain
 from provmw.context import ProviderCallContext
@@ -36,8 +36,11 @@ class FallbackMiddleware:
     name = "fallback"
     priority = 600
 
-    def __init__(self, configurations: Mapping[str, ProviderConfig]) -> None:
+    def __init__(self, configurations: Mapping[str, ProviderConfig],
+                 credentials: Callable[[ProviderConfig], ProviderConfig] = lambda config: config) -> None:
         self._configurations = dict(configurations)
+        # Reads a fallback's key variables only when the walk reaches it (Settings.with_credentials).
+        self._credentials = credentials
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         if not config.fallbacks and config.active:  # the common case: no chain, no bookkeeping
@@ -47,6 +50,7 @@ class FallbackMiddleware:
         for candidate in self.chain(config):
             if min_window and (candidate.context_window or 0) <= min_window:
                 continue
+            candidate = self._credentials(candidate)
             try:
                 return await next(candidate)
             except Exception as exc:
