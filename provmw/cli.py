@@ -96,6 +96,16 @@ def _plugins(args: argparse.Namespace, out: TextIO) -> int:
     return 1 if any(info.status == "failed" for info in host.plugins) else 0
 
 
+async def _check(args: argparse.Namespace, out: TextIO) -> int:
+    from provmw.check import problems
+
+    found = await problems(args.config)
+    for problem in found:
+        out.write(f"problem: {problem}\n")
+    out.write(f"{len(found)} problem(s) found\n" if found else "ok: settings, keys, plugins and state check out\n")
+    return 1 if found else 0
+
+
 def _usage(args: argparse.Namespace, out: TextIO) -> int:
     from provmw.middleware import USAGE, section_options
     from provmw.reports import render
@@ -239,6 +249,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--base-url")
     _command(commands, "stack", help="the resolved middleware order")
     _command(commands, "plugins", help="discovered plugins and their status")
+    _command(commands, "check", help="validate settings, key variables, plugins and state; list every problem")
     usage = _command(commands, "usage", help="the usage ledger, grouped")
     usage.add_argument("--since", help="7d, 12h, 30m, or an ISO date/time")
     usage.add_argument("--group-by", choices=("day", "configuration", "model", "user", "tenant"),
@@ -255,6 +266,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 _COMMANDS: dict[str, Any] = {"chat": _chat, "embed": _embed, "stack": _stack, "plugins": _plugins,
+                             "check": _check,
                              "usage": _usage, "budget": _budget, "demo": _demo, "fake-provider": _fake_provider}
 
 

@@ -1,0 +1,54 @@
+"""``provmw check``: every problem a first call would meet, found up front and listed at once.
+
+Calls read a configuration's key variables only when they first use it (so a fallback that
+never runs needs no key); this is the place that looks at all of them before anything runs:
+the settings file, every configuration's ``api_key_env`` and ``headers_env`` variables, the
+plugins, and everything the stack is built from (middleware sections, providers, the
+``[state]`` URL and the plugin serving it). Nothing is sent to a provider or a state server.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+
+from provmw.errors import ProvmwError
+from provmw.settings import Settings, load_settings
+
+__all__ = ["problems"]
+
+
+async def problems(path: str | os.PathLike[str] | None = None,
+                   environ: Mapping[str, str] | None = None) -> list[str]:
+    """Every problem found in the settings and what they name; empty when all is well."""
+    environ = os.environ if environ is None else environ
+    try:
+        settings = load_settings(path, environ)
+    except ProvmwError as exc:
+        return [str(exc)]  # nothing else can be checked without the settings
+    return [*missing_variables(settings), *await _stack_problems(settings, environ)]
+
+
+def missing_variables(settings: Settings) -> Iterator[str]:
+    """One line per key or header variable a configuration names and the environment lacks."""
+    for config in settings.configurations.values():
+        named = [("api_key_env", config.api_key_env)] if config.api_key_env else []
+        named += [(f"headers_env.{header}", variable) for header, variable in config.headers_env.items()]
+        for key, variable in named:
+            if variable not in settings.environ:
+                yield (f"{settings.source}: [configurations.{config.identifier}] {key}: "
+                       f"environment variable {variable} is not set")
+
+
+async def _stack_problems(settings: Settings, environ: Mapping[str, str]) -> list[str]:
+    from provmw.manager import ServiceManager
+    from provmw.plugins import PluginHost
+
+    host = PluginHost(settings.plugins, environ=environ).load(strict=False)
+    found = [info.error or f"plugin {info.name!r} failed" for info in host.plugins if info.status == "failed"]
+    try:
+        manager = ServiceManager(settings, host=host)  # a failed plugin is left out, as reported above
+    except ProvmwError as exc:
+        return [*found, str(exc)]
+    await manager.aclose()
+    return found

@@ -1,0 +1,73 @@
+"""``provmw check`` lists every problem up front and exits non-zero when it finds one."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from provmw.cli import main
+
+TWO = """
+[plugins]
+autoload = false
+
+[configurations.a]
+provider = "openai"
+model = "m"
+api_key_env = "CHECK_A_KEY"
+fallbacks = ["b"]
+
+[configurations.b]
+provider = "openai"
+model = "m"
+headers_env = {{ "api-key" = "CHECK_B_HEADER" }}
+{extra}
+"""
+
+
+def check(tmp_path: Path, extra: str = "") -> tuple[int, str]:
+    path = tmp_path / "provmw.toml"
+    path.write_text(TWO.format(extra=extra))
+    out = io.StringIO()
+    return main(["--config", str(path), "check"], out), out.getvalue()
+
+
+def test_every_missing_variable_is_listed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CHECK_A_KEY", raising=False)
+    monkeypatch.delenv("CHECK_B_HEADER", raising=False)
+    status, printed = check(tmp_path)
+    assert status == 1
+    assert "[configurations.a] api_key_env: environment variable CHECK_A_KEY is not set" in printed
+    assert "[configurations.b] headers_env.api-key: environment variable CHECK_B_HEADER is not set" in printed
+
+
+def test_settings_that_check_out_exit_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHECK_A_KEY", "sk-a")
+    monkeypatch.setenv("CHECK_B_HEADER", "h-b")
+    assert check(tmp_path) == (0, "ok: settings, keys, plugins and state check out\n")
+
+
+def test_a_state_url_no_plugin_serves_is_a_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHECK_A_KEY", "sk-a")
+    monkeypatch.setenv("CHECK_B_HEADER", "h-b")
+    status, printed = check(tmp_path, '[state]\nurl = "redis://127.0.0.1:6379/0"')
+    assert status == 1 and "[state] url: no" in printed and "redis:// state" in printed
+
+
+def test_a_middleware_section_error_is_a_problem_besides_the_keys(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CHECK_A_KEY", raising=False)
+    monkeypatch.setenv("CHECK_B_HEADER", "h-b")
+    status, printed = check(tmp_path, "[middleware.retry]\nmax_atempts = 3")
+    assert status == 1 and "CHECK_A_KEY" in printed and "max_atempts" in printed
+    assert printed.endswith("2 problem(s) found\n")
+
+
+def test_a_file_that_does_not_load_is_the_one_problem(tmp_path: Path) -> None:
+    path = tmp_path / "provmw.toml"
+    path.write_text("default = \n")
+    out = io.StringIO()
+    assert main(["--config", str(path), "check"], out) == 1
+    assert "not valid TOML" in out.getvalue() and out.getvalue().endswith("1 problem(s) found\n")
