@@ -64,6 +64,9 @@ class _Story:
     manager: ServiceManager
     fake: FakeProvider
     out: TextIO
+    # What the story did that makes the ledger differ from the requests the fake saw.
+    streamed: int = 0
+    cache_hits: int = 0
 
     def say(self, text: str = "") -> None:
         self.out.write(text + "\n")
@@ -85,6 +88,7 @@ class _Story:
             after = f" (server says retry after {hint:g}s)" if hint is not None else ""
             self.say(f"   -> {type(exc).__name__}: {exc}{after}")
             return
+        self.cache_hits += response.cached
         text = getattr(response, "text", None)
         shown = repr(text) if text else f"{len(getattr(response, 'vectors', ()))} vector(s)"
         calls = getattr(response, "tool_calls", ())
@@ -98,7 +102,9 @@ class _Story:
 
 
 async def run_demo(out: TextIO, host: PluginHost | None = None) -> int:
-    """Run the scripted story, writing it to ``out``; returns the exit status."""
+    """Run the scripted story, writing it to ``out``; returns the exit status (1 when the
+    ledger does not hold what the story's calls should have left in it)."""
+    # A temporary folder: the demo leaves no file behind, and says so where it reads the ledger.
     with tempfile.TemporaryDirectory(prefix="provmw-demo-") as state:
         async with FakeProvider() as fake:
             settings = demo_settings(fake, Path(state))
@@ -107,8 +113,7 @@ async def run_demo(out: TextIO, host: PluginHost | None = None) -> int:
                 story = _Story(manager, fake, out)
                 await _tell(story)
         # Closing the manager wrote every record; read them back from the ledger file.
-        await _usage_table(story, Path(state) / "provmw.sqlite3")
-    return 0
+        return 0 if await _usage_table(story, Path(state) / "provmw.sqlite3") else 1
 
 
 async def _tell(story: _Story) -> None:
@@ -123,13 +128,17 @@ async def _tell(story: _Story) -> None:
     story.step("1. A chat call through the stack")
     await story.call(lambda: m.chat("Say hello to provmw", user="ada", tenant="acme"))
     story.step("2. Embeddings, a tool call, and an image")
+    story.say("   embeddings on the default configuration; the tool call and the image name")
+    story.say("   configuration='backup' to show the Anthropic-style adapter (not a failover: step 4 is one):")
     await story.call(lambda: m.embed(["first text", "second text"], tenant="acme"))
     await story.call(lambda: m.chat_with_tools("Weather in Paris?", [ToolSpec(name="weather")],
                                                configuration="backup"))
     await story.call(lambda: m.vision("What is in this picture?", ["https://example.invalid/cat.png"],
                                       configuration="backup"))
     story.step("3. Streaming (outside the pipeline by design)")
+    story.say("   from configuration='backup' by name; a stream is not cached, budgeted or in the ledger:")
     chunks = [c.text async for c in m.stream_chat("stream this answer", configuration="backup")]
+    story.streamed += 1
     story.say(f"   -> {len(chunks)} chunks: {''.join(chunks).strip()!r}")
 
     story.step("4. Failover: the primary is down (503, three times in a row)")
@@ -161,12 +170,22 @@ async def _tell(story: _Story) -> None:
         story.say(f"      requests sent for it: {story.fake.count() - before}")
 
 
-async def _usage_table(story: _Story, ledger: Path) -> None:
-    story.step(f"Usage by configuration, read back from the ledger ({ledger.name})")
+async def _usage_table(story: _Story, ledger: Path) -> bool:
+    """Print the ledger by configuration; whether it holds one record per request the fake saw,
+    less the streams (outside the pipeline), plus the cache hits (recorded, never sent)."""
+    story.step("Usage by configuration, read back from the ledger")
+    story.say(f"   ({ledger.name} in a temporary folder, deleted when the demo ends; an application's")
+    story.say("   ledger stays next to its provmw.toml, and `provmw usage` reads it)")
     store = SqliteUsageStore(ledger)
     records = await store.records()
     await store.aclose()
     table = render(usage_rows(records, "configuration", ZoneInfo("UTC")), "table")
     for line in table.splitlines():
         story.say(f"   {line}")
-    story.say(f"\n   {len(records)} ledger records; the fake provider saw {story.fake.count()} requests in all")
+    requests = story.fake.count()
+    expected = requests - story.streamed + story.cache_hits
+    story.say(f"\n   {len(records)} ledger records: one per request that went through the stack and one per "
+              f"cache hit\n   = {requests} requests the fake provider saw - {story.streamed} stream (not recorded) "
+              f"+ {story.cache_hits} cache hit (recorded, never sent) = {expected}"
+              f"{'' if expected == len(records) else '  MISMATCH: the ledger lost or doubled a record'}")
+    return expected == len(records)

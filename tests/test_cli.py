@@ -4,6 +4,7 @@ import asyncio
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +91,30 @@ def test_the_demo_refuses_mallory_before_any_request_and_reads_the_ledger_back()
     assert header.split() == ["configuration", "calls", "attempts", "input_tokens", "output_tokens", "cost_usd",
                               "cache_hits", "errors", "billed_unknown"]
     assert "16 ledger records" in text
+
+
+def test_the_demo_explains_its_ledger_count_from_what_it_did() -> None:
+    out = io.StringIO()
+    asyncio.run(run_demo(out, PluginHost(PluginPolicy(autoload=False), environ={})))
+    found = re.search(r"(\d+) ledger records.*\n.*= (\d+) requests .* - (\d+) stream .* \+ (\d+) cache hit.* = (\d+)$",
+                      out.getvalue(), re.M)
+    assert found, out.getvalue()[-600:]
+    records, requests, streams, hits, expected = map(int, found.groups())
+    assert (requests, streams, hits) == (16, 1, 1) and records == expected == requests - streams + hits
+
+
+def test_the_demo_says_the_backup_is_named_not_failed_over_to() -> None:
+    out = io.StringIO()
+    asyncio.run(run_demo(out, PluginHost(PluginPolicy(autoload=False), environ={})))
+    step_two = out.getvalue().split("== 2.", 1)[1].split("== 4.", 1)[0]
+    assert "configuration='backup'" in step_two and "not a failover" in step_two
+    assert "from configuration='backup' by name" in step_two
+
+
+def test_the_demo_says_its_ledger_is_temporary() -> None:
+    out = io.StringIO()
+    asyncio.run(run_demo(out, PluginHost(PluginPolicy(autoload=False), environ={})))
+    assert "provmw.sqlite3 in a temporary folder, deleted when the demo ends" in out.getvalue()
 
 
 LEDGER_TOML = """
