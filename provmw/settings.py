@@ -13,7 +13,7 @@ the embedded defaults apply (no configurations, default middleware settings)::
     [configurations.primary]
     provider = "openai"
     model = "gpt-4o-mini"
-    api_key_env = "OPENAI_API_KEY"
+    api_key_env = "OPENAI_API_KEY"    # read when the configuration is first used
     fallbacks = ["backup"]
     options = { temperature = 0.2, max_tokens = 512 }
 
