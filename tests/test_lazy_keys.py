@@ -58,8 +58,9 @@ async def test_a_call_on_a_configuration_without_its_key_names_the_variable(fake
 async def test_a_fallback_reached_without_its_key_names_the_variable(fake: FakeProvider, tmp_path: Path) -> None:
     fake.script(Fault(status=503), route="chat")
     async with chain(tmp_path, fake, {"PRIMARY_KEY": "sk-primary"}) as manager:
-        with pytest.raises(ConfigurationError, match=r"\[configurations.backup\] api_key_env: .*BACKUP_KEY"):
+        with pytest.raises(ConfigurationError, match=r"\[configurations.backup\] api_key_env: .*BACKUP_KEY") as caught:
             await manager.chat("hi")
+    assert caught.value.__cause__ is not None and "503" in str(caught.value.__cause__)
 
 
 async def test_the_variable_is_read_when_used_not_when_loaded(fake: FakeProvider, tmp_path: Path) -> None:

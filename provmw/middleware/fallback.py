@@ -50,7 +50,10 @@ class FallbackMiddleware:
         for candidate in self.chain(config):
             if min_window and (candidate.context_window or 0) <= min_window:
                 continue
-            candidate = self._credentials(candidate)
+            try:
+                candidate = self._credentials(candidate)
+            except ConfigurationError as exc:  # a missing key: say which failure led here
+                raise exc from (attempts[-1].error if attempts else None)
             try:
                 return await next(candidate)
             except Exception as exc:
