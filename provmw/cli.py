@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import errno
 import logging
@@ -200,10 +201,13 @@ async def _demo(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _fake_provider(args: argparse.Namespace, out: TextIO) -> int:
-    from provmw.testing import main as serve
+    from provmw._fake_faults import plans_from_arguments
+    from provmw.testing import serve
 
+    plans = plans_from_arguments(args)  # a bad option stops here, before the port is taken
     try:
-        serve(["--host", args.host, "--port", str(args.port)])
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(args.host, args.port, plans))
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise
@@ -211,6 +215,15 @@ def _fake_provider(args: argparse.Namespace, out: TextIO) -> int:
               "try --port with another number")
         return 1
     return 0
+
+
+def _fake_arguments(fake: argparse.ArgumentParser) -> None:
+    from provmw._fake_faults import EXAMPLES, add_fault_arguments
+
+    fake.description = "A loopback server speaking the OpenAI and Anthropic wire formats, with scripted faults."
+    fake.epilog = EXAMPLES
+    fake.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_fault_arguments(fake)
 
 
 def _command(commands: Any, name: str, help: str) -> argparse.ArgumentParser:
@@ -248,9 +261,10 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--format", choices=("table", "csv", "json"), default="table")
         sub.add_argument("--tz", help="time zone for days and windows (default: [middleware.budget] timezone)")
     _command(commands, "demo", help="a scripted story against the loopback fake provider")
-    fake = _command(commands, "fake-provider", help="run the fake provider on loopback")
+    fake = _command(commands, "fake-provider", help="run the fake provider on loopback, with faults")
     fake.add_argument("--host", default="127.0.0.1")
-    fake.add_argument("--port", type=int, default=8765)
+    fake.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed)")
+    _fake_arguments(fake)
     return parser
 
 
