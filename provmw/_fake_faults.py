@@ -12,17 +12,47 @@ import argparse
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 from aiohttp import web
 
+from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from provmw.testing import FakeProvider, Fault
+__all__ = ["EXAMPLES", "ROUTES", "Fault", "FaultPlan", "add_fault_arguments", "admin_routes", "plans_from_arguments"]
 
-__all__ = ["EXAMPLES", "FaultPlan", "add_fault_arguments", "admin_routes", "plans_from_arguments"]
+ROUTES = ("chat", "completion", "embedding", "messages")
+
+
+@attrs.frozen
+class Fault:
+    """What to do instead of (or before) answering one request."""
+
+    status: int | None = None
+    code: str | None = None
+    message: str = "injected fault"
+    headers: FrozenMap = attrs.field(factory=FrozenMap, converter=FrozenMap)
+    delay_s: float = 0.0
+    malformed_json: bool = False
+    drop_connection: bool = False
+    cut_stream_after: int | None = None
+    # A raw usage object that replaces the answer's (streams included), e.g. a provider's
+    # cache counts: ``Fault(usage={"input_tokens": 3, "cache_creation_input_tokens": 12304})``.
+    usage: FrozenMap | None = attrs.field(default=None, converter=attrs.converters.optional(FrozenMap))
+
+
+class _Scriptable(Protocol):
+    """What a plan and the admin endpoint use of ``provmw.testing.FakeProvider``."""
+
+    def script(self, *faults: Fault, route: str | None = None, model: str | None = None) -> None: ...
+
+    def fail_randomly(self, rate: float, fault: Fault, *, route: str | None = None,
+                      model: str | None = None, seed: int = 0) -> None: ...
+
+    def count(self, route: str | None = None, model: str | None = None) -> int: ...
+
+    def clear_faults(self) -> None: ...
 
 EXAMPLES = """\
 examples:
@@ -55,7 +85,7 @@ class FaultPlan:
     route: str | None = None
     model: str | None = None
 
-    def apply(self, fake: FakeProvider) -> None:
+    def apply(self, fake: _Scriptable) -> None:
         """Add this plan to the fake's script."""
         where = {"route": self.route, "model": self.model}
         if self.times is not None:
@@ -66,8 +96,6 @@ class FaultPlan:
 
 def add_fault_arguments(parser: argparse.ArgumentParser) -> None:
     """The fault options of ``provmw fake-provider`` and ``python -m provmw.testing``."""
-    from provmw.testing import ROUTES
-
     group = parser.add_argument_group("faults (with none, every request is answered)")
     group.add_argument("--fail", metavar="STATUS[:N]", help="answer STATUS to the next N requests (no N: to all)")
     group.add_argument("--header", metavar="K=V", action="append", default=[],
@@ -95,8 +123,6 @@ def plans_from_arguments(args: argparse.Namespace) -> list[FaultPlan]:
 
 def plan_from_mapping(values: Mapping[str, Any], *, where: str) -> FaultPlan:
     """A plan from the admin endpoint's JSON (or the parsed options): unknown keys are errors."""
-    from provmw.testing import ROUTES, Fault
-
     unknown = sorted(set(values) - _JSON_KEYS)
     if unknown:
         raise ConfigurationError(f"{where}: unknown fault option(s) {', '.join(unknown)}; "
@@ -179,7 +205,7 @@ def _headers(value: Any) -> dict[str, str]:
     return {key: text for key, _, text in pairs}
 
 
-def admin_routes(fake: FakeProvider) -> Sequence[web.RouteDef]:
+def admin_routes(fake: _Scriptable) -> Sequence[web.RouteDef]:
     """``POST``/``DELETE /_admin/faults`` and ``GET /_admin/requests`` for ``fake``."""
 
     async def add(request: web.Request) -> web.Response:
@@ -198,8 +224,6 @@ def admin_routes(fake: FakeProvider) -> Sequence[web.RouteDef]:
         return web.json_response({"cleared": True})
 
     async def counts(request: web.Request) -> web.Response:
-        from provmw.testing import ROUTES
-
         return web.json_response({"total": fake.count(), "by_route": {r: fake.count(route=r) for r in ROUTES}})
 
     return [web.post("/_admin/faults", add), web.delete("/_admin/faults", clear), web.get("/_admin/requests", counts)]

@@ -49,12 +49,20 @@ import attrs
 from aiohttp import web
 
 from provmw import _fake_wire as wire
+from provmw._fake_faults import (
+    EXAMPLES,
+    ROUTES,
+    Fault,
+    FaultPlan,
+    add_fault_arguments,
+    admin_routes,
+    plans_from_arguments,
+)
 from provmw.config import ProviderConfig
 from provmw.context import CallFacts, FrozenMap, ProviderCallContext, ProviderOperation
 from provmw.responses import CompletionResponse, ProviderResponse
 
 if TYPE_CHECKING:
-    from provmw._fake_faults import FaultPlan
     from provmw.conformance import SENTINEL_KEY, AdapterConformance
     from provmw.usage_conformance import UsageStoreConformance
 
@@ -66,25 +74,7 @@ __all__ = ["ROUTES", "SENTINEL_KEY", "AdapterConformance", "FakeClock", "Fault",
 _CONFORMANCE_MODULES = {"SENTINEL_KEY": "provmw.conformance", "AdapterConformance": "provmw.conformance",
                         "UsageStoreConformance": "provmw.usage_conformance"}
 
-ROUTES = ("chat", "completion", "embedding", "messages")
 _ANY = "*"
-
-
-@attrs.frozen
-class Fault:
-    """What to do instead of (or before) answering one request."""
-
-    status: int | None = None
-    code: str | None = None
-    message: str = "injected fault"
-    headers: FrozenMap = attrs.field(factory=FrozenMap, converter=FrozenMap)
-    delay_s: float = 0.0
-    malformed_json: bool = False
-    drop_connection: bool = False
-    cut_stream_after: int | None = None
-    # A raw usage object that replaces the answer's (streams included), e.g. a provider's
-    # cache counts: ``Fault(usage={"input_tokens": 3, "cache_creation_input_tokens": 12304})``.
-    usage: FrozenMap | None = attrs.field(default=None, converter=attrs.converters.optional(FrozenMap))
 
 
 @attrs.frozen
@@ -187,8 +177,6 @@ class FakeProvider:
         app.router.add_post("/v1/embeddings", self._handler("embedding"))
         app.router.add_post("/v1/messages", self._handler("messages"))
         if self._admin:
-            from provmw._fake_faults import admin_routes
-
             app.add_routes(admin_routes(self))
         # A client that gave up (a timeout) cancels its handler, as a real server's would stop.
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
@@ -363,8 +351,6 @@ async def serve(host: str, port: int, plans: Sequence[FaultPlan] = ()) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from provmw._fake_faults import EXAMPLES, add_fault_arguments, plans_from_arguments
-
     parser = argparse.ArgumentParser(prog="python -m provmw.testing", description=FakeProvider.__doc__,
                                      epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
