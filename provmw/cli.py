@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import errno
+import json
 import logging
 import re
 import sys
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from zoneinfo import ZoneInfo
@@ -36,11 +38,42 @@ def _target(args: argparse.Namespace) -> dict[str, Any]:
 async def _chat(args: argparse.Namespace, out: TextIO) -> int:
     from provmw.manager import ServiceManager
 
+    call = {**_target(args), "user": args.user, "tenant": args.tenant, "options": _options(args.option)}
     async with ServiceManager.from_file(args.config) as manager:
-        response = await manager.chat(args.prompt, **_target(args))
+        if args.stream:
+            return await _stream(manager.stream_chat(args.prompt, **call), out)
+        response = await manager.chat(args.prompt, **call)
     out.write(f"{response.text}\n")
     _usage_line(response, out)
     return 0
+
+
+async def _stream(chunks: AsyncIterator[Any], out: TextIO) -> int:
+    usage = None
+    async for chunk in chunks:
+        out.write(chunk.text)
+        out.flush()  # each piece shows as it arrives
+        usage = chunk.usage or usage
+    out.write("\n")
+    if usage is not None:
+        out.write(f"-- streamed tokens in={usage.input_tokens} out={usage.output_tokens}\n")
+    return 0
+
+
+def _options(pairs: Sequence[str]) -> dict[str, Any] | None:
+    """``--option KEY=VALUE`` pairs; a value is JSON when it parses (0.2, true, ["a"]), else a string."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise ConfigurationError(f"--option: expected KEY=VALUE, got {pair!r}")
+        if key in options:
+            raise ConfigurationError(f"--option: {key!r} is given twice")
+        try:
+            options[key] = json.loads(text)
+        except ValueError:
+            options[key] = text
+    return options or None
 
 
 async def _embed(args: argparse.Namespace, out: TextIO) -> int:
@@ -210,10 +243,13 @@ async def _demo(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _fake_provider(args: argparse.Namespace, out: TextIO) -> int:
-    from provmw.testing import main as serve
+    from provmw._fake_faults import plans_from_arguments
+    from provmw.testing import serve
 
+    plans = plans_from_arguments(args)  # a bad option stops here, before the port is taken
     try:
-        serve(["--host", args.host, "--port", str(args.port)])
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(args.host, args.port, plans))
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise
@@ -221,6 +257,15 @@ def _fake_provider(args: argparse.Namespace, out: TextIO) -> int:
               "try --port with another number")
         return 1
     return 0
+
+
+def _fake_arguments(fake: argparse.ArgumentParser) -> None:
+    from provmw._fake_faults import EXAMPLES, add_fault_arguments
+
+    fake.description = "A loopback server speaking the OpenAI and Anthropic wire formats, with scripted faults."
+    fake.epilog = EXAMPLES
+    fake.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_fault_arguments(fake)
 
 
 def _command(commands: Any, name: str, help: str) -> argparse.ArgumentParser:
@@ -235,10 +280,16 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="provmw", description="One middleware stack for LLM calls.",
                                      allow_abbrev=False)
     parser.add_argument("--config", help="settings file (default: $PROVMW_CONFIG, provmw.toml, pyproject.toml)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log each call (INFO level)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log each attempt (configuration, provider/model, outcome, time) and each retry")
     commands = parser.add_subparsers(dest="command", required=True)
     chat = _command(commands, "chat", help="one chat call through the full stack")
     chat.add_argument("prompt")
+    chat.add_argument("--user", help="who the call is for (budgets, usage, cache)")
+    chat.add_argument("--tenant", help="the tenant the call is for (budgets, usage, cache)")
+    chat.add_argument("--option", metavar="KEY=VALUE", action="append", default=[],
+                      help="a generation option, e.g. temperature=0.2 (repeatable; JSON values parsed)")
+    chat.add_argument("--stream", action="store_true", help="print the answer as it streams")
     embed = _command(commands, "embed", help="one embedding call through the full stack")
     embed.add_argument("texts", nargs="+")
     embed.add_argument("--dimensions", type=int)
@@ -259,9 +310,10 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--format", choices=("table", "csv", "json"), default="table")
         sub.add_argument("--tz", help="time zone for days and windows (default: [middleware.budget] timezone)")
     _command(commands, "demo", help="a scripted story against the loopback fake provider")
-    fake = _command(commands, "fake-provider", help="run the fake provider on loopback")
+    fake = _command(commands, "fake-provider", help="run the fake provider on loopback, with faults")
     fake.add_argument("--host", default="127.0.0.1")
-    fake.add_argument("--port", type=int, default=8765)
+    fake.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed)")
+    _fake_arguments(fake)
     return parser
 
 

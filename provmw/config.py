@@ -301,7 +301,9 @@ class ProviderConfig:
     api_key: Secret | None = attrs.field(default=None, converter=_to_secret, validator=_header_safe_key)
     options: FrozenMap = attrs.field(factory=FrozenMap, converter=_to_frozen, validator=_validate_options)
     fallbacks: tuple[str, ...] = attrs.field(default=(), converter=_to_str_tuple)
-    timeout_s: float = attrs.field(default=60.0, validator=number(gt=0))
+    # 30 s fits most unstreamed answers; with the deadline's 120 s a hung provider still
+    # leaves a fallback its turn (ADR 0007, amendment on default time limits).
+    timeout_s: float = attrs.field(default=30.0, validator=number(gt=0))
     active: bool = attrs.field(default=True, validator=_bool)
     headers: FrozenMap = attrs.field(
         factory=FrozenMap, converter=_to_frozen, validator=_validate_headers, repr=_repr_headers

@@ -8,6 +8,7 @@ from typing import Any, TypeVar, Unpack
 
 import attrs
 
+from provmw import _attempt_log as attempt_log
 from provmw._checks import did_you_mean
 from provmw._redact import Scrubber
 from provmw.config import KNOWN_OPTIONS, GenerationOptions, ProviderConfig, Secret, check_options, fallback_chain
@@ -276,6 +277,7 @@ class ServiceManager:
             # never asks the checking resolver about an IP literal.
             await check_destination(chosen)
             call_adapter: Callable[..., Awaitable[ProviderResponse]] = getattr(adapters[chosen.provider], method)
+            started = attempt_log.start()
             try:
                 response = await run_within(chosen.timeout_s, call_adapter(client_for(chosen, http), chosen, request),
                                             lambda: _attempt_timeout(chosen))
@@ -283,8 +285,12 @@ class ServiceManager:
                 Scrubber.for_config(chosen).error(exc)
                 attempts.record(Attempt(config_id=chosen.identifier, error_type=type(exc).__name__,
                                         status=getattr(exc, "status", None)))
+                if started is not None:
+                    attempt_log.log_attempt(chosen, started, exc)
                 raise
             attempts.record(Attempt(config_id=chosen.identifier))
+            if started is not None:
+                attempt_log.log_attempt(chosen, started)
             if type(response) is not response_type:  # vision is a chat whose answer is typed apart
                 response = response_type(**{f.name: getattr(response, f.name) for f in attrs.fields(type(response))})
             price = prices.price_for(chosen)

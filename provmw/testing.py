@@ -42,13 +42,22 @@ import importlib
 import json
 import random
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 from aiohttp import web
 
 from provmw import _fake_wire as wire
+from provmw._fake_faults import (
+    EXAMPLES,
+    ROUTES,
+    Fault,
+    FaultPlan,
+    add_fault_arguments,
+    admin_routes,
+    plans_from_arguments,
+)
 from provmw.config import ProviderConfig
 from provmw.context import CallFacts, FrozenMap, ProviderCallContext, ProviderOperation
 from provmw.responses import CompletionResponse, ProviderResponse
@@ -65,25 +74,7 @@ __all__ = ["ROUTES", "SENTINEL_KEY", "AdapterConformance", "FakeClock", "Fault",
 _CONFORMANCE_MODULES = {"SENTINEL_KEY": "provmw.conformance", "AdapterConformance": "provmw.conformance",
                         "UsageStoreConformance": "provmw.usage_conformance"}
 
-ROUTES = ("chat", "completion", "embedding", "messages")
 _ANY = "*"
-
-
-@attrs.frozen
-class Fault:
-    """What to do instead of (or before) answering one request."""
-
-    status: int | None = None
-    code: str | None = None
-    message: str = "injected fault"
-    headers: FrozenMap = attrs.field(factory=FrozenMap, converter=FrozenMap)
-    delay_s: float = 0.0
-    malformed_json: bool = False
-    drop_connection: bool = False
-    cut_stream_after: int | None = None
-    # A raw usage object that replaces the answer's (streams included), e.g. a provider's
-    # cache counts: ``Fault(usage={"input_tokens": 3, "cache_creation_input_tokens": 12304})``.
-    usage: FrozenMap | None = attrs.field(default=None, converter=attrs.converters.optional(FrozenMap))
 
 
 @attrs.frozen
@@ -153,8 +144,10 @@ class FakeProvider:
     """A loopback server speaking the OpenAI and Anthropic wire formats, with faults."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, api_key: str | None = None,
-                 record_limit: int = 10_000, tokenizer: Literal["words", "characters"] = "words") -> None:
+                 record_limit: int = 10_000, tokenizer: Literal["words", "characters"] = "words",
+                 admin: bool = False) -> None:
         self._host, self._port = host, port
+        self._admin = admin
         self._api_key = api_key
         # "characters" counts as densely as real tokenizers do on CJK text, one token a character.
         self._count = wire.characters if tokenizer == "characters" else wire.words
@@ -183,6 +176,8 @@ class FakeProvider:
         app.router.add_post("/v1/completions", self._handler("completion"))
         app.router.add_post("/v1/embeddings", self._handler("embedding"))
         app.router.add_post("/v1/messages", self._handler("messages"))
+        if self._admin:
+            app.add_routes(admin_routes(self))
         # A client that gave up (a timeout) cancels its handler, as a real server's would stop.
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
@@ -216,10 +211,14 @@ class FakeProvider:
         return sum(n for (r, m), n in self._counts.items()
                    if route in (None, r) and model in (None, m))
 
-    def reset(self) -> None:
-        """Forget faults, counts and recorded requests."""
+    def clear_faults(self) -> None:
+        """Forget scripted and random faults; counts and recorded requests stay."""
         self._scripted.clear()
         self._random.clear()
+
+    def reset(self) -> None:
+        """Forget faults, counts and recorded requests."""
+        self.clear_faults()
         self._counts.clear()
         self.received.clear()
 
@@ -339,22 +338,28 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-async def serve(host: str, port: int) -> None:
-    """Run a fake provider until cancelled, printing where it listens."""
-    async with FakeProvider(host, port) as fake:
+async def serve(host: str, port: int, plans: Sequence[FaultPlan] = ()) -> None:
+    """Run a fake provider with its admin endpoint until cancelled, printing where it listens."""
+    async with FakeProvider(host, port, admin=True) as fake:
+        for plan in plans:
+            plan.apply(fake)
         print(f"fake provider listening on {fake.url}", flush=True)
         print(f"  OpenAI base URL:    {fake.openai_base_url}", flush=True)
         print(f"  Anthropic base URL: {fake.anthropic_base_url}", flush=True)
+        print(f"  faults: {len(plans)} scripted; change them at {fake.url}/_admin/faults", flush=True)
         await asyncio.Event().wait()
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m provmw.testing", description=FakeProvider.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m provmw.testing", description=FakeProvider.__doc__,
+                                     epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
+    add_fault_arguments(parser)
     args = parser.parse_args(argv)
+    plans = plans_from_arguments(args)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.host, args.port))
+        asyncio.run(serve(args.host, args.port, plans))
 
 
 if __name__ == "__main__":

@@ -16,16 +16,18 @@ __all__ = ["DeadlineMiddleware", "DeadlineOptions"]
 
 @attrs.frozen
 class DeadlineOptions:
-    """``[middleware.deadline]``: ``default_s`` applies to calls that set no ``deadline_s``."""
+    """``[middleware.deadline]``: ``default_s`` (120 s) applies to calls that set no ``deadline_s``."""
 
-    default_s: float | None = attrs.field(default=None, validator=number(gt=0, optional=True))
+    # A call is bounded by default: without it a provider that never answers holds the caller
+    # for attempts x timeout_s x configurations (ADR 0007, amendment on default time limits).
+    default_s: float | None = attrs.field(default=120.0, validator=number(gt=0, optional=True))
 
 
 class DeadlineMiddleware:
     """Cancel everything inside (retries, waits, fallbacks) once the call's deadline passes.
 
-    The limit is ``controls={"deadline_s": x}`` or the configured ``default_s``; with
-    neither, the call passes through untouched. Raises ``DeadlineExceededError``, which
+    The limit is ``controls={"deadline_s": x}`` or the configured ``default_s`` (120 s unless
+    set); ``enabled = false`` in ``[middleware.deadline]`` removes the limit. Raises ``DeadlineExceededError``, which
     nothing retries or falls back on.
     """
 

@@ -191,5 +191,6 @@ class _HintOrJitter(wait_base):
 def _log_retry(state: RetryCallState) -> None:
     error = state.outcome.exception() if state.outcome is not None else None
     wait = state.next_action.sleep if state.next_action is not None else 0.0
-    log.info("retry: attempt %d failed with %s; retrying in %.3fs",
-             state.attempt_number, type(error).__name__, wait)
+    config = state.args[0] if state.args else None
+    log.info("retry: attempt %d failed on configuration=%s with %s; retrying in %.3fs",
+             state.attempt_number, getattr(config, "identifier", "?"), type(error).__name__, wait)

@@ -131,7 +131,7 @@ async def test_the_configured_default_deadline_applies_without_a_control() -> No
 
 
 async def test_without_any_deadline_the_call_passes_through() -> None:
-    response = await DeadlineMiddleware().handle(CTX, CONFIG, ScriptedNext())
+    response = await DeadlineMiddleware(DeadlineOptions(default_s=None)).handle(CTX, CONFIG, ScriptedNext())
     assert response.text == "ok"
 
 
