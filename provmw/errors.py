@@ -351,6 +351,11 @@ class FallbackExhaustedError(ProvmwError):
         return (type(self), (self.attempts,))
 
 
+def _plain(amount: float) -> str:
+    """An amount for people to read: never in exponent form (``0.000003``, not ``3e-06``)."""
+    return f"{amount:.9f}".rstrip("0").rstrip(".") or "0"
+
+
 class BudgetExceededError(ProvmwError):
     """A budget bucket refused the call before it reached a provider.
 
@@ -371,8 +376,8 @@ class BudgetExceededError(ProvmwError):
     ) -> None:
         resets = f", resets at {resets_at}" if resets_at else ""
         super().__init__(
-            f"budget {bucket!r} ({period}) exceeded on {dimension}: limit {limit:g}, spent {spent:g}, "
-            f"reserved {reserved:g}{resets}"
+            f"budget {bucket!r} ({period}) exceeded on {dimension}: limit {_plain(limit)}, spent {_plain(spent)}, "
+            f"reserved {_plain(reserved)}{resets}"
         )
         self.bucket = bucket
         self.limit = limit

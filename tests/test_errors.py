@@ -99,3 +99,8 @@ def test_budget_error_names_bucket_limit_spent_reserved_period() -> None:
 def test_provider_errors_are_provmw_errors() -> None:
     assert issubclass(ProviderError, errors.ProvmwError)
     assert issubclass(ProviderConnectionError, ProviderUnavailableError)
+
+
+def test_a_budget_refusal_prints_money_without_an_exponent() -> None:
+    error = BudgetExceededError("user:ada", limit=0.02, spent=3e-06, reserved=0, period="day")
+    assert "limit 0.02, spent 0.000003, reserved 0" in str(error)
