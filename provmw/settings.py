@@ -158,6 +158,10 @@ class Settings:
     http: ReadLimits = attrs.field(factory=ReadLimits)
     # Where ``api_key_env`` and ``headers_env`` are read, when a configuration is first used.
     environ: Mapping[str, str] = attrs.field(factory=lambda: os.environ, eq=False, repr=False)
+    # The last configuration read per name, with the values it was read from: reading the
+    # variables is cheap, building the configuration again on every call is not.
+    _read: dict[str, tuple[ProviderConfig, tuple[str | None, ...], ProviderConfig]] = attrs.field(
+        factory=dict, init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.default is not None and self.default not in self.configurations:
@@ -207,10 +211,20 @@ class Settings:
     def with_credentials(self, config: ProviderConfig) -> ProviderConfig:
         """``config`` with its key and header variables read now, from this settings' environment;
         a variable that is not set names the file, the configuration and the variable."""
+        if config.api_key_env is None and not config.headers_env:
+            return config
+        values = tuple(self.environ.get(v) for v in (config.api_key_env, *config.headers_env.values()) if v)
+        kept = self._read.get(config.identifier)
+        if kept is not None and kept[0] is config and kept[1] == values:
+            return kept[2]
         try:
-            return config.with_credentials(self.environ)
+            read = config.with_credentials(self.environ)
         except ConfigurationError as exc:
             raise ConfigurationError(f"{self.source}: [configurations.{config.identifier}] {exc}") from None
+        if len(self._read) >= 1024:  # ad-hoc identifiers are the caller's to invent
+            self._read.clear()
+        self._read[config.identifier] = (config, values, read)
+        return read
 
     def _default_name(self) -> str:
         if self.default is not None:

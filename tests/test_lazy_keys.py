@@ -9,7 +9,8 @@ import pytest
 from provmw.errors import ConfigurationError
 from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost
-from provmw.settings import load_settings
+from provmw.config import ProviderConfig
+from provmw.settings import Settings, load_settings
 from provmw.testing import FakeProvider, Fault
 
 CHAIN = """
@@ -69,3 +70,14 @@ async def test_the_variable_is_read_when_used_not_when_loaded(fake: FakeProvider
         environ["PRIMARY_KEY"] = "sk-later"
         await manager.chat("hi")
     assert fake.received[-1].headers["Authorization"] == "Bearer sk-later"
+
+
+def test_a_configuration_is_read_again_only_when_its_variables_change() -> None:
+    environ = {"KEY_A": "sk-one"}
+    config = ProviderConfig(identifier="a", provider="openai", model="m", api_key_env="KEY_A")
+    settings = Settings(configurations={"a": config}, environ=environ)
+    first = settings.with_credentials(config)
+    assert settings.with_credentials(config) is first
+    environ["KEY_A"] = "sk-two"
+    rotated = settings.with_credentials(config)
+    assert rotated.api_key is not None and rotated.api_key.reveal() == "sk-two"
