@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from provmw.config import ProviderConfig
 from provmw.errors import ConfigurationError
 from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost
-from provmw.config import ProviderConfig
 from provmw.settings import Settings, load_settings
 from provmw.testing import FakeProvider, Fault
 
