@@ -37,6 +37,15 @@ class Fault:
     malformed_json: bool = False
     drop_connection: bool = False
     cut_stream_after: int | None = None
+    # Stream faults count the stream's events (``FakeWire.frames``) sent before they strike:
+    # 0 is before the first. A stall waits ``stall_s`` (writing the wire's keepalive every
+    # ``keepalive_s`` when set); an in-band error is the wire's error event (``code`` and
+    # ``message``) after an HTTP 200; a malformed event is one the wire's own format cannot parse.
+    stall_after: int | None = None
+    stall_s: float = 0.0
+    keepalive_s: float | None = None
+    stream_error_after: int | None = None
+    malformed_after: int | None = None
     # A raw usage object that replaces the answer's (streams included), e.g. a provider's
     # cache counts: ``Fault(usage={"input_tokens": 3, "cache_creation_input_tokens": 12304})``.
     usage: FrozenMap | None = attrs.field(default=None, converter=attrs.converters.optional(FrozenMap))
@@ -44,6 +53,9 @@ class Fault:
 
 class _Scriptable(Protocol):
     """What a plan and the admin endpoint use of ``provmw.testing.FakeProvider``."""
+
+    @property
+    def routes(self) -> Sequence[str]: ...
 
     def script(self, *faults: Fault, route: str | None = None, model: str | None = None) -> None: ...
 
@@ -61,6 +73,8 @@ examples:
   provmw fake-provider --fail 500 --route chat               # chat only; embeddings still answer
   provmw fake-provider --delay 5 --times 3                   # the next 3 answers take 5 s
   provmw fake-provider --drop                                # close the connection mid-answer
+  provmw fake-provider --stream-error-after 0 --code overloaded_error  # HTTP 200, then an error event
+  provmw fake-provider --stall-after 0 --stall 30            # a stream that never sends its first token
   provmw fake-provider --malformed --times 1                 # one body that is not JSON
   provmw fake-provider --fail 503 --fail-rate 0.3 --seed 7   # 30% of requests, reproducibly
 
@@ -71,6 +85,7 @@ while it runs (same options as JSON; counts of requests received):
 """
 
 _JSON_KEYS = frozenset({"fail", "times", "header", "delay", "drop", "malformed", "cut_stream_after",
+                        "stall_after", "stall", "keepalive", "stream_error_after", "malformed_after",
                         "fail_rate", "seed", "route", "model", "code", "message"})
 
 
@@ -104,6 +119,14 @@ def add_fault_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--drop", action="store_true", help="close the connection halfway through the body")
     group.add_argument("--malformed", action="store_true", help="answer a body that is not JSON")
     group.add_argument("--cut-stream-after", metavar="EVENTS", type=int, help="close a stream after EVENTS events")
+    group.add_argument("--stall-after", metavar="EVENTS", type=int, help="stall a stream after EVENTS events (0: "
+                       "before the first), for --stall seconds")
+    group.add_argument("--stall", metavar="SECONDS", type=float, help="how long --stall-after stalls")
+    group.add_argument("--keepalive", metavar="SECONDS", type=float, help="send a keepalive this often while stalled")
+    group.add_argument("--stream-error-after", metavar="EVENTS", type=int,
+                       help="after EVENTS events of an HTTP 200 stream, send an in-band error event (--code)")
+    group.add_argument("--malformed-after", metavar="EVENTS", type=int, help="send a malformed event after EVENTS")
+    group.add_argument("--code", help="the error code of the fault's body or in-band error event")
     group.add_argument("--times", metavar="N", type=int, help="only the next N requests (as STATUS:N does)")
     group.add_argument("--fail-rate", metavar="RATE", type=float, help="a share (0-1] of requests, at random")
     group.add_argument("--seed", type=int, default=0, help="seed of --fail-rate (default 0: reproducible)")
@@ -121,7 +144,7 @@ def plans_from_arguments(args: argparse.Namespace) -> list[FaultPlan]:
     return [plan_from_mapping(values, where="fake-provider")]
 
 
-def plan_from_mapping(values: Mapping[str, Any], *, where: str) -> FaultPlan:
+def plan_from_mapping(values: Mapping[str, Any], *, where: str, routes: Sequence[str] = ROUTES) -> FaultPlan:
     """A plan from the admin endpoint's JSON (or the parsed options): unknown keys are errors."""
     unknown = sorted(set(values) - _JSON_KEYS)
     if unknown:
@@ -130,17 +153,30 @@ def plan_from_mapping(values: Mapping[str, Any], *, where: str) -> FaultPlan:
     status, times = _fail(values.get("fail"), where)
     times = _merge_times(times, values.get("times"), where)
     route = values.get("route")
-    if route is not None and route not in ROUTES:
-        raise ConfigurationError(f"{where}: unknown route {route!r}; routes: {', '.join(ROUTES)}")
+    if route is not None and route not in routes:
+        raise ConfigurationError(f"{where}: unknown route {route!r}; routes: {', '.join(routes)}")
     fault = Fault(status=status, code=_text(values, "code", where), headers=_headers(values.get("header")),
                   message=_text(values, "message", where) or "injected fault",
                   delay_s=_number(values.get("delay"), "delay", where, 0.0) or 0.0,
                   drop_connection=bool(values.get("drop")), malformed_json=bool(values.get("malformed")),
-                  cut_stream_after=_count(values.get("cut_stream_after"), "cut_stream_after", where, minimum=0))
+                  cut_stream_after=_count(values.get("cut_stream_after"), "cut_stream_after", where, minimum=0),
+                  **_stream_faults(values, where))
     if fault == Fault(message=fault.message, code=fault.code, headers=fault.headers):
-        raise ConfigurationError(f"{where}: no fault given: use fail, delay, drop, malformed or cut_stream_after")
+        raise ConfigurationError(f"{where}: no fault given: use fail, delay, drop, malformed, cut_stream_after, "
+                                 "stall_after, stream_error_after or malformed_after")
     return FaultPlan(fault, times, _rate(values.get("fail_rate"), times, where),
                      _count(values.get("seed"), "seed", where, minimum=0) or 0, route, values.get("model"))
+
+
+def _stream_faults(values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    stall_after = _count(values.get("stall_after"), "stall_after", where, minimum=0)
+    stall_s = _number(values.get("stall"), "stall", where, 0.0) or 0.0
+    if (stall_after is None) != (stall_s == 0.0):
+        raise ConfigurationError(f"{where}: stall_after and stall go together (after how many events, how long)")
+    return {"stall_after": stall_after, "stall_s": stall_s,
+            "keepalive_s": _number(values.get("keepalive"), "keepalive", where, None),
+            "stream_error_after": _count(values.get("stream_error_after"), "stream_error_after", where, minimum=0),
+            "malformed_after": _count(values.get("malformed_after"), "malformed_after", where, minimum=0)}
 
 
 def _fail(value: Any, where: str) -> tuple[int | None, int | None]:
@@ -213,7 +249,7 @@ def admin_routes(fake: _Scriptable) -> Sequence[web.RouteDef]:
             body = json.loads(await request.read() or b"{}")
             if not isinstance(body, dict):
                 raise ConfigurationError("POST /_admin/faults: the body must be a JSON object")
-            plan = plan_from_mapping(body, where="POST /_admin/faults")
+            plan = plan_from_mapping(body, where="POST /_admin/faults", routes=fake.routes)
         except (ValueError, ConfigurationError) as exc:
             return web.json_response({"error": str(exc)}, status=400)
         plan.apply(fake)
@@ -224,7 +260,7 @@ def admin_routes(fake: _Scriptable) -> Sequence[web.RouteDef]:
         return web.json_response({"cleared": True})
 
     async def counts(request: web.Request) -> web.Response:
-        return web.json_response({"total": fake.count(), "by_route": {r: fake.count(route=r) for r in ROUTES}})
+        return web.json_response({"total": fake.count(), "by_route": {r: fake.count(route=r) for r in fake.routes}})
 
     return [web.post("/_admin/faults", add), web.delete("/_admin/faults", clear), web.get("/_admin/requests", counts)]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["Tokenizer", "anthropic_error", "anthropic_message", "anthropic_stream", "characters",
-           "embedding_vector", "openai_chat", "openai_chat_stream", "openai_completion", "openai_embeddings",
-           "openai_error", "words"]
+__all__ = ["AnthropicWire", "FakeWire", "OpenAIWire", "Tokenizer", "anthropic_error", "anthropic_message",
+           "anthropic_stream", "characters", "embedding_vector", "openai_chat", "openai_chat_stream",
+           "openai_completion", "openai_embeddings", "openai_error", "sse", "tool_queries", "words"]
 
 Tokenizer = Callable[[str], int]
 
@@ -70,16 +70,22 @@ def _wants_tool(body: Mapping[str, Any], messages: list[Any]) -> bool:
     return not is_result
 
 
+def tool_queries(messages: list[Any]) -> list[str]:
+    """What the fake asks its first tool: one call per non-empty line of the last message."""
+    text = _text_of(messages[-1].get("content"))
+    return [line.strip() for line in text.splitlines() if line.strip()] or [text]
+
+
 def openai_chat(body: Mapping[str, Any], count: Tokenizer = words) -> dict[str, Any]:
     messages = list(body.get("messages", []))
     message: dict[str, Any] = {"role": "assistant", "content": _answer(messages)}
     finish = "stop"
     if _wants_tool(body, messages):
         tool = body["tools"][0]["function"]["name"]
-        args = json.dumps({"query": _text_of(messages[-1].get("content"))})
         message = {"role": "assistant", "content": None,
-                   "tool_calls": [{"id": "call_0", "type": "function",
-                                   "function": {"name": tool, "arguments": args}}]}
+                   "tool_calls": [{"id": f"call_{i}", "type": "function",
+                                   "function": {"name": tool, "arguments": json.dumps({"query": query})}}
+                                  for i, query in enumerate(tool_queries(messages))]}
         finish = "tool_calls"
     text = message["content"] or ""
     output = _cut(text, body.get("max_tokens"), count)
@@ -100,14 +106,30 @@ def _cut(text: str, max_tokens: Any, count: Tokenizer) -> str:
     return cut if count(cut) <= max_tokens else cut[:max_tokens]
 
 
-def openai_chat_stream(full: Mapping[str, Any]) -> Iterator[str]:
-    """The events that stream ``full``, an ``openai_chat`` answer."""
-    text = full["choices"][0]["message"]["content"] or ""
-    for word in text.split(" "):
+def openai_chat_stream(full: Mapping[str, Any], *, usage: bool = True) -> Iterator[str]:
+    """The events that stream ``full``, an ``openai_chat`` answer; the usage event only when
+    asked for (``stream_options.include_usage``), as the OpenAI API does."""
+    message = full["choices"][0]["message"]
+    for word in (message["content"] or "").split(" ") if message["content"] else ():
         yield json.dumps({"choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}]})
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        yield from _tool_call_deltas(index, call)
     yield json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": full["choices"][0]["finish_reason"]}]})
-    yield json.dumps({"choices": [], "usage": full["usage"]})
+    if usage:
+        yield json.dumps({"choices": [], "usage": full["usage"]})
     yield "[DONE]"
+
+
+def _tool_call_deltas(index: int, call: Mapping[str, Any]) -> Iterator[str]:
+    """A tool call as OpenAI streams it: id and name first, then the arguments in pieces."""
+    function = call["function"]
+    head = {"index": index, "id": call["id"], "type": "function", "function": {"name": function["name"],
+                                                                              "arguments": ""}}
+    yield json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [head]}, "finish_reason": None}]})
+    arguments = function["arguments"]
+    for start in range(0, len(arguments), 7):
+        piece = {"index": index, "function": {"arguments": arguments[start:start + 7]}}
+        yield json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [piece]}, "finish_reason": None}]})
 
 
 def openai_completion(body: Mapping[str, Any], count: Tokenizer = words) -> dict[str, Any]:
@@ -154,8 +176,8 @@ def anthropic_message(body: Mapping[str, Any], count: Tokenizer = words) -> dict
     stop = "end_turn"
     if _wants_tool(body, messages):
         tool = body["tools"][0]["name"]
-        content.append({"type": "tool_use", "id": "toolu_0", "name": tool,
-                        "input": {"query": _text_of(messages[-1].get("content"))}})
+        content += [{"type": "tool_use", "id": f"toolu_{i}", "name": tool, "input": {"query": query}}
+                    for i, query in enumerate(tool_queries(messages))]
         stop = "tool_use"
     else:
         text = _answer(messages)
@@ -172,20 +194,118 @@ def anthropic_message(body: Mapping[str, Any], count: Tokenizer = words) -> dict
 def anthropic_stream(full: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     """The events that stream ``full``, an ``anthropic_message`` answer: the input side of its
     usage opens the stream, the output count ends it, as the Messages API sends them."""
-    text = "".join(b.get("text", "") for b in full["content"])
     start = {**full, "content": [], "stop_reason": None, "usage": {**full["usage"], "output_tokens": 0}}
     yield "message_start", json.dumps({"type": "message_start", "message": start})
-    yield "content_block_start", json.dumps({"type": "content_block_start", "index": 0,
-                                             "content_block": {"type": "text", "text": ""}})
-    for word in text.split(" "):
-        yield "content_block_delta", json.dumps({"type": "content_block_delta", "index": 0,
-                                                 "delta": {"type": "text_delta", "text": word + " "}})
-    yield "content_block_stop", json.dumps({"type": "content_block_stop", "index": 0})
+    for index, block in enumerate(full["content"]):
+        yield from _anthropic_block(index, block)
     yield "message_delta", json.dumps({"type": "message_delta", "delta": {"stop_reason": full["stop_reason"]},
                                        "usage": {"output_tokens": full["usage"].get("output_tokens", 0)}})
     yield "message_stop", json.dumps({"type": "message_stop"})
 
 
+def _anthropic_block(index: int, block: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """One content block as the Messages API streams it: start, deltas, stop."""
+    if block["type"] == "text":
+        head: dict[str, Any] = {"type": "text", "text": ""}
+        deltas = [{"type": "text_delta", "text": word + " "} for word in block["text"].split(" ")]
+    else:
+        head = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+        arguments = json.dumps(block["input"])
+        deltas = [{"type": "input_json_delta", "partial_json": arguments[i:i + 7]}
+                  for i in range(0, len(arguments), 7)]
+    yield "content_block_start", json.dumps({"type": "content_block_start", "index": index, "content_block": head})
+    for delta in deltas:
+        yield "content_block_delta", json.dumps({"type": "content_block_delta", "index": index, "delta": delta})
+    yield "content_block_stop", json.dumps({"type": "content_block_stop", "index": index})
+
+
 def anthropic_error(status: int, code: str | None, message: str) -> dict[str, Any]:
     kind = code or _ANTHROPIC_ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
     return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+class FakeWire(Protocol):
+    """One wire format ``FakeProvider`` serves: its routes, answers, errors and stream frames.
+
+    ``routes`` maps each route name (unique across the wires of one fake; faults and counts
+    are keyed by it) to its aiohttp path. ``frames`` is the whole stream of an answer, one
+    event per item; the fake inserts the stream faults (a stall, a cut, an in-band error, a
+    malformed event) between them, so a wire only says how each looks in its format.
+    """
+
+    routes: Mapping[str, str]
+    stream_content_type: str
+    stream_preamble: bytes  # sent before the first event (an SSE comment), b"" for none
+    keepalive: bytes  # what the fake writes while it stalls a stream with keepalives
+
+    def model(self, route: str, path_model: str | None, body: Mapping[str, Any]) -> str: ...
+    def streams(self, route: str, body: Mapping[str, Any]) -> bool: ...
+    def answer(self, route: str, body: Mapping[str, Any], count: Tokenizer) -> dict[str, Any]: ...
+    def with_usage(self, payload: dict[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]: ...
+    def frames(self, route: str, body: Mapping[str, Any], payload: Mapping[str, Any]) -> list[bytes]: ...
+    def error_body(self, route: str, status: int, code: str | None, message: str) -> dict[str, Any]: ...
+    def error_frame(self, route: str, code: str | None, message: str) -> bytes: ...
+    def malformed_frame(self, route: str) -> bytes: ...
+
+
+def sse(data: str, event: str | None = None) -> bytes:
+    """One server-sent event."""
+    return (f"event: {event}\n" if event else "").encode() + f"data: {data}\n\n".encode()
+
+
+class _SSEWire:
+    stream_content_type = "text/event-stream"
+    stream_preamble = b": fake provider stream\n\n"
+    keepalive = b": keepalive\n\n"
+
+    def model(self, route: str, path_model: str | None, body: Mapping[str, Any]) -> str:
+        return str(body.get("model", ""))
+
+    def streams(self, route: str, body: Mapping[str, Any]) -> bool:
+        return bool(body.get("stream"))
+
+    def with_usage(self, payload: dict[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:
+        return {**payload, "usage": dict(usage)}
+
+    def malformed_frame(self, route: str) -> bytes:
+        return sse('{"choices": [{"delta": ')
+
+
+class OpenAIWire(_SSEWire):
+    """The OpenAI wire: chat completions, completions and embeddings under ``/v1``."""
+
+    routes: Mapping[str, str] = {"chat": "/v1/chat/completions", "completion": "/v1/completions",
+                                 "embedding": "/v1/embeddings"}
+
+    def answer(self, route: str, body: Mapping[str, Any], count: Tokenizer) -> dict[str, Any]:
+        make = {"chat": openai_chat, "completion": openai_completion, "embedding": openai_embeddings}[route]
+        return make(body, count)
+
+    def frames(self, route: str, body: Mapping[str, Any], payload: Mapping[str, Any]) -> list[bytes]:
+        options = body.get("stream_options")
+        usage = isinstance(options, Mapping) and options.get("include_usage") is True
+        return [sse(data) for data in openai_chat_stream(payload, usage=usage)]
+
+    def error_body(self, route: str, status: int, code: str | None, message: str) -> dict[str, Any]:
+        return openai_error(status, code, message)
+
+    def error_frame(self, route: str, code: str | None, message: str) -> bytes:
+        return sse(json.dumps(openai_error(500, code or "server_error", message)))
+
+
+class AnthropicWire(_SSEWire):
+    """The Anthropic Messages wire at ``/v1/messages``."""
+
+    routes: Mapping[str, str] = {"messages": "/v1/messages"}
+
+    def answer(self, route: str, body: Mapping[str, Any], count: Tokenizer) -> dict[str, Any]:
+        return anthropic_message(body, count)
+
+    def frames(self, route: str, body: Mapping[str, Any], payload: Mapping[str, Any]) -> list[bytes]:
+        return [sse(data, event) for event, data in anthropic_stream(payload)]
+
+    def error_body(self, route: str, status: int, code: str | None, message: str) -> dict[str, Any]:
+        return anthropic_error(status, code, message)
+
+    def error_frame(self, route: str, code: str | None, message: str) -> bytes:
+        return sse(json.dumps(anthropic_error(529, code or "overloaded_error", message)), "error")

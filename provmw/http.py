@@ -10,6 +10,8 @@ does for its transports::
 
 - ``HttpStatusError`` (a non-2xx answer): a code in the body through the adapter's
   ``ErrorCodes``, else the status through ``STATUS_ERRORS``; retry hints from the headers.
+- ``InBandError`` (an error event inside a 2xx stream): a code in it through the adapter's
+  ``ErrorCodes``, else ``ProviderUnavailableError``.
 - ``NotJsonError`` (a 2xx body that is not JSON): ``MalformedResponseError``.
 - ``ReadRefused`` (a read stopped at a ``ReadLimits`` limit): ``ResponseTooLargeError``, or
   ``ProviderTimeoutError`` for a stream idle past ``stream_idle_s``.
@@ -61,6 +63,7 @@ __all__ = [
     "ErrorCodes",
     "HttpClient",
     "HttpStatusError",
+    "InBandError",
     "KEEPALIVE_EVENTS",
     "NEVER_SENT",
     "NotJsonError",
@@ -152,6 +155,15 @@ class HttpStatusError(Exception):
         self.url = url
 
 
+class InBandError(Exception):
+    """An error event inside a 2xx stream (``body`` is its data); ``wire_errors`` maps it as it
+    maps an error body: a code the adapter knows, else ``ProviderUnavailableError``."""
+
+    def __init__(self, body: str | bytes) -> None:
+        super().__init__("error event in the stream")
+        self.body = body.encode() if isinstance(body, str) else body
+
+
 class NotJsonError(Exception):
     """A 2xx answer whose body is not JSON; ``wire_errors`` turns it into a ``MalformedResponseError``."""
 
@@ -177,6 +189,8 @@ def wire_errors(codes: ErrorCodes, *, provider: str, model: str) -> Iterator[Non
         yield
     except HttpStatusError as exc:
         raise _status_error(exc, codes, provider, model) from None
+    except InBandError as exc:
+        raise _in_band_error(exc, codes, provider, model) from None
     except NotJsonError as exc:
         raise MalformedResponseError(f"response body is not JSON ({len(exc.body)} bytes)",
                                      provider=provider, model=model, status=exc.status) from None
@@ -198,6 +212,13 @@ def _status_error(exc: HttpStatusError, codes: ErrorCodes, provider: str, model:
         text += f" (404 from {masked_url(exc.url)}{codes.not_found_hint})"
     return cls(text, provider=provider, model=model, status=exc.status, retry_after_s=after,
                should_retry=should, code=code)
+
+
+def _in_band_error(exc: InBandError, codes: ErrorCodes, provider: str, model: str) -> ProviderError:
+    code, message = _extract(exc.body, codes)
+    # After an HTTP 200, an error event is the server failing mid-answer ("overloaded").
+    cls = codes.codes.get(code or "", ProviderUnavailableError)
+    return cls(f"error event in the stream: {message or 'no message'}", provider=provider, model=model, code=code)
 
 
 def _extract(body: bytes, codes: ErrorCodes) -> tuple[str | None, str | None]:

@@ -189,11 +189,13 @@ class EmbeddingResponse(ProviderResponse):
 
 @attrs.frozen(kw_only=True)
 class ChatChunk:
-    """One piece of a streamed answer; the last one carries the finish reason and usage."""
+    """One piece of a streamed answer: text, or complete tool calls (each once, whole);
+    the last one carries the finish reason and usage."""
 
     text: str = ""
     finish_reason: str | None = None
     usage: Usage | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 _TYPES: dict[str, Callable[[object], ProviderResponse]] = {

@@ -42,7 +42,7 @@ import importlib
 import json
 import random
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -58,6 +58,7 @@ from provmw._fake_faults import (
     admin_routes,
     plans_from_arguments,
 )
+from provmw._fake_wire import FakeWire, sse
 from provmw.config import ProviderConfig
 from provmw.context import CallFacts, FrozenMap, ProviderCallContext, ProviderOperation
 from provmw.responses import CompletionResponse, ProviderResponse
@@ -66,8 +67,8 @@ if TYPE_CHECKING:
     from provmw.conformance import SENTINEL_KEY, AdapterConformance
     from provmw.usage_conformance import UsageStoreConformance
 
-__all__ = ["ROUTES", "SENTINEL_KEY", "AdapterConformance", "FakeClock", "Fault", "FakeProvider", "RecordedRequest",
-           "ScriptedNext", "UsageStoreConformance", "call_context"]
+__all__ = ["ROUTES", "SENTINEL_KEY", "AdapterConformance", "FakeClock", "Fault", "FakeProvider", "FakeWire",
+           "RecordedRequest", "ScriptedNext", "sse", "UsageStoreConformance", "call_context"]
 
 # Loaded on first use: `provmw demo` and `provmw fake-provider` import this module where
 # pytest, which the conformance suites need, is not installed.
@@ -141,16 +142,27 @@ class _RandomFaults:
 
 
 class FakeProvider:
-    """A loopback server speaking the OpenAI and Anthropic wire formats, with faults."""
+    """A loopback server speaking the OpenAI and Anthropic wire formats, with faults.
+
+    ``wires`` adds wire formats (``provmw.testing.FakeWire``), e.g. a provider plugin's own:
+    their routes are served beside the built-in ones, with the same faults and counts.
+    """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, api_key: str | None = None,
                  record_limit: int = 10_000, tokenizer: Literal["words", "characters"] = "words",
-                 admin: bool = False) -> None:
+                 admin: bool = False, wires: Sequence[FakeWire] = ()) -> None:
         self._host, self._port = host, port
         self._admin = admin
         self._api_key = api_key
         # "characters" counts as densely as real tokenizers do on CJK text, one token a character.
         self._count = wire.characters if tokenizer == "characters" else wire.words
+        self._wires: dict[str, FakeWire] = {}
+        builtin: list[FakeWire] = [wire.OpenAIWire(), wire.AnthropicWire()]
+        for served in (*builtin, *wires):
+            taken = set(served.routes) & set(self._wires)
+            if taken:
+                raise ValueError(f"route(s) {', '.join(sorted(taken))} served twice")
+            self._wires.update(dict.fromkeys(served.routes, served))
         self._scripted: dict[tuple[str, str], collections.deque[Fault]] = {}
         self._random: dict[tuple[str, str], _RandomFaults] = {}
         self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -170,12 +182,15 @@ class FakeProvider:
     def anthropic_base_url(self) -> str:
         return self.url
 
+    @property
+    def routes(self) -> tuple[str, ...]:
+        """The route names served, the keys of faults and counts."""
+        return tuple(self._wires)
+
     async def start(self) -> FakeProvider:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self._handler("chat"))
-        app.router.add_post("/v1/completions", self._handler("completion"))
-        app.router.add_post("/v1/embeddings", self._handler("embedding"))
-        app.router.add_post("/v1/messages", self._handler("messages"))
+        for route, served in self._wires.items():
+            app.router.add_post(served.routes[route], self._handler(route))
         if self._admin:
             app.add_routes(admin_routes(self))
         # A client that gave up (a timeout) cancels its handler, as a real server's would stop.
@@ -199,12 +214,12 @@ class FakeProvider:
 
     def script(self, *faults: Fault, route: str | None = None, model: str | None = None) -> None:
         """Queue faults for the next matching requests, one per request, in order."""
-        self._scripted.setdefault(_key(route, model), collections.deque()).extend(faults)
+        self._scripted.setdefault(self._key(route, model), collections.deque()).extend(faults)
 
     def fail_randomly(self, rate: float, fault: Fault, *, route: str | None = None,
                       model: str | None = None, seed: int = 0) -> None:
         """Apply ``fault`` to a ``rate`` share of matching requests (seeded, reproducible)."""
-        self._random[_key(route, model)] = _RandomFaults(rate, fault, random.Random(seed))
+        self._random[self._key(route, model)] = _RandomFaults(rate, fault, random.Random(seed))
 
     def count(self, route: str | None = None, model: str | None = None) -> int:
         """Requests received, optionally only for one route and/or model."""
@@ -222,33 +237,38 @@ class FakeProvider:
         self._counts.clear()
         self.received.clear()
 
+    def _key(self, route: str | None, model: str | None) -> tuple[str, str]:
+        if route is not None and route not in self._wires:
+            raise ValueError(f"unknown route {route!r}; routes: {', '.join(self._wires)}")
+        return (route or _ANY, model or _ANY)
+
     def _handler(self, route: str) -> Any:
         async def handle(request: web.Request) -> web.StreamResponse:
-            return await self._handle(route, request)
+            return await self._handle(route, self._wires[route], request)
 
         return handle
 
-    async def _handle(self, route: str, request: web.Request) -> web.StreamResponse:
+    async def _handle(self, route: str, served: FakeWire, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         try:
             body = json.loads(raw)
         except ValueError:
-            return _error_response(route, 400, None, "request body is not JSON", {})
-        model = str(body.get("model", ""))
+            return _error_response(served, route, 400, None, "request body is not JSON", {})
+        model = served.model(route, request.match_info.get("model"), body)
         self._counts[route, model] += 1
         self.received.append(RecordedRequest(route, model, body, FrozenMap(request.headers)))
         if self._api_key is not None and not _authorized(request, self._api_key):
-            return _error_response(route, 401, None, "invalid x-api-key / bearer token", {})
+            return _error_response(served, route, 401, None, "invalid x-api-key / bearer token", {})
         fault = self._next_fault(route, model)
         if fault is not None and fault.delay_s:
             await asyncio.sleep(fault.delay_s)
         if fault is not None and fault.status is not None:
-            return _error_response(route, fault.status, fault.code, fault.message, fault.headers)
-        payload = _answer(route, body, self._count)
+            return _error_response(served, route, fault.status, fault.code, fault.message, fault.headers)
+        payload = served.answer(route, body, self._count)
         if fault is not None and fault.usage is not None:
-            payload["usage"] = json.loads(json.dumps(fault.usage, default=dict))
-        if body.get("stream"):
-            return await self._stream(route, payload, request, fault)
+            payload = served.with_usage(payload, json.loads(json.dumps(fault.usage, default=dict)))
+        if served.streams(route, body):
+            return await _stream(request, served, route, served.frames(route, body, payload), fault or Fault())
         if fault is not None and fault.malformed_json:
             return web.Response(text='{"id": "broken", "choices": [', content_type="application/json")
         if fault is not None and fault.drop_connection:
@@ -266,25 +286,41 @@ class FakeProvider:
                 return chance.fault
         return None
 
-    async def _stream(self, route: str, payload: Mapping[str, Any], request: web.Request,
-                      fault: Fault | None) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(b": fake provider stream\n\n")
-        for sent, frame in enumerate(_frames(route, payload)):
-            if fault is not None and fault.cut_stream_after is not None and sent >= fault.cut_stream_after:
-                assert request.transport is not None
-                request.transport.close()
-                return response
-            await response.write(frame)
-        await response.write_eof()
-        return response
+
+async def _stream(request: web.Request, served: FakeWire, route: str, frames: Sequence[bytes],
+                  fault: Fault) -> web.StreamResponse:
+    """Send ``frames`` with the fault's stream faults struck where it says."""
+    response = web.StreamResponse(headers={"Content-Type": served.stream_content_type})
+    await response.prepare(request)
+    await response.write(served.stream_preamble)
+    for sent in range(len(frames) + 1):
+        if sent == fault.stall_after:
+            await _stall(response, served, fault)
+        if sent == fault.stream_error_after:
+            await response.write(served.error_frame(route, fault.code, fault.message))
+            break
+        if sent == fault.malformed_after:
+            await response.write(served.malformed_frame(route))
+            break
+        if sent == fault.cut_stream_after:
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        if sent < len(frames):
+            await response.write(frames[sent])
+    await response.write_eof()
+    return response
 
 
-def _key(route: str | None, model: str | None) -> tuple[str, str]:
-    if route is not None and route not in ROUTES:
-        raise ValueError(f"unknown route {route!r}; routes: {', '.join(ROUTES)}")
-    return (route or _ANY, model or _ANY)
+async def _stall(response: web.StreamResponse, served: FakeWire, fault: Fault) -> None:
+    if fault.keepalive_s is None:
+        await asyncio.sleep(fault.stall_s)
+        return
+    loop = asyncio.get_running_loop()
+    until = loop.time() + fault.stall_s
+    while (left := until - loop.time()) > 0:
+        await asyncio.sleep(min(fault.keepalive_s, left))
+        await response.write(served.keepalive)
 
 
 def _authorized(request: web.Request, api_key: str) -> bool:
@@ -292,29 +328,9 @@ def _authorized(request: web.Request, api_key: str) -> bool:
         request.headers.get("Authorization") == f"Bearer {api_key}"
 
 
-def _answer(route: str, body: Mapping[str, Any], count: wire.Tokenizer) -> dict[str, Any]:
-    if route == "chat":
-        return wire.openai_chat(body, count)
-    if route == "completion":
-        return wire.openai_completion(body, count)
-    if route == "embedding":
-        return wire.openai_embeddings(body, count)
-    return wire.anthropic_message(body, count)
-
-
-def _frames(route: str, payload: Mapping[str, Any]) -> Iterator[bytes]:
-    if route == "messages":
-        for event, data in wire.anthropic_stream(payload):
-            yield f"event: {event}\ndata: {data}\n\n".encode()
-    else:
-        for data in wire.openai_chat_stream(payload):
-            yield f"data: {data}\n\n".encode()
-
-
-def _error_response(route: str, status: int, code: str | None, message: str,
+def _error_response(served: FakeWire, route: str, status: int, code: str | None, message: str,
                     headers: Mapping[str, str]) -> web.Response:
-    make = wire.anthropic_error if route == "messages" else wire.openai_error
-    return web.json_response(make(status, code, message), status=status, headers=dict(headers))
+    return web.json_response(served.error_body(route, status, code, message), status=status, headers=dict(headers))
 
 
 async def _drop_mid_body(request: web.Request, payload: bytes) -> web.StreamResponse:

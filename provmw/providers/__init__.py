@@ -48,9 +48,18 @@ class ProviderAdapter(Protocol):
     What it returns: a ``CompletionResponse`` (``text``, ``tool_calls``, ``finish_reason``
     normalised to ``stop``, ``length``, ``tool_calls`` or ``content_filter``), an
     ``EmbeddingResponse`` (one vector per input, in input order), or from ``stream_chat``
-    ``ChatChunk``s whose last one carries the finish reason and usage. Responses carry
-    ``provider=self.name``, ``served_by=config.identifier`` and the provider's token
-    ``Usage``; the manager adds cost and attempts.
+    ``ChatChunk``s (below). Responses carry ``provider=self.name``,
+    ``served_by=config.identifier`` and the provider's token ``Usage``; the manager adds
+    cost and attempts.
+
+    How ``stream_chat`` streams: it asks the provider for its final usage (OpenAI's
+    ``stream_options.include_usage``) and yields a chunk per text delta as it arrives; tool
+    calls are joined with ``provmw.streams.ToolCallAssembler`` (by call id, then index) and
+    yielded whole, each once, in a chunk's ``tool_calls``; the last chunk carries the finish
+    reason and the usage. An error event inside the 2xx stream raises
+    ``provmw.http.InBandError(event_data)`` inside ``wire_errors``, which maps it to the
+    error tree; events that only keep the connection alive yield nothing. The manager, not
+    the adapter, bounds the time to the first chunk and between chunks.
 
     What it raises: only the ``ProviderError`` tree of ``provmw.errors``. Wrap every call
     on ``http`` in ``provmw.http.wire_errors(codes, provider=..., model=...)``, which
