@@ -73,11 +73,13 @@ def _dimensions(instance: object, attribute: attrs.Attribute[Any], value: object
 
 @attrs.frozen
 class ChatRequest:
-    """Messages (with any images), optional tools, and per-call options."""
+    """Messages (with any images), optional tools, per-call options, and the JSON Schema the
+    answer must follow (``response_schema``, a plain JSON Schema object) when one was asked."""
 
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
     tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tools)
     options: FrozenMap = attrs.field(factory=FrozenMap, converter=_frozen)
+    response_schema: FrozenMap | None = attrs.field(default=None, converter=attrs.converters.optional(_frozen))
 
     def to_dict(self) -> dict[str, Any]:
         return {

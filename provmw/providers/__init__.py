@@ -10,13 +10,35 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol
 
+import attrs
+
 if TYPE_CHECKING:
     from provmw.config import ProviderConfig
     from provmw.http import HttpClient
     from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest
     from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse
 
-__all__ = ["ProviderAdapter"]
+__all__ = ["Capabilities", "ProviderAdapter"]
+
+
+@attrs.frozen
+class Capabilities:
+    """What an adapter can serve; the manager and the fallback layer read it before a call.
+
+    An adapter declares it as ``capabilities`` (optional: an adapter without it is taken to
+    offer chat, completion, embeddings, streaming, tools and vision, and no ``schema``).
+    ``schema`` means it maps ``ChatRequest.response_schema`` onto its wire so the provider
+    constrains the answer; ``response_format`` means it honours the OpenAI-style option.
+    """
+
+    chat: bool = True
+    completion: bool = True
+    embeddings: bool = True
+    streaming: bool = True
+    tools: bool = True
+    vision: bool = True
+    schema: bool = False
+    response_format: bool = False
 
 
 class ProviderAdapter(Protocol):
