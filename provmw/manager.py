@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
@@ -215,10 +216,11 @@ class ServiceManager:
         the chunks after it do not (ADR 0005); a failure after the first chunk raises
         ``StreamInterruptedError``. The last chunk carries the finish reason and usage."""
         request = ChatRequest(messages_from(messages), options=_options(options, option_args))
-        async for chunk in self._stream(ProviderOperation.CHAT, request, _Call(
+        async with contextlib.aclosing(self._stream(ProviderOperation.CHAT, request, _Call(
                 configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
-                api_key, timeout_s)):
-            yield chunk
+                api_key, timeout_s))) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
     async def stream_chat_with_tools(self, /, messages: Messages, tools: Sequence[ToolSpec], *,
                                      options: Mapping[str, Any] | None = None, configuration: str | None = None,
@@ -233,10 +235,11 @@ class ServiceManager:
         if not tools:
             raise ConfigurationError("stream_chat_with_tools needs at least one tool")
         request = ChatRequest(messages_from(messages), tools=tools, options=_options(options, option_args))
-        async for chunk in self._stream(ProviderOperation.TOOLS, request, _Call(
+        async with contextlib.aclosing(self._stream(ProviderOperation.TOOLS, request, _Call(
                 configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
-                api_key, timeout_s)):
-            yield chunk
+                api_key, timeout_s))) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
     def resolve(self, configuration: str | None = None, *, provider: str | None = None,
                 model: str | None = None, base_url: str | None = None,
@@ -272,12 +275,9 @@ class ServiceManager:
         if call.idempotency_key is not None:
             raise ConfigurationError("idempotency_key applies to unary calls: a stream is not replayed (ADR 0005)")
         opened = await self._run(operation, request, OpenedStream, call, stream=True)
-        chunks = opened.chunks()
-        try:
+        async with contextlib.aclosing(opened.chunks()) as chunks:  # a caller who stops: the end runs now
             async for chunk in chunks:
                 yield chunk
-        finally:
-            await chunks.aclose()  # the caller stopped early: the end still runs now, once
 
     async def _run(self, operation: ProviderOperation, request: ProviderRequest, response_type: type[R],
                    call: _Call, *, stream: bool = False) -> R:
