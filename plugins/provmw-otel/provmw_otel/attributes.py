@@ -134,17 +134,16 @@ def _caller(ctx: ProviderCallContext) -> Attributes:
     return found
 
 
-def call_attributes(ctx: ProviderCallContext, config: ProviderConfig) -> Attributes:
-    """The call span's attributes at its start: what was asked of which configuration, by whom."""
-    options = merged_options(config, ctx.facts.options)
-    return {**_common(ctx, config), **_request_options(options), "provmw.configuration": config.identifier,
-            **_caller(ctx)}
-
-
 def attempt_attributes(ctx: ProviderCallContext, config: ProviderConfig) -> Attributes:
     """An attempt span's attributes at its start: the configuration this request is made from."""
-    options = merged_options(config, ctx.facts.options)
-    return {**_common(ctx, config), **_request_options(options), "provmw.configuration": config.identifier}
+    # An embedding sends no generation options, whatever its configuration holds.
+    asked = {} if ctx.operation is ProviderOperation.EMBEDDING else merged_options(config, ctx.facts.options)
+    return {**_common(ctx, config), **_request_options(asked), "provmw.configuration": config.identifier}
+
+
+def call_attributes(ctx: ProviderCallContext, config: ProviderConfig) -> Attributes:
+    """The call span's attributes at its start: what was asked of which configuration, by whom."""
+    return attempt_attributes(ctx, config) | _caller(ctx)
 
 
 def _usage(response: ProviderResponse) -> Attributes:

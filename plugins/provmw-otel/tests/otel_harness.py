@@ -3,11 +3,12 @@ whose stack is the built-ins plus the plugin's two layers, and the calls the iss
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import attrs
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -25,7 +26,7 @@ from provmw.middleware.retry import RetryMiddleware, RetryOptions
 from provmw.plugins import PluginHost, PluginPolicy
 from provmw.responses import ProviderResponse
 from provmw.settings import Settings
-from provmw.testing import Fault, FakeClock, FakeProvider
+from provmw.testing import FakeClock, FakeProvider, Fault
 
 KEY = "sk-OTEL-SENTINEL-5e1d-never-exported"
 USER, TENANT = "ada@example.com", "+44 20 7946 0958"
@@ -123,3 +124,11 @@ async def run(name: str, fake: FakeProvider, telemetry: Telemetry,
             return await call(m, fake)
         except ProvmwError as exc:
             return exc
+
+
+@pytest.fixture(name="fake")
+async def fake_provider() -> AsyncIterator[FakeProvider]:
+    """The loopback fake provider (test modules import this fixture; no conftest, whose module
+    name the other plugins' test folders already use)."""
+    async with FakeProvider() as server:
+        yield server
