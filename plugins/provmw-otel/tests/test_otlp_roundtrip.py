@@ -133,7 +133,8 @@ async def test_a_cache_hit_arrives_as_an_event_and_no_attempt(fake: FakeProvider
     assert not [s for s in got.spans if s["parent"] == hit["id"]]
 
 
-async def test_a_budget_refusal_arrives_as_one_failed_span_and_no_metric(fake: FakeProvider, receiver: Receiver) -> None:
+async def test_a_budget_refusal_arrives_as_one_failed_span_and_no_metric(
+        fake: FakeProvider, receiver: Receiver) -> None:
     got = await exported("budget_refusal", fake, receiver)
     [span] = got.spans
     assert (span["error.type"], span["status"]) == ("BudgetExceededError", 2)  # STATUS_CODE_ERROR
