@@ -22,8 +22,9 @@ from provmw.responses import CompletionResponse, EmbeddingResponse, ProviderResp
 
 __all__ = [
     "Attributes",
+    "StartAttributes",
     "attempt_attributes",
-    "call_attributes",
+    "caller_attributes",
     "error_attributes",
     "metric_attributes",
     "operation_name",
@@ -141,9 +142,31 @@ def attempt_attributes(ctx: ProviderCallContext, config: ProviderConfig) -> Attr
     return {**_common(ctx, config), **_request_options(asked), "provmw.configuration": config.identifier}
 
 
-def call_attributes(ctx: ProviderCallContext, config: ProviderConfig) -> Attributes:
-    """The call span's attributes at its start: what was asked of which configuration, by whom."""
-    return attempt_attributes(ctx, config) | _caller(ctx)
+def caller_attributes(ctx: ProviderCallContext) -> Attributes:
+    """Who the call is for, redacted: the call span's, set only when the span is recorded."""
+    return _caller(ctx)
+
+
+class StartAttributes:
+    """:func:`attempt_attributes`, kept per configuration object and operation: a call that gives
+    no options of its own asks the same of a configuration every time."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self._limit = limit
+        self._kept: dict[tuple[int, ProviderOperation], tuple[ProviderConfig, Attributes]] = {}
+
+    def __call__(self, ctx: ProviderCallContext, config: ProviderConfig) -> Attributes:
+        if ctx.facts.options:
+            return attempt_attributes(ctx, config)
+        key = (id(config), ctx.operation)
+        kept = self._kept.get(key)
+        if kept is not None and kept[0] is config:  # the object itself: an id may be reused
+            return kept[1]
+        if len(self._kept) >= self._limit:  # ad-hoc and evolved configurations are new objects each call
+            self._kept.clear()
+        found = attempt_attributes(ctx, config)
+        self._kept[key] = (config, found)
+        return found
 
 
 def _usage(response: ProviderResponse) -> Attributes:

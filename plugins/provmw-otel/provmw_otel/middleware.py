@@ -35,6 +35,7 @@ class Telemetry:
     def __init__(self, tracer_provider: trace.TracerProvider | None = None,
                  meter_provider: metrics.MeterProvider | None = None) -> None:
         self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
+        self.attributes = attr.StartAttributes()
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
         self.duration = meter.create_histogram(
             "gen_ai.client.operation.duration", unit="s", description="GenAI operation duration",
@@ -71,7 +72,9 @@ class OtelCallMiddleware:
         self._telemetry = telemetry
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
-        with self._telemetry.span(attr.span_name(ctx, config), attr.call_attributes(ctx, config)) as span:
+        with self._telemetry.span(attr.span_name(ctx, config), self._telemetry.attributes(ctx, config)) as span:
+            if span.is_recording():  # redacting costs more than the rest: not for a span nobody keeps
+                span.set_attributes(attr.caller_attributes(ctx))
             try:
                 response = await next(config)
             except BaseException as exc:
@@ -105,7 +108,7 @@ class OtelAttemptMiddleware:
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         started = self._clock()
-        span_attributes = attr.attempt_attributes(ctx, config)
+        span_attributes = self._telemetry.attributes(ctx, config)
         with self._telemetry.span(attr.span_name(ctx, config), span_attributes) as span:
             try:
                 response = await next(self._carrying_traceparent(config))

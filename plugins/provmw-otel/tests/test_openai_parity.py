@@ -21,7 +21,7 @@ AWAITING_ADAPTERS = {"gen_ai.response.id"}
 
 async def instrumented(fake: FakeProvider, call: Callable[[openai.AsyncOpenAI], Awaitable[Any]]) -> dict[str, Any]:
     with recording() as rec:
-        instrumentor = OpenAIInstrumentor()
+        instrumentor = OpenAIInstrumentor()  # type: ignore[no-untyped-call]
         instrumentor.instrument(tracer_provider=rec.tracer_provider, meter_provider=rec.meter_provider)
         try:
             await call(openai.AsyncOpenAI(base_url=fake.openai_base_url, api_key="sk-parity", max_retries=0))

@@ -10,7 +10,6 @@ from typing import Any
 import attrs
 import pytest
 from aiohttp import web
-from google.protobuf.message import Message
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
@@ -53,9 +52,8 @@ class Receiver:
 
 def _decoded(message: Any, bodies: list[bytes], body: bytes) -> Any:
     bodies.append(body)
-    parsed: Message = message
-    parsed.ParseFromString(body)
-    return parsed
+    message.ParseFromString(body)
+    return message
 
 
 def _value(value: AnyValue) -> Any:
