@@ -84,6 +84,7 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
     max_input, planned = _bound_over(chain, request, prices)
     return CallFacts(
         user=_text("user", user), tenant=_text("tenant", tenant),
+        options=FrozenMap() if isinstance(request, EmbeddingRequest) else request.options,
         controls=_controls(controls, known_controls),
         idempotency_key=_text("idempotency_key", idempotency_key),
         deterministic=is_deterministic(config, request),
