@@ -130,8 +130,10 @@ def _plugins(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _check(args: argparse.Namespace, out: TextIO) -> int:
-    from provmw.check import problems
+    from provmw.check import locations, problems
 
+    for line in locations(args.config):
+        out.write(f"{line}\n")
     found = await problems(args.config)
     for problem in found:
         out.write(f"problem: {problem}\n")
@@ -211,6 +213,7 @@ def _exists(path: str, what: str) -> bool:
     from pathlib import Path
 
     if Path(path).is_file():
+        _note(f"{what}: {path}")
         return True
     _note(f"no {what} at {path} yet")
     return False
