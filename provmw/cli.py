@@ -282,7 +282,8 @@ def _parser() -> argparse.ArgumentParser:
     # No abbreviations: `--config X` after a subcommand must not quietly become `--configuration X`.
     parser = argparse.ArgumentParser(prog="provmw", description="One middleware stack for LLM calls.",
                                      allow_abbrev=False)
-    parser.add_argument("--config", help="settings file (default: $PROVMW_CONFIG, provmw.toml, pyproject.toml)")
+    parser.add_argument("--config", help="settings file (default: $PROVMW_CONFIG, else provmw.toml or pyproject.toml "
+                        "[tool.provmw] here or in the nearest parent folder)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log each attempt (configuration, provider/model, outcome, time) and each retry")
     commands = parser.add_subparsers(dest="command", required=True)
