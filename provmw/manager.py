@@ -189,7 +189,7 @@ class ServiceManager:
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
 
-    async def chat_with_tools(self, /, messages: Messages, tools: Sequence[ToolSpec], *,
+    async def chat_with_tools(self, /, messages: Messages, tools: Sequence[ToolSpec | Mapping[str, Any]], *,
                               options: Mapping[str, Any] | None = None,
                               configuration: str | None = None, user: str | None = None, tenant: str | None = None,
                               controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,

@@ -205,7 +205,8 @@ def test_usage_with_a_bad_since_names_it(tmp_path: Path, capsys: pytest.CaptureF
 def test_usage_without_a_ledger_says_so_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, text = run("usage")
     assert (status, text) == (0, "(nothing recorded)\n")
-    assert capsys.readouterr().err == "provmw: no usage ledger at provmw.sqlite3 yet\n"
+    ledger = tmp_path / "xdg-data" / "provmw" / "provmw.sqlite3"  # no settings file: the user's data folder
+    assert capsys.readouterr().err == f"provmw: no usage ledger at {ledger} yet\n"
 
 
 @pytest.mark.parametrize("command", ["usage", "budget"])
