@@ -16,6 +16,8 @@ from typing import Any
 
 import attrs
 from provmw_calllog.middleware import CallLogMiddleware, CallLogOptions
+from provmw_otel.middleware import OtelCallMiddleware
+from provmw_otel.options import OtelOptions
 from provmw_postgres.store import PostgresOptions
 from provmw_redis.backend import RedisOptions
 
@@ -93,6 +95,8 @@ def _middleware() -> Iterator[Section]:
 def _first_party_plugins() -> Iterator[Section]:
     yield Section("plugin.call_log", f"[middleware.{CallLogMiddleware.name}] (plugin provmw-calllog)",
                   _intro(CallLogMiddleware), (_ENABLED, *_keys(CallLogOptions)))
+    yield Section("plugin.otel", f"[middleware.{OtelCallMiddleware.name}] (plugin provmw-otel)",
+                  _intro(OtelOptions), (_ENABLED, *_keys(OtelOptions)))
     yield _section("plugin.redis", '[state] with url = "redis://..." (plugin provmw-redis)', RedisOptions)
     yield _section("plugin.postgres", '[middleware.usage] with store = "postgresql://..." (plugin provmw-postgres)',
                    PostgresOptions)

@@ -38,6 +38,10 @@ MEANING: dict[str, dict[str, str]] = {
                    "[per-call controls](../controls.md)).",
         "fallbacks": "Configurations tried in order when this one fails with a fallback-eligible error.",
         "timeout_s": "The time limit of each attempt, in seconds.",
+        "first_chunk_timeout_s": "A streamed attempt's limit to its first content chunk, in seconds "
+                                 "(unset: `timeout_s`); past it the stream is retried or failed over.",
+        "stream_idle_timeout_s": "A stream's limit between chunks after the first, in seconds (unset: "
+                                 "`timeout_s`); past it the stream raises `StreamInterruptedError`.",
         "active": "`false` skips this configuration, as a call's first choice and in fallback chains.",
         "headers": "Extra HTTP headers sent with every request.",
         "headers_env": "Headers whose values are read from environment variables "
@@ -176,6 +180,11 @@ MEANING: dict[str, dict[str, str]] = {
         "level": "The logging level of the per-call line (`\"INFO\"`, `\"DEBUG\"` or a number).",
         "log_text": "Also log the answer's text, redacted and cut.",
         "max_text_chars": "How much of the text is logged.",
+    },
+    "plugin.otel": {
+        "enabled": _ENABLED,
+        "capture_content": "`true` records the answer's text, redacted, on the call span.",
+        "traceparent_to": "The configurations whose requests carry a W3C `traceparent` header (`[\"*\"]`: all).",
     },
     "plugin.redis": {
         "key_prefix": "The prefix of every Redis key provmw writes.",

@@ -75,3 +75,9 @@ def test_every_command_of_the_cli_is_in_the_operations_page() -> None:
     documented_commands = set(re.findall(r"^\| `([a-z-]+)` \|", page, re.M))
     commands = next(a for a in _parser()._actions if a.dest == "command").choices
     assert commands is not None and documented_commands == set(commands)
+
+
+def test_every_first_party_plugin_is_in_the_reference() -> None:
+    page = render()
+    for plugin in sorted(p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").exists()):
+        assert f"(plugin {plugin})" in page, f"{plugin}: no section in docs/gen_settings.py"
