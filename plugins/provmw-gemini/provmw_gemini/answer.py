@@ -26,7 +26,7 @@ from provmw.messages import ToolCall
 from provmw.providers._usage import UsageBody
 from provmw.responses import Usage
 
-__all__ = ["BLOCKING_FINISH_REASONS", "Answer", "finish_reason", "read_answer", "usage"]
+__all__ = ["BLOCKING_FINISH_REASONS", "Answer", "call_id", "finish_reason", "read_answer", "tool_calls", "usage"]
 
 # Finish reasons after which Gemini withheld (part of) the answer for what it says.
 BLOCKING_FINISH_REASONS = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII",

@@ -29,7 +29,7 @@ from provmw.errors import (
 )
 from provmw.http import COMMON_CODES, ErrorCodes, HttpStatusError, decode_json, wire_errors
 
-__all__ = ["ERROR_CODES", "gemini_errors", "retry_delay"]
+__all__ = ["ERROR_CODES", "extract_error", "gemini_errors", "retry_delay"]
 
 _RPC = "type.googleapis.com/google.rpc."
 _TOO_LONG = re.compile(r"input token count.*exceeds the maximum", re.IGNORECASE | re.DOTALL)

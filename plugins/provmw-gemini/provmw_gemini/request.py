@@ -22,7 +22,7 @@ from provmw.http import plain_json
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
 from provmw.requests import ChatRequest, merged_options
 
-__all__ = ["SKIP_SIGNATURE", "chat_body"]
+__all__ = ["SKIP_SIGNATURE", "chat_body", "contents"]
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 __all__ = ["instance"]
 
-_PLAIN: dict[str, Any] = {"string": None, "integer": 0, "number": 0, "boolean": False, "null": None, "array": [], "object": {}}
+_PLAIN: dict[str, Any] = {"integer": 0, "number": 0, "boolean": False, "null": None}
 
 
 def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
