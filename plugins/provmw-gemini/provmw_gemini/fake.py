@@ -29,7 +29,7 @@ from provmw._fake_wire import Tokenizer, embedding_vector
 from provmw.testing import sse
 from provmw_gemini.schema_instance import instance
 
-__all__ = ["BLOCK_ANSWER", "BLOCK_PROMPT", "GeminiWire", "gemini_error"]
+__all__ = ["BLOCK_ANSWER", "BLOCK_PROMPT", "GeminiWire", "gemini_error", "generate", "stream"]
 
 BLOCK_PROMPT = "[block-prompt]"
 BLOCK_ANSWER = "[block-answer]"
