@@ -93,7 +93,8 @@ class CallFacts:
     call can incur (None when a configuration in it is unpriced or has no output bound);
     ``estimated_cost_usd``: the same at the estimate and the input rate. ``shared_cache_key``
     (the canonical request digest) and ``cache_key`` (the digest bound to tenant and user)
-    are computed on first read only.
+    are computed on first read only. ``stream``: the call streams its answer (what the
+    pipeline returns is an ``OpenedStream``; the cache and idempotency keys pass it by).
     """
 
     user: str | None = None
@@ -106,6 +107,7 @@ class CallFacts:
     max_output_tokens: int | None = None
     planned_cost_usd: float | None = None
     estimated_cost_usd: float | None = None
+    stream: bool = False
     digest: Callable[[], str] | None = attrs.field(default=None, eq=False, repr=False)
 
     @functools.cached_property
