@@ -124,7 +124,7 @@ class GeminiAdapter:
         """Each event is a whole ``GenerateContentResponse`` holding the next piece; calls come
         whole. There is no end marker: the stream ends after the event with a finish reason."""
         events = http.post_sse(_url(config, "streamGenerateContent") + "?alt=sse", chat_body(config, request),
-                               _headers(config), read_timeout_s=config.timeout_s)
+                               _headers(config))
         finish: str | None = None
         used: Any = None
         calls = 0
