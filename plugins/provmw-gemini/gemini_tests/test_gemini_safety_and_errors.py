@@ -59,20 +59,17 @@ async def test_retry_info_in_the_body_arrives_as_retry_after_s(
     assert (caught.value.code, caught.value.quota_exhausted) == ("RESOURCE_EXHAUSTED", False)
 
 
-async def test_a_retry_after_header_wins_over_retry_info(
-        gemini_fake: FakeProvider, gemini: ProviderConfig, client: HttpClient) -> None:
-    gemini_fake.script(Fault(status=429, message="Please retry in 40s.", headers={"Retry-After": "3"}))
+@pytest.mark.parametrize(("fault", "after"), [
+    (Fault(status=429, message="Please retry in 40s.", headers={"Retry-After": "3"}), 3.0),  # the header wins
+    (Fault(status=429, message="Please retry in 999999999s."), None),  # past a day: a broken hint, not advice
+], ids=["header-wins", "absurd-delay"])
+async def test_retry_info_yields_to_a_header_and_to_bounds(
+        gemini_fake: FakeProvider, gemini: ProviderConfig, client: HttpClient, fault: Fault,
+        after: float | None) -> None:
+    gemini_fake.script(fault)
     with pytest.raises(RateLimitError) as caught:
         await ADAPTER.chat(client, gemini, asking("hi"))
-    assert caught.value.retry_after_s == 3.0
-
-
-async def test_an_absurd_retry_delay_is_no_hint(
-        gemini_fake: FakeProvider, gemini: ProviderConfig, client: HttpClient) -> None:
-    gemini_fake.script(Fault(status=429, message="Please retry in 999999999s."))
-    with pytest.raises(RateLimitError) as caught:
-        await ADAPTER.chat(client, gemini, asking("hi"))
-    assert caught.value.retry_after_s is None
+    assert caught.value.retry_after_s == after
 
 
 async def test_a_retry_delay_arrives_on_a_stream_s_error_status(
