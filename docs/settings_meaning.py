@@ -186,6 +186,7 @@ MEANING: dict[str, dict[str, str]] = {
         "capture_content": "`true` records the answer's text, redacted, on the call span.",
         "traceparent_to": "The configurations whose requests carry a W3C `traceparent` header (`[\"*\"]`: all).",
     },
+    "plugin.gemini": {},
     "plugin.redis": {
         "key_prefix": "The prefix of every Redis key provmw writes.",
         "timeout_s": "How long one Redis command may take before the server counts as down.",
