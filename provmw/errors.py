@@ -466,8 +466,9 @@ def disposition(exc: BaseException) -> Disposition:
         fallback = type(exc).fallback_eligible
         about_the_account = isinstance(exc, AuthenticationError) or \
             (isinstance(exc, RateLimitError) and exc.quota_exhausted)
-        return Disposition(retryable=retryable, may_fall_back=fallback,
-                           endpoint_failed=fallback and not about_the_account)
+        # An answer that breaks the schema came from a working endpoint: no breaker counts it.
+        healthy = about_the_account or isinstance(exc, StructuredOutputError)
+        return Disposition(retryable=retryable, may_fall_back=fallback, endpoint_failed=fallback and not healthy)
     if isinstance(exc, CircuitOpenError):
         return Disposition(retryable=False, may_fall_back=True)  # not a new failure of the endpoint
     if isinstance(exc, DeadlineExceededError):  # the whole call is out of time
