@@ -128,7 +128,8 @@ class ProviderAdapter(Protocol):
     A new adapter proves itself by subclassing ``provmw.testing.AdapterConformance``::
 
         class TestAcmeAdapter(AdapterConformance):
-            adapter = AcmeAdapter()
+            adapter = AcmeAdapter()  # its capabilities decide which tests apply
+            usage_with_cache = (raw_usage_body_of_the_wire, Usage(...))
 
             def config(self, fake, **fields):
                 return ProviderConfig(identifier="acme", provider="acme", model="m",
