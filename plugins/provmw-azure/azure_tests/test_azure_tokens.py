@@ -54,6 +54,18 @@ async def test_a_token_is_reused_until_the_margin_before_expiry(clock: FakeClock
     assert (await cache.token()).token == "entra-token-0002"
 
 
+async def test_a_token_shorter_lived_than_twice_the_margin_is_renewed_halfway(clock: FakeClock) -> None:
+    async def brief() -> tuple[str, float]:
+        return "short-lived", clock() + 60
+
+    cache = TokenCache(brief, clock=clock, refresh_margin_s=300)
+    first = await cache.token()
+    clock.advance(29)
+    assert (await cache.token()) is first
+    clock.advance(2)
+    assert (await cache.token()) is not first
+
+
 async def test_concurrent_callers_share_one_refresh(clock: FakeClock, issuer: Issuer) -> None:
     cache = TokenCache(issuer, clock=clock)
     issuer.gate.clear()

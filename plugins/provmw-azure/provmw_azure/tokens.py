@@ -46,14 +46,17 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 @attrs.frozen
 class AccessToken:
-    """A bearer token and when it expires (seconds since the epoch); its repr hides the token."""
+    """A bearer token, when it expires and when to ask for the next (seconds since the epoch);
+    its repr hides the token."""
 
     token: str = attrs.field(repr=False)
     expires_at: float
+    refresh_at: float
 
 
 class TokenCache:
-    """One application token provider behind a cache that refreshes ``refresh_margin_s`` before expiry."""
+    """One application token provider behind a cache that refreshes ``refresh_margin_s`` before
+    expiry, or halfway through the life of a token that lives shorter than twice the margin."""
 
     def __init__(self, provider: TokenProvider, *, clock: Callable[[], float] = time.time,
                  refresh_margin_s: float = 300.0) -> None:
@@ -64,7 +67,7 @@ class TokenCache:
         self._lock = asyncio.Lock()
 
     async def token(self) -> AccessToken:
-        """A token valid for at least the margin; concurrent callers share one refresh."""
+        """A token not yet due for refresh; concurrent callers share one refresh."""
         current = self._current
         if current is not None and self._fresh(current):
             return current
@@ -75,7 +78,7 @@ class TokenCache:
             return current
 
     def _fresh(self, current: AccessToken) -> bool:
-        return self._clock() < current.expires_at - self._margin_s
+        return self._clock() < current.refresh_at
 
     async def _fetch(self) -> AccessToken:
         try:
@@ -83,10 +86,14 @@ class TokenCache:
         except Exception as exc:
             raise AuthenticationError(f"the Entra ID token provider failed: {type(exc).__name__}: {exc}",
                                       provider="azure") from exc
-        return _checked(token, expires_at, self._clock())
+        now = self._clock()
+        expires = _usable_expiry(token, expires_at, now)
+        # A token that lives shorter than twice the margin is renewed halfway, not on every call.
+        return AccessToken(token, expires, refresh_at=expires - min(self._margin_s, (expires - now) / 2))
 
 
-def _checked(token: object, expires_at: object, now: float) -> AccessToken:
+def _usable_expiry(token: object, expires_at: object, now: float) -> float:
+    """``expires_at`` as a float once ``token`` and it are usable, else an ``AuthenticationError``."""
     if not isinstance(token, str) or not token or _CONTROL.search(token):
         raise AuthenticationError("the Entra ID token provider returned no usable token "
                                   "(a non-empty string without control characters)", provider="azure")
@@ -94,7 +101,7 @@ def _checked(token: object, expires_at: object, now: float) -> AccessToken:
             or not math.isfinite(expires_at) or expires_at <= now:
         raise AuthenticationError(f"the Entra ID token provider returned a token expiring at {expires_at!r}, "
                                   "not a time in the future (seconds since the epoch)", provider="azure")
-    return AccessToken(token, float(expires_at))
+    return float(expires_at)
 
 
 def registered_token_provider() -> TokenProvider | None:
