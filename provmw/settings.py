@@ -57,8 +57,9 @@ T = TypeVar("T")
 
 _TOP_KEYS = ("default", "configurations", "middleware", "plugins", "state", "security", "http")
 _PLUGIN_KEYS = ("autoload", "allow", "block")
-_CONFIG_KEYS = ("provider", "model", "base_url", "api_key_env", "options", "fallbacks",
-                "timeout_s", "active", "headers", "headers_env", "context_window", "price")
+_CONFIG_KEYS = ("provider", "model", "base_url", "api_key_env", "options", "fallbacks", "timeout_s",
+                "first_chunk_timeout_s", "stream_idle_timeout_s", "active", "headers", "headers_env",
+                "context_window", "price")
 
 PluginStatus = Literal["loaded", "blocked", "not-allowed", "disabled", "failed"]
 
