@@ -11,15 +11,22 @@ from provmw_azure.fake import AzureWire
 
 from azure_tests.azure_helpers import DEPLOYMENT, azure_config
 from provmw._fake_wire import openai_chat
-from provmw.errors import ConfigurationError, ContentPolicyError, InvalidRequestError, RateLimitError
+from provmw.errors import (
+    ConfigurationError,
+    ContentPolicyError,
+    InvalidRequestError,
+    ProviderUnavailableError,
+    RateLimitError,
+)
 from provmw.http import HttpClient
-from provmw.messages import Message
+from provmw.messages import Message, ToolSpec
 from provmw.requests import ChatRequest, CompletionRequest
 from provmw.testing import FakeProvider, Fault
 
 ADAPTER = AzureOpenAIAdapter()
 HELLO = ChatRequest((Message.user("hello world"),))
 FILTERED = ChatRequest((Message.user("tell me about kaboom"),))
+WEATHER = ToolSpec(name="weather", description="Weather by city", parameters={"type": "object"})
 
 
 @pytest.fixture
@@ -139,3 +146,19 @@ async def test_the_prompt_verdicts_event_of_a_stream_yields_nothing(fake: FakePr
 def test_the_wire_serves_deployment_routes_beside_the_builtin_ones() -> None:
     routes = FakeProvider(wires=[AzureWire()]).routes
     assert {"azure_chat", "azure_completion", "azure_embedding", "chat"} <= set(routes)
+
+
+async def test_streamed_tool_calls_of_one_name_come_whole_each(fake: FakeProvider, http: HttpClient) -> None:
+    request = ChatRequest((Message.user("Paris\nRome\nOslo"),), tools=(WEATHER,))
+    chunks = [c async for c in ADAPTER.stream_chat(http, azure_config(fake), request)]
+    calls = [call for chunk in chunks for call in chunk.tool_calls]
+    assert [(c.name, c.arguments) for c in calls] == [("weather", f'{{"query": "{city}"}}')
+                                                      for city in ("Paris", "Rome", "Oslo")]
+    assert chunks[-1].finish_reason == "tool_calls"
+
+
+async def test_an_error_event_inside_a_stream_is_mapped(fake: FakeProvider, http: HttpClient) -> None:
+    fake.script(Fault(stream_error_after=2, message="the deployment is overloaded"))
+    with pytest.raises(ProviderUnavailableError, match="the deployment is overloaded"):
+        async for _ in ADAPTER.stream_chat(http, azure_config(fake), HELLO):
+            pass

@@ -52,7 +52,7 @@ class AzureTransport(HttpClient):
         return data
 
     async def post_sse(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], *,
-                       read_timeout_s: float) -> AsyncIterator[SSEEvent]:
+                       read_timeout_s: float | None = None) -> AsyncIterator[SSEEvent]:
         try:
             async for event in self._inner.post_sse(self._url(url), body, headers, read_timeout_s=read_timeout_s):
                 self._check(event)
