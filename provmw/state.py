@@ -92,7 +92,8 @@ class State:
 
     def usage_journal(self) -> UsageJournal:
         """The ledger's journal, shared by ``usage`` and ``usage_hits``."""
-        return self._once("usage", lambda: UsageJournal(self._ledger(), **self._journal_options))
+        return self._once("usage", lambda: UsageJournal(self._ledger(), write_ahead=self._write_ahead(),
+                                                        **self._journal_options))
 
     async def aclose(self) -> None:
         """Write what the ledger's journal still holds, close every store made, then the shared backend."""
@@ -109,6 +110,12 @@ class State:
             finally:
                 if self.shared is not None:
                     await self.shared.aclose()
+
+    def _write_ahead(self) -> bool:
+        """A call waits for no commit when the ledger is the embedded SQLite file at ``synchronous =
+        "normal"``: its write-ahead file survives kill -9 as that file does (ADR 0027)."""
+        ledger = self.embedded.ledger
+        return self.ledger is None and ledger is not None and ledger.synchronous == "NORMAL"
 
     def _ledger(self) -> UsageStore:
         return self.ledger if self.ledger is not None else self.embedded.usage_store()
