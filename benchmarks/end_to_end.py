@@ -151,7 +151,10 @@ def _manager(text: str, folder: Path) -> ServiceManager:
     return ServiceManager(load_settings(path, environ={**os.environ, "PROVMW_BENCH_KEY": KEY}), host=host)
 
 
-def _managed(template: str, text: Callable[[], str] = prompt) -> Callable[[str, Path], AbstractAsyncContextManager[Call]]:
+Contender = Callable[[str, Path], AbstractAsyncContextManager[Call]]
+
+
+def _managed(template: str, text: Callable[[], str] = prompt) -> Contender:
     @asynccontextmanager
     async def run(url: str, folder: Path) -> Any:
         async with _manager(template.format(url=url), folder) as manager:
@@ -162,7 +165,7 @@ def _managed(template: str, text: Callable[[], str] = prompt) -> Callable[[str, 
 
 @asynccontextmanager
 async def openai_sdk(url: str, folder: Path) -> Any:
-    import openai  # the peers extra
+    openai: Any = importlib.import_module("openai")  # the peers extra, untyped when absent
 
     client = openai.AsyncOpenAI(api_key=KEY, base_url=url, max_retries=0)
     try:
@@ -175,20 +178,21 @@ async def openai_sdk(url: str, folder: Path) -> Any:
 @asynccontextmanager
 async def litellm(url: str, folder: Path) -> Any:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch from the network at import
-    import litellm as peer  # the peers extra
+    peer: Any = importlib.import_module("litellm")  # the peers extra
 
     yield lambda _: peer.acompletion(model="openai/gpt-4o-mini", api_base=url, api_key=KEY, num_retries=0,
                                      messages=[{"role": "user", "content": prompt()}], **OPTIONS)
 
 
-def contender(name: str) -> Callable[[str, Path], AbstractAsyncContextManager[Call]]:
+def contender(name: str) -> Contender:
     """The factory of the contender called ``name``: given the base URL and a folder, it yields a call."""
     return CONTENDERS[name]
 
 
-CONTENDERS: dict[str, Callable[[str, Path], AbstractAsyncContextManager[Call]]] = {
+CONTENDERS: dict[str, Contender] = {
     "raw": raw, "adapter": adapter, "bare": _managed(BARE), "full": _managed(FULL),
-    "budget": _managed(FULL + BUDGET), "hit": _managed(FULL, lambda: "Say hello"), "openai-sdk": openai_sdk, "litellm": litellm,
+    "budget": _managed(FULL + BUDGET), "hit": _managed(FULL, lambda: "Say hello"),
+    "openai-sdk": openai_sdk, "litellm": litellm,
 }
 _PEERS = {"openai-sdk": "openai", "litellm": "litellm"}
 
