@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,3 +62,9 @@ def test_no_module_imports_itself_back() -> None:
 
 def test_the_walk_sees_lazy_imports() -> None:
     assert "provmw.middleware" in GRAPH["provmw._builtin"]  # imported inside the hook function
+
+
+def test_a_manager_without_state_settings_imports_no_redis_or_postgres_driver(tmp_path: Path) -> None:
+    code = "import sys, provmw; provmw.ServiceManager(); print(sorted({'redis', 'psycopg'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
