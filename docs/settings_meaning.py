@@ -118,6 +118,8 @@ MEANING: dict[str, dict[str, str]] = {
         "path": "The SQLite file: relative to the settings file; with no settings file, in the user's "
                 "data folder.",
         "busy_timeout_s": "How long a write waits for another process's lock on the file.",
+        "synchronous": "`\"full\"`: each reservation and settle is on disk before the call goes on "
+                       "(survives power loss; slower); `\"normal\"` survives a crash of the process.",
         "failure_policy": "When the store fails: `fail_closed` refuses calls before sending, `fail_open` "
                           "lets them go uncounted.",
     },
