@@ -289,13 +289,25 @@ class ServiceManager:
                       call: _Call) -> AsyncGenerator[ChatChunk, None]:
         if call.idempotency_key is not None:
             raise ConfigurationError("idempotency_key applies to unary calls: a stream is not replayed (ADR 0005)")
-        opened = await self._run(operation, request, OpenedStream, call, stream=True)
+        # Every stream a terminal opened for this call: one a layer drops (a hedge's loser, an
+        # outer layer that fails or is cancelled after it opened) is closed here, its end run.
+        streams: list[OpenedStream] = []
+        try:
+            opened = await self._run(operation, request, OpenedStream, call, streams=streams)
+        except BaseException:
+            for dropped in streams:
+                await dropped.aclose()
+            raise
+        for dropped in streams:
+            if dropped.stream is not opened.stream:
+                await dropped.aclose()
         async with contextlib.aclosing(opened.chunks()) as chunks:  # a caller who stops: the end runs now
             async for chunk in chunks:
                 yield chunk
 
     async def _run(self, operation: ProviderOperation, request: ProviderRequest, response_type: type[R],
-                   call: _Call, *, stream: bool = False) -> R:
+                   call: _Call, *, streams: list[OpenedStream] | None = None) -> R:
+        stream = streams is not None
         config, ctx = self._facts(operation, request, call, stream=stream)
         await self.destinations.check(config)
         method = _METHODS[operation]
@@ -305,14 +317,16 @@ class ServiceManager:
         estimated_input_tokens = ctx.facts.estimated_input_tokens
 
         async def send(chosen: ProviderConfig) -> ProviderResponse:
-            if stream:
+            if streams is not None:
                 assert isinstance(request, ChatRequest)
-                return await open_stream(
+                opened = await open_stream(
                     adapters[chosen.provider].stream_chat(client_for(chosen, http), chosen, request),
                     provider=chosen.provider, model=chosen.model, served_by=chosen.identifier,
                     first_chunk_s=chosen.first_chunk_timeout_s or chosen.timeout_s,
                     idle_s=chosen.stream_idle_timeout_s or chosen.timeout_s, price=prices.price_for(chosen),
                     estimated_input_tokens=estimated_input_tokens, scrub=Scrubber.for_config(chosen).error)
+                streams.append(opened)
+                return opened
             call_adapter: Callable[..., Awaitable[ProviderResponse]] = getattr(adapters[chosen.provider], method)
             return await run_within(chosen.timeout_s,
                                     call_adapter(client_for(chosen, http), chosen, _with_repair(request, ctx)),

@@ -118,6 +118,10 @@ class OpenedStream(ProviderResponse):
             raise reading.interrupted(exc) from exc
         await self._end(reading)
 
+    async def aclose(self) -> None:
+        """End the stream unread, if nothing has ended it: the callbacks run, as abandoned."""
+        await self._end(_Reading(self), abandoned=True)
+
     async def _end(self, reading: _Reading, *, error: BaseException | None = None, abandoned: bool = False) -> None:
         state = self.stream
         if state.ended:

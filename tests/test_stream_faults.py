@@ -9,6 +9,7 @@ import gc
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -211,3 +212,24 @@ async def test_a_caller_who_breaks_without_closing_still_leaves_its_record(
     await asyncio.sleep(0.05)
     await manager.aclose()
     assert [r.billed for r in await ledger(tmp_path / "ledger.sqlite3")] == ["estimated"]
+
+
+class DropsTheStream:
+    """An outer layer that fails after the stream opened, so the stream never reaches the caller."""
+
+    name, priority = "drops_the_stream", 990
+
+    async def handle(self, ctx: Any, config: Any, next: Any) -> Any:
+        await next(config)
+        raise RuntimeError("an outer layer failed")
+
+
+async def test_a_stream_an_outer_layer_drops_still_ends_once(fake: FakeProvider, builtin_only: PluginHost,
+                                                               tmp_path: Path) -> None:
+    async with ServiceManager(settings(fake, tmp_path / "ledger.sqlite3"), host=builtin_only,
+                              middleware=[DropsTheStream()]) as manager:
+        with pytest.raises(RuntimeError, match="an outer layer failed"):
+            _ = [c async for c in manager.stream_chat("one two three")]
+        spent, reserved = await budget_of(manager)
+    [record] = await ledger(tmp_path / "ledger.sqlite3")
+    assert (record.billed, reserved, spent) == ("estimated", 0, round((record.cost_usd or 0) * 1e6))
