@@ -55,6 +55,12 @@ async def test_completion_is_one_user_turn(fake: FakeProvider, http: HttpClient)
     assert response.text == "echo: once"
 
 
+async def test_chat_and_completion_report_the_providers_message_id(fake: FakeProvider, http: HttpClient) -> None:
+    chat = await ADAPTER.chat(http, anthropic_config(fake), ChatRequest((Message.user("hi"),)))
+    completion = await ADAPTER.complete(http, anthropic_config(fake), CompletionRequest("once"))
+    assert (chat.response_id, completion.response_id) == ("msg_fake", "msg_fake")
+
+
 async def test_max_tokens_cut_is_finish_reason_length(fake: FakeProvider, http: HttpClient) -> None:
     request = ChatRequest((Message.user("one two three four"),), options={"max_tokens": 2})
     response = await ADAPTER.chat(http, anthropic_config(fake), request)
