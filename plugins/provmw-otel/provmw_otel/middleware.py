@@ -20,7 +20,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.pipeline import Next, R
-from provmw.responses import ProviderResponse
+from provmw.responses import EmbeddingResponse, ProviderResponse
 from provmw.streams import OpenedStream, StreamEnd
 from provmw_otel import attributes as attr
 from provmw_otel.options import OtelOptions
@@ -147,28 +147,29 @@ class OtelAttemptMiddleware:
         try:
             response = await next(self._carrying_traceparent(config))
         except BaseException as exc:
-            self._measure(started, asked | _failed(span, exc))
+            self._measure(started, attr.metric_attributes(asked | _failed(span, exc)))
             span.end()
             raise
         finally:
             context.detach(token)
+        labels = attr.metric_attributes(asked) | {attr.RESPONSE_MODEL: response.model}
         if isinstance(response, OpenedStream):
-            self._opened(span, started, asked, response)
+            self._opened(span, started, asked, labels, response)
             return response
-        answer = attr.response_attributes(response)
-        span.set_attributes(answer)
-        self._measure(started, asked | answer, response)
+        if span.is_recording():
+            span.set_attributes(attr.response_attributes(response))
+        self._measure(started, labels, response)
         span.end()
         return response
 
-    def _opened(self, span: Span, started: float, asked: attr.Attributes, opened: OpenedStream) -> None:
+    def _opened(self, span: Span, started: float, asked: attr.Attributes, labels: attr.Attributes,
+                opened: OpenedStream) -> None:
         """Time to the first chunk now; the duration and the tokens when the stream ends."""
-        labels = attr.metric_attributes(asked) | {attr.RESPONSE_MODEL: opened.model}
         self._telemetry.first_chunk.record(self._clock() - started, labels)
 
         async def end_span(end: StreamEnd) -> None:
-            found = _stream_ended(span, end)
-            self._measure(started, asked | found, None if end.usage_estimated else end.response)
+            found = attr.metric_attributes(asked | _stream_ended(span, end))
+            self._measure(started, found, None if end.usage_estimated else end.response)
             span.end()
 
         opened.on_end(end_span)
@@ -180,11 +181,11 @@ class OtelAttemptMiddleware:
         _TRACEPARENT.inject(headers)
         return attrs.evolve(config, headers={**config.headers, **headers}) if headers else config
 
-    def _measure(self, started: float, found: Mapping[str, Any], response: ProviderResponse | None = None) -> None:
-        labels = attr.metric_attributes(found)
+    def _measure(self, started: float, labels: attr.Attributes, response: ProviderResponse | None = None) -> None:
+        """The attempt's duration and, when it answered, its tokens (output ones unless an embedding)."""
         self._telemetry.duration.record(self._clock() - started, labels)
         if response is None:
             return
         self._telemetry.tokens.record(response.usage.input_tokens, labels | {attr.TOKEN_TYPE: "input"})
-        if attr.OUTPUT_TOKENS in found:
+        if not isinstance(response, EmbeddingResponse):
             self._telemetry.tokens.record(response.usage.output_tokens, labels | {attr.TOKEN_TYPE: "output"})
