@@ -224,3 +224,10 @@ def test_budget_json_before_the_store_exists_is_an_empty_list(tmp_path: Path) ->
     (tmp_path / "provmw.toml").write_text(LEDGER_TOML)
     status, text = run("--config", str(tmp_path / "provmw.toml"), "budget", "--format", "json")
     assert (status, json.loads(text)) == (0, [])
+
+
+def test_the_demo_says_why_it_shows_no_span_tree_and_how_to_get_one() -> None:
+    out = io.StringIO()
+    asyncio.run(run_demo(out, PluginHost(PluginPolicy(allow=("calllog",)), environ={})))
+    step_four = out.getvalue().split("== 4.", 1)[1].split("== 5.", 1)[0]
+    assert "(no span tree: the `otel` plugin is not in the plugin allowlist)" in step_four
