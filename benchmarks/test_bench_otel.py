@@ -1,16 +1,25 @@
 """What provmw-otel adds to a call: its two layers around a terminal that answers at once,
-with the API's no-op provider and with the SDK batching spans to an exporter that drops them.
-Goal: at most 30 us per call over the bare pipeline (1,000 calls per round)."""
+with the API's no-op providers, and with the SDK batching spans to an exporter that drops them
+and aggregating metrics for an in-memory reader. Goal: at most 30 us per call over the bare
+pipeline (1,000 calls per round).
+
+The batching processor is set to export only when flushed (a batch as large as a round, a
+schedule delay of an hour), and each round's setup flushes it: export runs between rounds, on
+the processor's thread, so what is measured is the cost on the caller's path, not the export
+(whose share of the GIL depends on the exporter). ``test_sdk_floor`` is what the SDK alone
+costs for the same two spans and three measurements, whatever calls it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 from opentelemetry import trace
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from provmw_otel import middleware
@@ -25,10 +34,11 @@ from provmw.responses import CompletionResponse, Usage
 from provmw.testing import call_context
 
 CALLS = 1_000
+ROUNDS = 20
 CONFIG = ProviderConfig(identifier="bench", provider="openai", model="m", base_url="http://127.0.0.1:1/v1",
                         options={"temperature": 0, "max_tokens": 50})
 RESPONSE = CompletionResponse(provider="openai", model="m", text="x", served_by="bench", finish_reason="stop",
-                              usage=Usage(input_tokens=3, output_tokens=5))
+                              usage=Usage(input_tokens=3, output_tokens=5), response_id="chatcmpl-1")
 CTX = call_context(ProviderOperation.CHAT, user="ada", tenant="acme")
 
 
@@ -41,17 +51,54 @@ async def terminal(config: ProviderConfig) -> CompletionResponse:
     return RESPONSE
 
 
-def telemetry(kind: str) -> Telemetry:
-    if kind == "noop":
-        return Telemetry(trace.NoOpTracerProvider(), NoOpMeterProvider())
+def batching() -> tuple[TracerProvider, MeterProvider]:
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(Dropping(), max_queue_size=100_000))
-    return Telemetry(provider, MeterProvider())
+    provider.add_span_processor(BatchSpanProcessor(Dropping(), max_queue_size=4 * CALLS,
+                                                   max_export_batch_size=4 * CALLS,
+                                                   schedule_delay_millis=3_600_000))
+    return provider, MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+
+def flushing(provider: TracerProvider) -> Callable[[], None]:
+    def flush() -> None:
+        provider.force_flush()
+
+    return flush
+
+
+def telemetry(kind: str) -> tuple[Telemetry, Callable[[], None]]:
+    """The layers' telemetry, and what each round's setup runs (a flush, for the batching one)."""
+    if kind == "noop":
+        return Telemetry(trace.NoOpTracerProvider(), NoOpMeterProvider()), lambda: None
+    tracer_provider, meter_provider = batching()
+    return Telemetry(tracer_provider, meter_provider), flushing(tracer_provider)
 
 
 @pytest.mark.parametrize("kind", ["none", "noop", "batching"])
 def test_otel_overhead(benchmark: Any, loop: Any, kind: str) -> None:
-    layers = [] if kind == "none" else middleware(OtelOptions(), telemetry(kind))
+    flush: Callable[[], None] = lambda: None  # noqa: E731
+    layers = []
+    if kind != "none":
+        shared, flush = telemetry(kind)
+        layers = middleware(OtelOptions(), shared)
     pipeline = MiddlewarePipeline(layers)
     benchmark.group = "provmw-otel"
-    benchmark(run_batch(loop, lambda: pipeline.run(CTX, CONFIG, terminal), CALLS))
+    benchmark.pedantic(run_batch(loop, lambda: pipeline.run(CTX, CONFIG, terminal), CALLS), setup=flush,
+                       rounds=ROUNDS)
+
+
+def test_sdk_floor(benchmark: Any) -> None:
+    tracer_provider, meter_provider = batching()
+    tracer = tracer_provider.get_tracer("floor")
+    histogram = meter_provider.get_meter("floor").create_histogram("floor")
+    labels = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "m"}
+
+    def calls() -> None:
+        for _ in range(CALLS):
+            for _span in range(2):
+                tracer.start_span("chat m", kind=trace.SpanKind.CLIENT).end()
+            for _record in range(3):
+                histogram.record(1.0, labels)
+
+    benchmark.group = "provmw-otel"
+    benchmark.pedantic(calls, setup=flushing(tracer_provider), rounds=ROUNDS)

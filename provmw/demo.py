@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 import attrs
 
+from provmw._demo_trace import DemoTracing, demo_tracing, unavailable, without_plugin_layers
 from provmw._demo_wires import PluginWire, installed
 from provmw.config import ProviderConfig
 from provmw.errors import ProvmwError
@@ -69,6 +70,9 @@ class _Story:
     fake: FakeProvider
     out: TextIO
     plugins: tuple[PluginWire, ...] = ()
+    # The failover call's span tree, or why it cannot be shown.
+    tracing: DemoTracing | None = None
+    untraced: str | None = None
     # What the story did that makes the ledger differ from the requests the fake saw.
     cache_hits: int = 0
 
@@ -77,6 +81,14 @@ class _Story:
 
     def step(self, title: str) -> None:
         self.say(f"\n== {title}")
+
+    def show_trace(self) -> None:
+        if self.tracing is None:
+            self.say(f"   (no span tree: {self.untraced})")
+            return
+        self.say("   the same call as OpenTelemetry spans (provmw-otel: the call, then one span per attempt):")
+        for line in self.tracing.tree():
+            self.say(f"      {line}")
 
     def needs(self, name: str) -> bool:
         if name in self.manager.pipeline.order:
@@ -113,10 +125,14 @@ async def run_demo(out: TextIO, host: PluginHost | None = None) -> int:
     plugins = installed(host.collect_providers())
     with tempfile.TemporaryDirectory(prefix="provmw-demo-") as state:
         async with FakeProvider(wires=[w.make() for w in plugins]) as fake:
+            untraced = unavailable(host)
+            tracing = demo_tracing() if untraced is None else None
             settings = demo_settings(fake, Path(state), plugins)
-            manager = ServiceManager(settings, host=host)
+            if tracing is not None:
+                settings = without_plugin_layers(settings, host)
+            manager = ServiceManager(settings, host=host, middleware=tracing.middleware if tracing else ())
             async with manager:
-                story = _Story(manager, fake, out, plugins)
+                story = _Story(manager, fake, out, plugins, tracing, untraced)
                 await _tell(story)
         # Closing the manager wrote every record; read them back from the ledger file.
         return 0 if await _usage_table(story, Path(state) / "provmw.sqlite3") else 1
@@ -160,7 +176,10 @@ async def _tell(story: _Story) -> None:
     story.fake.script(*[Fault(status=503, message="primary overloaded")] * 3, model="fast-model")
     if story.needs("fallback"):
         story.say("   retry tries the primary again, then the fallback walks primary -> backup:")
+    if story.tracing is not None:
+        story.tracing.clear()
     await story.call(lambda: m.chat("Are you there?"))
+    story.show_trace()
 
     story.step("5. Retry-After: a short hint is honoured, a long one swaps providers")
     if story.needs("retry"):

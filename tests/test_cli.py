@@ -233,3 +233,10 @@ def test_the_demo_calls_each_installed_provider_plugins_wire_through_the_same_st
     step_eight = out.getvalue().split("== 8.", 1)[1]
     assert status == 0
     assert "served_by=gemini" in step_eight and "served_by=azure" in step_eight
+
+
+def test_the_demo_says_why_it_shows_no_span_tree_and_how_to_get_one() -> None:
+    out = io.StringIO()
+    asyncio.run(run_demo(out, PluginHost(PluginPolicy(allow=("calllog",)), environ={})))
+    step_four = out.getvalue().split("== 4.", 1)[1].split("== 5.", 1)[0]
+    assert "(no span tree: the `otel` plugin is not in the plugin allowlist)" in step_four

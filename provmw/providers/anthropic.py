@@ -252,6 +252,7 @@ class AnthropicAdapter:
                 provider=self.name, model=_serde.get(body, "model", str, "response", default=None) or config.model,
                 usage=_usage(body.get("usage"), config.model), served_by=config.identifier, text=text,
                 tool_calls=calls, finish_reason=finish,
+                response_id=_serde.get(body, "id", str, "response", default=None),
             )
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None

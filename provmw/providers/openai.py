@@ -177,6 +177,7 @@ class OpenAIAdapter:
                 provider=self.name, model=_model(body, config), usage=_usage(body, config.model),
                 served_by=config.identifier, text=_text(message, "content", "message"),
                 tool_calls=_tool_calls(message), finish_reason=_finish_reason(choice, "response.choices[0]"),
+                response_id=_serde.get(body, "id", str, "response", default=None),
             )
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
@@ -194,6 +195,7 @@ class OpenAIAdapter:
                 provider=self.name, model=_model(answer, config), usage=_usage(answer, config.model),
                 served_by=config.identifier, text=_text(choice, "text", "response.choices[0]"),
                 finish_reason=_finish_reason(choice, "response.choices[0]"),
+                response_id=_serde.get(answer, "id", str, "response", default=None),
             )
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None

@@ -60,6 +60,11 @@ async def test_images_as_base64_and_url(fake: FakeProvider, http: HttpClient) ->
         {"type": "image", "source": {"type": "url", "url": "https://x.test/a.png"}}]
 
 
+async def test_chat_reports_the_providers_message_id(fake: FakeProvider, http: HttpClient) -> None:
+    chat = await ADAPTER.chat(http, anthropic_config(fake), ChatRequest((Message.user("hi"),)))
+    assert chat.response_id == "msg_fake"
+
+
 async def test_max_tokens_cut_is_finish_reason_length(fake: FakeProvider, http: HttpClient) -> None:
     request = ChatRequest((Message.user("one two three four"),), options={"max_tokens": 2})
     response = await ADAPTER.chat(http, anthropic_config(fake), request)

@@ -62,6 +62,7 @@ OPENAI_CHAT = {
     "tool-call-arguments-object": oa_chat('{"tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {}}}]}'),
     "finish-reason-number": oa_chat(choice=', "finish_reason": 123'),
     "model-number": oa_chat(top=', "model": 5'),
+    "id-number": oa_chat(top=', "id": 5'),
 }
 
 OPENAI_EMBEDDINGS = {
@@ -110,6 +111,7 @@ ANTHROPIC_CHAT = {
     "tool-input-text": an_chat('[{"type": "tool_use", "id": "t", "name": "f", "input": "x"}]'),
     "stop-reason-number": an_chat(top=', "stop_reason": 5'),
     "model-number": an_chat(top=', "model": []'),
+    "id-object": an_chat(top=', "id": {}'),
     "deep": DEEP,
     "not-an-object": '"x"',
 }

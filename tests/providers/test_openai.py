@@ -63,6 +63,12 @@ async def test_completion(fake: FakeProvider, http: HttpClient) -> None:
     assert response.text == "echo: once upon"
 
 
+async def test_chat_and_completion_report_the_providers_answer_id(fake: FakeProvider, http: HttpClient) -> None:
+    chat = await ADAPTER.chat(http, openai_config(fake), ChatRequest((Message.user("hi"),)))
+    completion = await ADAPTER.complete(http, openai_config(fake), CompletionRequest("once upon"))
+    assert (chat.response_id, completion.response_id) == ("chatcmpl-fake", "cmpl-fake")
+
+
 async def test_embeddings_batched_with_dimensions(fake: FakeProvider, http: HttpClient) -> None:
     response = await ADAPTER.embed(http, openai_config(fake), EmbeddingRequest(("a", "b", "c"), dimensions=3))
     assert fake.received[-1].body == {"model": "gpt-test", "input": ["a", "b", "c"],

@@ -47,5 +47,7 @@ def _options(settings: Settings) -> OtelOptions:
 @provmw.hookimpl
 def provmw_middleware(settings: Settings) -> Iterable[Middleware]:
     if not settings.enabled(OtelCallMiddleware.name):
-        return []
+        # The call layer is still handed over, for the host to drop as disabled: a plugin that
+        # contributed nothing would leave its own [middleware.otel] section unknown, an error.
+        return [OtelCallMiddleware(OtelOptions(), Telemetry())]
     return middleware(_options(settings))

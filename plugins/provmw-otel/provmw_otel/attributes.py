@@ -19,6 +19,7 @@ from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.redaction import redact
 from provmw.requests import merged_options
 from provmw.responses import CompletionResponse, EmbeddingResponse, ProviderResponse
+from provmw.streams import StreamEnd
 
 __all__ = [
     "Attributes",
@@ -31,6 +32,7 @@ __all__ = [
     "output_messages",
     "response_attributes",
     "span_name",
+    "stream_end_attributes",
 ]
 
 Attributes = dict[str, Any]
@@ -180,7 +182,7 @@ def _usage(response: ProviderResponse) -> Attributes:
     return found | {name: count for name, count in parts.items() if count}
 
 
-def response_attributes(response: ProviderResponse) -> Attributes:
+def response_attributes(response: ProviderResponse, *, usage: bool = True) -> Attributes:
     """What the answer says: its model, id, finish reason, and (unless cached) the tokens it took."""
     found: Attributes = {RESPONSE_MODEL: response.model, "provmw.served_by": response.served_by,
                          "provmw.cached": response.cached}
@@ -192,7 +194,18 @@ def response_attributes(response: ProviderResponse) -> Attributes:
         found[DIMENSION_COUNT] = len(response.vectors[0])
     if response.usage.cost_usd is not None:
         found["provmw.cost_usd"] = response.usage.cost_usd
-    return found if response.cached else found | _usage(response)
+    return found if response.cached or not usage else found | _usage(response)
+
+
+def stream_end_attributes(end: StreamEnd) -> Attributes:
+    """What a stream's end says: its assembled answer, with tokens only when the provider
+    reported them (provmw's own estimate is marked, never passed off as the provider's)."""
+    found = response_attributes(end.response, usage=not end.usage_estimated)
+    if end.usage_estimated:
+        found["provmw.usage_estimated"] = True
+    if end.abandoned:
+        found["provmw.stream_abandoned"] = True
+    return found
 
 
 def error_attributes(error: BaseException) -> Attributes:

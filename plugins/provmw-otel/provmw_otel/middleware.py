@@ -1,36 +1,43 @@
 """Two layers, one tracer: a CLIENT span for the logical call (outermost) and a child span
-for each request that reaches a provider (innermost), so retries and fallbacks are siblings."""
+for each request that reaches a provider (innermost), so retries and fallbacks are siblings.
+
+A streamed call's spans end when its stream ends, not when the pipeline returns the opened
+stream: both layers end them from an end-of-stream callback (ADR 0005), which runs exactly
+once whether the stream completed, failed after its first chunk, or was abandoned.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-from opentelemetry import metrics, trace
+from opentelemetry import context, metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.pipeline import Next, R
-from provmw.responses import ProviderResponse
+from provmw.responses import EmbeddingResponse, ProviderResponse
+from provmw.streams import OpenedStream, StreamEnd
 from provmw_otel import attributes as attr
 from provmw_otel.options import OtelOptions
 
 __all__ = ["OtelAttemptMiddleware", "OtelCallMiddleware", "Telemetry"]
 
 SCOPE = "provmw_otel"
-# The conventions' advisory bucket boundaries for the two GenAI client histograms.
+# The conventions' advisory bucket boundaries for the GenAI histograms (time to first chunk:
+# those they give for time to first token).
 _DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+_FIRST_CHUNK_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 _TOKEN_BUCKETS = tuple(float(4**n) for n in range(14))
 _TRACEPARENT = TraceContextTextMapPropagator()
 
 
 class Telemetry:
-    """The tracer and the two histograms both layers share; the global providers unless given."""
+    """The tracer and the histograms both layers share; the global providers unless given."""
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None,
                  meter_provider: metrics.MeterProvider | None = None) -> None:
@@ -43,20 +50,29 @@ class Telemetry:
         self.tokens = meter.create_histogram(
             "gen_ai.client.token.usage", unit="{token}", description="Measures number of input and output tokens used",
             explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS)
+        self.first_chunk = meter.create_histogram(
+            "gen_ai.client.operation.time_to_first_chunk", unit="s",
+            description="Time to receive the first chunk in a streaming operation",
+            explicit_bucket_boundaries_advisory=_FIRST_CHUNK_BUCKETS)
 
-    @contextmanager
-    def span(self, name: str, attributes: Mapping[str, Any]) -> Iterator[Span]:
-        """A current CLIENT span that records no exception text (it may quote a provider's body)."""
-        with self.tracer.start_as_current_span(name, kind=SpanKind.CLIENT, attributes=attributes,
-                                               record_exception=False, set_status_on_exception=False) as span:
-            yield span
+    def start(self, name: str, attributes: Mapping[str, Any]) -> Span:
+        """A CLIENT span, not yet current; whoever starts it ends it (a stream's outlives ``handle``)."""
+        return self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
 
 
 def _failed(span: Span, error: BaseException) -> attr.Attributes:
+    # The exception itself is not recorded: its message may quote a provider's body.
     found = attr.error_attributes(error)
     span.set_attributes(found)
     span.set_status(Status(StatusCode.ERROR, found[attr.ERROR_TYPE]))
     return found
+
+
+def _stream_ended(span: Span, end: StreamEnd) -> attr.Attributes:
+    """Set what the stream's end says on ``span``: its answer, and its error if it failed midway."""
+    found = attr.stream_end_attributes(end)
+    span.set_attributes(found)
+    return found | (_failed(span, end.error) if end.error is not None else {})
 
 
 class OtelCallMiddleware:
@@ -72,22 +88,39 @@ class OtelCallMiddleware:
         self._telemetry = telemetry
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
-        with self._telemetry.span(attr.span_name(ctx, config), self._telemetry.attributes(ctx, config)) as span:
-            if span.is_recording():  # redacting costs more than the rest: not for a span nobody keeps
-                span.set_attributes(attr.caller_attributes(ctx))
-            try:
-                response = await next(config)
-            except BaseException as exc:
-                _failed(span, exc)
-                raise
-            if span.is_recording():
-                self._answered(span, response)
+        span = self._telemetry.start(attr.span_name(ctx, config), self._telemetry.attributes(ctx, config))
+        if span.is_recording():  # redacting costs more than the rest: not for a span nobody keeps
+            span.set_attributes(attr.caller_attributes(ctx))
+        token = context.attach(trace.set_span_in_context(span))
+        try:
+            response = await next(config)
+        except BaseException as exc:
+            _failed(span, exc)
+            span.end()
+            raise
+        finally:
+            context.detach(token)
+        if isinstance(response, OpenedStream):
+            async def end_span(end: StreamEnd) -> None:
+                if span.is_recording():
+                    _stream_ended(span, end)
+                    self._content(span, end.response)
+                span.end()
+
+            response.on_end(end_span)
             return response
+        if span.is_recording():
+            self._answered(span, response)
+        span.end()
+        return response
 
     def _answered(self, span: Span, response: ProviderResponse) -> None:
         span.set_attributes(attr.response_attributes(response))
         if response.cached:
             span.add_event("provmw.cache_hit", {"provmw.served_by": response.served_by})
+        self._content(span, response)
+
+    def _content(self, span: Span, response: ProviderResponse) -> None:
         if self.options.capture_content and (messages := attr.output_messages(response)) is not None:
             span.set_attribute(attr.OUTPUT_MESSAGES, messages)
 
@@ -108,17 +141,38 @@ class OtelAttemptMiddleware:
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         started = self._clock()
-        span_attributes = self._telemetry.attributes(ctx, config)
-        with self._telemetry.span(attr.span_name(ctx, config), span_attributes) as span:
-            try:
-                response = await next(self._carrying_traceparent(config))
-            except BaseException as exc:
-                self._measure(started, span_attributes | _failed(span, exc))
-                raise
-            answer = attr.response_attributes(response)
-            span.set_attributes(answer)
-            self._measure(started, span_attributes | answer, response)
+        asked = self._telemetry.attributes(ctx, config)
+        span = self._telemetry.start(attr.span_name(ctx, config), asked)
+        token = context.attach(trace.set_span_in_context(span))
+        try:
+            response = await next(self._carrying_traceparent(config))
+        except BaseException as exc:
+            self._measure(started, attr.metric_attributes(asked | _failed(span, exc)))
+            span.end()
+            raise
+        finally:
+            context.detach(token)
+        labels = attr.metric_attributes(asked) | {attr.RESPONSE_MODEL: response.model}
+        if isinstance(response, OpenedStream):
+            self._opened(span, started, asked, labels, response)
             return response
+        if span.is_recording():
+            span.set_attributes(attr.response_attributes(response))
+        self._measure(started, labels, response)
+        span.end()
+        return response
+
+    def _opened(self, span: Span, started: float, asked: attr.Attributes, labels: attr.Attributes,
+                opened: OpenedStream) -> None:
+        """Time to the first chunk now; the duration and the tokens when the stream ends."""
+        self._telemetry.first_chunk.record(self._clock() - started, labels)
+
+        async def end_span(end: StreamEnd) -> None:
+            found = attr.metric_attributes(asked | _stream_ended(span, end))
+            self._measure(started, found, None if end.usage_estimated else end.response)
+            span.end()
+
+        opened.on_end(end_span)
 
     def _carrying_traceparent(self, config: ProviderConfig) -> ProviderConfig:
         if not self.options.sends_traceparent(config.identifier):
@@ -127,11 +181,11 @@ class OtelAttemptMiddleware:
         _TRACEPARENT.inject(headers)
         return attrs.evolve(config, headers={**config.headers, **headers}) if headers else config
 
-    def _measure(self, started: float, found: Mapping[str, Any], response: ProviderResponse | None = None) -> None:
-        labels = attr.metric_attributes(found)
+    def _measure(self, started: float, labels: attr.Attributes, response: ProviderResponse | None = None) -> None:
+        """The attempt's duration and, when it answered, its tokens (output ones unless an embedding)."""
         self._telemetry.duration.record(self._clock() - started, labels)
         if response is None:
             return
         self._telemetry.tokens.record(response.usage.input_tokens, labels | {attr.TOKEN_TYPE: "input"})
-        if attr.OUTPUT_TOKENS in found:
+        if not isinstance(response, EmbeddingResponse):
             self._telemetry.tokens.record(response.usage.output_tokens, labels | {attr.TOKEN_TYPE: "output"})

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -24,7 +24,7 @@ from provmw.destinations import DestinationPolicy
 from provmw.errors import ProvmwError
 from provmw.middleware.retry import RetryMiddleware, RetryOptions
 from provmw.plugins import PluginHost, PluginPolicy
-from provmw.responses import ProviderResponse
+from provmw.responses import ChatChunk, ProviderResponse
 from provmw.settings import Settings
 from provmw.testing import FakeClock, FakeProvider, Fault
 
@@ -44,6 +44,29 @@ class Recorded:
 
     def finished(self) -> tuple[ReadableSpan, ...]:
         return tuple(self.spans.get_finished_spans())
+
+
+@attrs.frozen
+class Point:
+    """One histogram data point as the in-memory reader holds it."""
+
+    metric: str
+    count: int
+    attributes: Mapping[str, Any]
+
+
+def points(rec: Recorded) -> list[Point]:
+    data = rec.metrics.get_metrics_data()
+    return [Point(m.name, p.count, dict(p.attributes or {}))
+            for r in (data.resource_metrics if data else []) for sm in r.scope_metrics for m in sm.metrics
+            for p in m.data.data_points if isinstance(p, HistogramDataPoint)]
+
+
+def tree(spans: tuple[ReadableSpan, ...]) -> tuple[ReadableSpan, list[ReadableSpan]]:
+    """The call span and its children, oldest first."""
+    [root] = [s for s in spans if s.parent is None]
+    children = [s for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id]
+    return root, sorted(children, key=lambda s: s.start_time or 0)
 
 
 @contextmanager
@@ -78,7 +101,8 @@ def manager(fake: FakeProvider, telemetry: Telemetry, options: OtelOptions | Non
                           middleware=[retry, *middleware(options or OtelOptions(), telemetry)])
 
 
-Call = Callable[[ServiceManager, FakeProvider], Awaitable[ProviderResponse]]
+Answer = ProviderResponse | list[ChatChunk]
+Call = Callable[[ServiceManager, FakeProvider], Awaitable[Answer]]
 
 
 async def _plain(m: ServiceManager, fake: FakeProvider) -> ProviderResponse:
@@ -100,6 +124,10 @@ async def _cache_hit(m: ServiceManager, fake: FakeProvider) -> ProviderResponse:
     return await m.chat("hi there")
 
 
+async def _streamed(m: ServiceManager, fake: FakeProvider) -> list[ChatChunk]:
+    return [chunk async for chunk in m.stream_chat("hi there", user=USER, tenant=TENANT)]
+
+
 async def _budget_refusal(m: ServiceManager, fake: FakeProvider) -> ProviderResponse:
     return await m.chat("hi there")
 
@@ -110,13 +138,14 @@ SCENARIOS: dict[str, tuple[Call, dict[str, Mapping[str, Any]]]] = {
     "retried": (_retried, {}),
     "failover": (_failover, {}),
     "cache_hit": (_cache_hit, {"cache": {"operations": ["chat"]}}),
+    "streamed": (_streamed, {}),
     "budget_refusal": (_budget_refusal, {"budget": {"store": "memory", "limits": [
         {"scope": "global", "period": "total", "max_requests": 0}]}}),
 }
 
 
 async def run(name: str, fake: FakeProvider, telemetry: Telemetry,
-              options: OtelOptions | None = None) -> ProviderResponse | ProvmwError:
+              options: OtelOptions | None = None) -> Answer | ProvmwError:
     """Run scenario ``name`` on a fresh manager; its answer, or the provmw error it raised."""
     call, sections = SCENARIOS[name]
     async with manager(fake, telemetry, options, **sections) as m:

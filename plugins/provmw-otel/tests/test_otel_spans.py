@@ -4,19 +4,13 @@ event, refusals as ``error.type``; redaction, content and traceparent only when 
 from __future__ import annotations
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
-from otel_harness import KEY, fake_provider, manager, recording, run  # noqa: F401  (a fixture)
+from otel_harness import KEY, fake_provider, manager, recording, run, tree  # noqa: F401  (a fixture)
 from provmw_otel.options import OtelOptions
 
 from provmw.errors import BudgetExceededError
 from provmw.responses import ProviderResponse
 from provmw.testing import FakeProvider
-
-
-def tree(spans: tuple[ReadableSpan, ...]) -> tuple[ReadableSpan, list[ReadableSpan]]:
-    [root] = [s for s in spans if s.parent is None]
-    return root, [s for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id]
 
 
 async def test_a_plain_call_is_a_client_span_named_operation_and_model_with_one_child(fake: FakeProvider) -> None:

@@ -131,6 +131,15 @@ async def test_a_cache_hit_arrives_as_an_event_and_no_attempt(fake: FakeProvider
     assert not [s for s in got.spans if s["parent"] == hit["id"]]
 
 
+async def test_a_streamed_call_arrives_with_its_usage_and_time_to_first_chunk(
+        fake: FakeProvider, receiver: Receiver) -> None:
+    got = await exported("streamed", fake, receiver)
+    [attempt] = children(got.spans)
+    assert (attempt["gen_ai.usage.output_tokens"], attempt["gen_ai.response.finish_reasons"]) == (3, ["stop"])
+    assert {p["metric"] for p in got.points} == {"gen_ai.client.operation.time_to_first_chunk",
+                                                 "gen_ai.client.operation.duration", "gen_ai.client.token.usage"}
+
+
 async def test_a_budget_refusal_arrives_as_one_failed_span_and_no_metric(
         fake: FakeProvider, receiver: Receiver) -> None:
     got = await exported("budget_refusal", fake, receiver)
@@ -140,7 +149,7 @@ async def test_a_budget_refusal_arrives_as_one_failed_span_and_no_metric(
 
 
 async def test_nothing_exported_holds_the_key_or_the_callers_text(fake: FakeProvider, receiver: Receiver) -> None:
-    for scenario in ("plain", "failover"):
+    for scenario in ("plain", "failover", "streamed"):
         await exported(scenario, fake, receiver)
     wire = b"".join(receiver.bodies)
     assert KEY.encode() not in wire and b"hi there" not in wire and b"ada@example.com" not in wire
