@@ -7,9 +7,16 @@ import zlib
 
 import pytest
 from botocore.eventstream import EventStreamBuffer
-from provmw_bedrock.eventstream import EventStreamDecoder, EventStreamError, EventTooLargeError, encode_message
+from provmw_bedrock.eventstream import (
+    EventStreamDecoder,
+    EventStreamError,
+    EventTooLargeError,
+    HeaderValue,
+    encode_message,
+)
 
-HEADERS = {":event-type": "contentBlockDelta", ":message-type": "event", "count": 7, "flag": True, "raw": b"\x00\x01"}
+HEADERS: dict[str, HeaderValue] = {":event-type": "contentBlockDelta", ":message-type": "event", "count": 7,
+                                   "flag": True, "raw": b"\x00\x01"}
 MESSAGE = encode_message(HEADERS, b'{"delta":{"text":"hi"}}')
 
 
@@ -17,7 +24,8 @@ def test_botocore_decodes_an_encoded_message() -> None:
     buffer = EventStreamBuffer()
     buffer.add_data(MESSAGE)
     decoded = next(iter(buffer))
-    assert (decoded.headers, decoded.payload) == (HEADERS, b'{"delta":{"text":"hi"}}')
+    headers: object = decoded.headers  # botocore-stubs call it an int; it is the headers' dict
+    assert (headers, decoded.payload) == (HEADERS, b'{"delta":{"text":"hi"}}')
 
 
 def test_messages_split_at_every_byte_decode_whole() -> None:
