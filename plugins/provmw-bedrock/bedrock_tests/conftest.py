@@ -3,7 +3,14 @@ and nothing from the machine (no shared files, no instance metadata service)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
+from provmw_bedrock.fake import BedrockWire
+
+from bedrock_tests.sigv4_server import SigV4Server
+from provmw.http import HttpClient
+from provmw.testing import FakeProvider
 
 ACCESS_KEY = "AKIDPROVMWTESTKEY"
 SECRET_KEY = "provmw-test-secret-key-never-in-an-error"
@@ -22,3 +29,24 @@ def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/provmw-test/config")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/provmw-test/credentials")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[HttpClient]:
+    client = HttpClient()
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeProvider]:
+    """A fake provider serving the Bedrock wire."""
+    async with FakeProvider(wires=[BedrockWire()]) as server:
+        yield server
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[SigV4Server]:
+    """A loopback Bedrock that verifies signatures; it knows the test key and a refreshed one."""
+    async with SigV4Server({ACCESS_KEY: SECRET_KEY, "AKIDREFRESHED": "refreshed-secret"}, REGION) as running:
+        yield running

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import botocore.session
@@ -27,17 +27,8 @@ from provmw.testing import FakeProvider
 HELLO = ChatRequest((Message.user("hello world"),))
 
 
-@pytest.fixture
-async def http() -> AsyncIterator[HttpClient]:
-    client = HttpClient()
-    yield client
-    await client.aclose()
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[SigV4Server]:
-    async with SigV4Server({ACCESS_KEY: SECRET_KEY, "AKIDREFRESHED": "refreshed-secret"}, "eu-west-3") as running:
-        yield running
 
 
 def signed(url: str, identifier: str = "signed") -> ProviderConfig:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import traceback
-from collections.abc import AsyncIterator
 
 import botocore.auth
 import pytest
@@ -13,7 +12,7 @@ from botocore.credentials import Credentials, ReadOnlyCredentials
 from provmw_bedrock import BedrockAdapter
 from provmw_bedrock.signing import sign
 
-from bedrock_tests.conftest import ACCESS_KEY, REGION, SECRET_KEY
+from bedrock_tests.conftest import ACCESS_KEY
 from bedrock_tests.sigv4_server import SigV4Server
 from provmw.config import ProviderConfig
 from provmw.errors import AuthenticationError
@@ -30,17 +29,8 @@ FIXED_TIME = datetime.datetime(2024, 5, 30, 12, 0, 0)
 FIXED_SIGNATURE = "Signature=56a51929f20be4f1141c649bff95cebd2beb0b7b76e0052fac16efd0ee4adc3a"
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[SigV4Server]:
-    async with SigV4Server({ACCESS_KEY: SECRET_KEY, "AKIDREFRESHED": "refreshed-secret"}, REGION) as running:
-        yield running
 
 
-@pytest.fixture
-async def http() -> AsyncIterator[HttpClient]:
-    client = HttpClient()
-    yield client
-    await client.aclose()
 
 
 def config(server: SigV4Server, model: str = "anthropic.claude-3-haiku-20240307-v1:0") -> ProviderConfig:

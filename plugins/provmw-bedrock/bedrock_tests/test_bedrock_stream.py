@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
@@ -11,7 +10,7 @@ from aiohttp.test_utils import TestServer
 from provmw_bedrock import BedrockAdapter
 from provmw_bedrock.adapter import EVENT_STREAM
 from provmw_bedrock.answers import finish_reason
-from provmw_bedrock.fake import BedrockWire, converse_answer, converse_events, event_frame
+from provmw_bedrock.fake import converse_answer, converse_events, event_frame
 
 from provmw._fake_wire import words
 from provmw.config import ProviderConfig
@@ -36,10 +35,6 @@ HELLO_BODY = {"messages": [{"role": "user", "content": [{"text": "hello world"}]
 LOOKUP = ToolSpec(name="lookup", description="Look a word up", parameters={"type": "object"})
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeProvider]:
-    async with FakeProvider(wires=[BedrockWire()]) as server:
-        yield server
 
 
 async def chunks(fake: FakeProvider | str, request: ChatRequest = HELLO,

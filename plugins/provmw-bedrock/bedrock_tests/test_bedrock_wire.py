@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from provmw_bedrock import BedrockAdapter
 from provmw_bedrock.converse import SCHEMA_TOOL
-from provmw_bedrock.fake import BedrockWire
 
 from provmw.config import ProviderConfig
 from provmw.errors import InvalidRequestError, MalformedResponseError
@@ -25,17 +23,8 @@ SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}, "score"
           "required": ["answer", "score"]}
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeProvider]:
-    async with FakeProvider(wires=[BedrockWire()]) as server:
-        yield server
 
 
-@pytest.fixture
-async def http() -> AsyncIterator[HttpClient]:
-    client = HttpClient()
-    yield client
-    await client.aclose()
 
 
 def config(fake: FakeProvider, **options: Any) -> ProviderConfig:
