@@ -9,8 +9,10 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _in_tmp_path(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The embedded usage ledger writes ``provmw.sqlite3`` in the working directory."""
+    """Settings built in code keep ``provmw.sqlite3`` in the working folder, the embedded defaults
+    in the user's data folder: both are the test's own."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
 
 
 @pytest.fixture

@@ -34,6 +34,7 @@ def number(*, gt: float | None = None, ge: float | None = None, le: float | None
         if not ok or (le is not None and value > le):
             raise ConfigurationError(f"{attribute.name} must be {wanted}, got {value!r}")
 
+    check.__doc__ = wanted  # the rule in words: the settings reference prints it (docs/gen_settings.py)
     return check
 
 
@@ -79,6 +80,7 @@ def one_of(choices: tuple[str, ...]) -> Validator:
         if value not in choices:
             raise ConfigurationError(f"{attribute.name} must be one of {', '.join(choices)}; got {value!r}")
 
+    check.__doc__ = f"one of {', '.join(choices)}"
     return check
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from provmw.errors import ProvmwError
 from provmw.settings import Settings, load_settings
 
-__all__ = ["problems"]
+__all__ = ["locations", "problems"]
 
 
 async def problems(path: str | os.PathLike[str] | None = None,
@@ -27,6 +27,20 @@ async def problems(path: str | os.PathLike[str] | None = None,
     except ProvmwError as exc:
         return [str(exc)]  # nothing else can be checked without the settings
     return [*missing_variables(settings), *await _stack_problems(settings, environ)]
+
+
+def locations(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Where the settings come from and where the usage ledger is; nothing when the settings do not load."""
+    from provmw.middleware import USAGE, section_options
+    from provmw.stores.shared import masked_url
+
+    try:
+        settings = load_settings(path, environ)
+        ledger = section_options(settings, USAGE)
+    except ProvmwError:
+        return []
+    kept = {"sqlite": ledger.path, "memory": "in memory only (store = \"memory\")"}.get(ledger.store)
+    return [f"settings: {settings.source}", f"usage ledger: {kept or masked_url(ledger.store)}"]
 
 
 def missing_variables(settings: Settings) -> Iterator[str]:

@@ -130,8 +130,10 @@ def _plugins(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _check(args: argparse.Namespace, out: TextIO) -> int:
-    from provmw.check import problems
+    from provmw.check import locations, problems
 
+    for line in locations(args.config):
+        out.write(f"{line}\n")
     found = await problems(args.config)
     for problem in found:
         out.write(f"problem: {problem}\n")
@@ -211,6 +213,7 @@ def _exists(path: str, what: str) -> bool:
     from pathlib import Path
 
     if Path(path).is_file():
+        _note(f"{what}: {path}")
         return True
     _note(f"no {what} at {path} yet")
     return False
@@ -279,7 +282,8 @@ def _parser() -> argparse.ArgumentParser:
     # No abbreviations: `--config X` after a subcommand must not quietly become `--configuration X`.
     parser = argparse.ArgumentParser(prog="provmw", description="One middleware stack for LLM calls.",
                                      allow_abbrev=False)
-    parser.add_argument("--config", help="settings file (default: $PROVMW_CONFIG, provmw.toml, pyproject.toml)")
+    parser.add_argument("--config", help="settings file (default: $PROVMW_CONFIG, else provmw.toml or pyproject.toml "
+                        "[tool.provmw] here or in the nearest parent folder)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log each attempt (configuration, provider/model, outcome, time) and each retry")
     commands = parser.add_subparsers(dest="command", required=True)

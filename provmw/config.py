@@ -304,6 +304,10 @@ class ProviderConfig:
     # 30 s fits most unstreamed answers; with the deadline's 120 s a hung provider still
     # leaves a fallback its turn (ADR 0007, amendment on default time limits).
     timeout_s: float = attrs.field(default=30.0, validator=number(gt=0))
+    # A streamed attempt's limits (ADR 0005): to its first content chunk, and between chunks
+    # after it; unset, each is ``timeout_s``.
+    first_chunk_timeout_s: float | None = attrs.field(default=None, validator=number(gt=0, optional=True))
+    stream_idle_timeout_s: float | None = attrs.field(default=None, validator=number(gt=0, optional=True))
     active: bool = attrs.field(default=True, validator=_bool)
     headers: FrozenMap = attrs.field(
         factory=FrozenMap, converter=_to_frozen, validator=_validate_headers, repr=_repr_headers

@@ -84,7 +84,9 @@ class CallFacts:
     """What the manager knows about one call, computed once by :func:`provmw.facts.call_facts`.
 
     ``user``, ``tenant``: who the call is for (budgets and usage group by them, the cache
-    scopes keys by them). ``controls``: per-call middleware controls. ``idempotency_key``:
+    scopes keys by them). ``options``: the generation options the call itself gave (each
+    configuration's own are under it: ``provmw.requests.merged_options``), for layers that
+    report what was asked. ``controls``: per-call middleware controls. ``idempotency_key``:
     the caller's, when given. ``deterministic``: embeddings, or generation with temperature 0
     or a seed. ``estimated_input_tokens`` (4 characters a token, for rate limits and
     estimates), ``max_input_tokens`` (a true upper bound over the fallback chain, ADR 0015)
@@ -93,11 +95,13 @@ class CallFacts:
     call can incur (None when a configuration in it is unpriced or has no output bound);
     ``estimated_cost_usd``: the same at the estimate and the input rate. ``shared_cache_key``
     (the canonical request digest) and ``cache_key`` (the digest bound to tenant and user)
-    are computed on first read only.
+    are computed on first read only. ``stream``: the call streams its answer (what the
+    pipeline returns is an ``OpenedStream``; the cache and idempotency keys pass it by).
     """
 
     user: str | None = None
     tenant: str | None = None
+    options: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze)
     controls: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze)
     idempotency_key: str | None = None
     deterministic: bool = False
@@ -106,6 +110,7 @@ class CallFacts:
     max_output_tokens: int | None = None
     planned_cost_usd: float | None = None
     estimated_cost_usd: float | None = None
+    stream: bool = False
     digest: Callable[[], str] | None = attrs.field(default=None, eq=False, repr=False)
 
     @functools.cached_property

@@ -21,7 +21,7 @@ from provmw.errors import ProvmwError
 from provmw.manager import ServiceManager
 from provmw.messages import ToolSpec
 from provmw.plugins import PluginHost, PluginPolicy
-from provmw.reports import render, usage_rows
+from provmw.reports import render, usage_rows, usd
 from provmw.responses import ProviderResponse
 from provmw.settings import Settings
 from provmw.stores.usage import SqliteUsageStore
@@ -65,7 +65,6 @@ class _Story:
     fake: FakeProvider
     out: TextIO
     # What the story did that makes the ledger differ from the requests the fake saw.
-    streamed: int = 0
     cache_hits: int = 0
 
     def say(self, text: str = "") -> None:
@@ -135,11 +134,20 @@ async def _tell(story: _Story) -> None:
                                                configuration="backup"))
     await story.call(lambda: m.vision("What is in this picture?", ["https://example.invalid/cat.png"],
                                       configuration="backup"))
-    story.step("3. Streaming (outside the pipeline by design)")
-    story.say("   from configuration='backup' by name; a stream is not cached, budgeted or in the ledger:")
-    chunks = [c.text async for c in m.stream_chat("stream this answer", configuration="backup")]
-    story.streamed += 1
-    story.say(f"   -> {len(chunks)} chunks: {''.join(chunks).strip()!r}")
+    story.step("3. A stream that fails over before its first token")
+    story.say("   the primary answers HTTP 200, then an in-band 'overloaded' error event, three times: opening")
+    story.say("   a stream goes through the stack like any call, so retry and fallback act before a chunk is out:")
+    story.fake.script(*[Fault(stream_error_after=0, code="overloaded_error", message="primary overloaded")] * 3,
+                      model="fast-model")
+    seen = {model: story.fake.count(model=model) for model in ("fast-model", "steady-model")}
+    chunks = [c async for c in m.stream_chat("stream this answer", user="ada", tenant="acme")]
+    sent = {model: story.fake.count(model=model) - count for model, count in seen.items()}
+    usage = chunks[-1].usage
+    story.say(f"   -> requests: {sent['fast-model']} to the primary, {sent['steady-model']} to the backup; "
+              f"{len(chunks)} chunks from the backup: {''.join(c.text for c in chunks).strip()!r}")
+    if usage is not None and usage.cost_usd is not None:
+        story.say(f"      the last chunk carries the usage: {usage.input_tokens} in, {usage.output_tokens} out, "
+                  f"{usd(usage.cost_usd)}; the ledger and budgets have it too")
 
     story.step("4. Failover: the primary is down (503, three times in a row)")
     story.fake.script(*[Fault(status=503, message="primary overloaded")] * 3, model="fast-model")
@@ -171,8 +179,8 @@ async def _tell(story: _Story) -> None:
 
 
 async def _usage_table(story: _Story, ledger: Path) -> bool:
-    """Print the ledger by configuration; whether it holds one record per request the fake saw,
-    less the streams (outside the pipeline), plus the cache hits (recorded, never sent)."""
+    """Print the ledger by configuration; whether it holds one record per request the fake saw
+    (streams included), plus the cache hits (recorded, never sent)."""
     story.step("Usage by configuration, read back from the ledger")
     story.say(f"   ({ledger.name} in a temporary folder, deleted when the demo ends; an application's")
     story.say("   ledger stays next to its provmw.toml, and `provmw usage` reads it)")
@@ -183,9 +191,9 @@ async def _usage_table(story: _Story, ledger: Path) -> bool:
     for line in table.splitlines():
         story.say(f"   {line}")
     requests = story.fake.count()
-    expected = requests - story.streamed + story.cache_hits
-    story.say(f"\n   {len(records)} ledger records: one per request that went through the stack and one per "
-              f"cache hit\n   = {requests} requests the fake provider saw - {story.streamed} stream (not recorded) "
+    expected = requests + story.cache_hits
+    story.say(f"\n   {len(records)} ledger records: one per request that went through the stack (streams too) "
+              f"and one per\n   cache hit = {requests} requests the fake provider saw "
               f"+ {story.cache_hits} cache hit (recorded, never sent) = {expected}"
               f"{'' if expected == len(records) else '  MISMATCH: the ledger lost or doubled a record'}")
     return expected == len(records)

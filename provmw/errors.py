@@ -16,10 +16,12 @@
     │   │   └── LocalRateLimitError        our own rate_limit refused; nothing was sent
     │   ├── ProviderTimeoutError           408, 504, read timeout
     │   │   └── AttemptTimeoutError        the timeout middleware's per-attempt limit fired
+    │   │       └── FirstChunkTimeoutError a stream sent no content within its first-chunk limit
     │   ├── ProviderUnavailableError       409, 5xx, 529 overloaded
     │   │   └── ProviderConnectionError    refused, reset, DNS failure
     │   ├── MalformedResponseError         a body that is not the documented JSON
     │   │   └── ResponseTooLargeError      a body, SSE line or event over its limit; limit_bytes
+    │   ├── StreamInterruptedError         a stream failed after its first chunk; the cause is chained
     │   ├── AuthenticationError            401, 403
     │   └── InvalidRequestError            400, 404, 413, 422, other 4xx
     │       ├── ContextLengthExceededError the prompt does not fit the model
@@ -58,6 +60,7 @@ __all__ = [
     "ContextLengthExceededError",
     "DeadlineExceededError",
     "DestinationRefusedError",
+    "FirstChunkTimeoutError",
     "Disposition",
     "DuplicateMiddlewareError",
     "FallbackAttempt",
@@ -75,6 +78,7 @@ __all__ = [
     "ProvmwError",
     "RateLimitError",
     "ResponseTooLargeError",
+    "StreamInterruptedError",
     "UnknownArgumentError",
     "UnsupportedOperationError",
     "UsageLedgerUnavailableError",
@@ -250,6 +254,38 @@ class AttemptTimeoutError(ProviderTimeoutError):
 
 def _rebuild_attempt_timeout(message: str, limit_s: float, fields: dict[str, object]) -> AttemptTimeoutError:
     return AttemptTimeoutError(message, limit_s=limit_s, **fields)
+
+
+class FirstChunkTimeoutError(AttemptTimeoutError):
+    """A stream's attempt sent no content within its first-chunk limit (``limit_s``)."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_first_chunk_timeout, (self.message, self.limit_s, self._fields()))
+
+
+def _rebuild_first_chunk_timeout(message: str, limit_s: float, fields: dict[str, object]) -> FirstChunkTimeoutError:
+    return FirstChunkTimeoutError(message, limit_s=limit_s, **fields)
+
+
+class StreamInterruptedError(ProviderError):
+    """A stream failed after its first chunk reached the caller (``chunks`` of them did).
+
+    Raised by the stream's iterator, outside the pipeline: nothing is retried or failed over
+    once text has been handed out, so another model's text is never spliced in. The error
+    that stopped it (a dropped connection, an in-band error event, the idle limit) is its
+    ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, chunks: int, **fields: object) -> None:
+        super().__init__(message, **fields)  # type: ignore[arg-type]
+        self.chunks = chunks
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_interrupted, (self.message, self.chunks, self._fields()))
+
+
+def _rebuild_interrupted(message: str, chunks: int, fields: dict[str, object]) -> StreamInterruptedError:
+    return StreamInterruptedError(message, chunks=chunks, **fields)
 
 
 class ProviderUnavailableError(ProviderError):

@@ -77,18 +77,20 @@ class _Shape:
 def call_facts(operation: ProviderOperation, config: ProviderConfig, request: ProviderRequest, *,
                chain: Sequence[ProviderConfig], prices: PriceTable, known_controls: Collection[str],
                user: str | None = None, tenant: str | None = None, controls: Mapping[str, Any] | None = None,
-               idempotency_key: str | None = None) -> CallFacts:
+               idempotency_key: str | None = None, stream: bool = False) -> CallFacts:
     """The facts of one call on ``config`` whose fallback chain is ``chain``."""
     estimated = estimate_tokens(request)
     max_output = _most_output_tokens(chain, request)
     max_input, planned = _bound_over(chain, request, prices)
     return CallFacts(
         user=_text("user", user), tenant=_text("tenant", tenant),
+        options=FrozenMap() if isinstance(request, EmbeddingRequest) else request.options,
         controls=_controls(controls, known_controls),
         idempotency_key=_text("idempotency_key", idempotency_key),
         deterministic=is_deterministic(config, request),
         estimated_input_tokens=estimated, max_input_tokens=max_input, max_output_tokens=max_output,
         planned_cost_usd=planned, estimated_cost_usd=prices.planned_cost_usd(chain, estimated, max_output),
+        stream=stream,
         digest=lambda: request_digest(operation, config, request),
     )
 

@@ -18,9 +18,9 @@ does for its transports::
 - aiohttp, OS and timeout exceptions: through ``EXCEPTION_ERRORS``, searched along the MRO;
   those in ``NEVER_SENT`` (no connection was ever made) set ``never_sent`` on the error.
 
-Unary calls carry no timer: the manager bounds each attempt. Streams bound the connect and
-each read by ``read_timeout_s``, since a stream's whole length is not known in advance, and
-the time between events by ``stream_idle_s``: comments and ``ping`` events do not count.
+Calls carry no timer: the manager bounds each attempt, and a stream's time to its first
+chunk and between chunks. The time between a stream's events is bounded by ``stream_idle_s``
+too: comments and ``ping`` events do not count.
 Every read is bounded in size (``ReadLimits``), and ``decode_json`` refuses what is not
 strict JSON (``NaN``, ``Infinity``, nesting deeper than the interpreter can decode).
 """
@@ -223,7 +223,14 @@ def _status_error(exc: HttpStatusError, codes: ErrorCodes, provider: str, model:
 
 
 def _in_band_error(exc: InBandError, codes: ErrorCodes, provider: str, model: str) -> ProviderError:
-    code, message = _extract(exc.body, codes)
+    try:
+        code, message = codes.extract(decode_json(exc.body))
+        shaped = isinstance(code, str | None) and isinstance(message, str | None)
+    except (ValueError, TypeError, AttributeError, KeyError, LookupError):
+        shaped = False
+    if not shaped:
+        return MalformedResponseError("an error event in the stream does not have the documented shape",
+                                      provider=provider, model=model)
     # After an HTTP 200, an error event is the server failing mid-answer ("overloaded").
     cls = codes.codes.get(code or "", ProviderUnavailableError)
     return cls(f"error event in the stream: {message or 'no message'}", provider=provider, model=model, code=code)
@@ -334,10 +341,14 @@ class HttpClient:
             raise NotJsonError(response.status, raw) from None
 
     async def post_sse(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], *,
-                       read_timeout_s: float) -> AsyncIterator[SSEEvent]:
-        """POST ``body`` and yield the server-sent events of the 2xx answer."""
-        # A stream may run long: bound the connect and each read, not the whole answer.
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s)
+                       read_timeout_s: float | None = None) -> AsyncIterator[SSEEvent]:
+        """POST ``body`` and yield the server-sent events of the 2xx answer.
+
+        The manager bounds a stream's attempt (to its first chunk, then between chunks);
+        ``read_timeout_s``, when given, also bounds the connect and each socket read.
+        """
+        timeout = _NO_TIMER if read_timeout_s is None else aiohttp.ClientTimeout(
+            total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s)
         async with self.session.post(url, data=_encode(body), headers=headers, allow_redirects=False,
                                      timeout=timeout) as response:
             if response.status >= 300:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
@@ -34,6 +35,7 @@ from provmw.responses import (
 )
 from provmw.settings import Settings, load_settings
 from provmw.state import open_state
+from provmw.streams import OpenedStream, open_stream
 
 __all__ = ["ServiceManager", "StackEntry"]
 
@@ -187,7 +189,7 @@ class ServiceManager:
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
 
-    async def chat_with_tools(self, /, messages: Messages, tools: Sequence[ToolSpec], *,
+    async def chat_with_tools(self, /, messages: Messages, tools: Sequence[ToolSpec | Mapping[str, Any]], *,
                               options: Mapping[str, Any] | None = None,
                               configuration: str | None = None, user: str | None = None, tenant: str | None = None,
                               controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
@@ -210,25 +212,34 @@ class ServiceManager:
                           model: str | None = None, base_url: str | None = None,
                           api_key: str | Secret | None = None, timeout_s: float | None = None,
                           **option_args: Unpack[GenerationOptions]) -> AsyncGenerator[ChatChunk, None]:
-        """Stream an answer; deliberately outside the pipeline (see ADR 0005).
-
-        The caller arguments are checked as for ``chat``; the stream itself is not budgeted,
-        recorded or retried yet, so per-call ``controls`` are refused.
-        """
-        if controls:  # nothing in the pipeline would read them
-            raise ConfigurationError("stream_chat takes no controls yet: streams run outside the pipeline (ADR 0005)")
-        call = _Call(configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model,
-                     base_url, api_key, timeout_s)
+        """Stream an answer: opening it (to its first content chunk) goes through the pipeline,
+        the chunks after it do not (ADR 0005); a failure after the first chunk raises
+        ``StreamInterruptedError``. The last chunk carries the finish reason and usage."""
         request = ChatRequest(messages_from(messages), options=_options(options, option_args))
-        config, _ = self._facts(ProviderOperation.CHAT, request, call)
-        await self.destinations.check(config)
-        http = self.destinations.client_for(config, self.http)
-        try:
-            async for chunk in self._adapter(config.provider).stream_chat(http, config, request):
+        async with contextlib.aclosing(self._stream(ProviderOperation.CHAT, request, _Call(
+                configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
+                api_key, timeout_s))) as chunks:
+            async for chunk in chunks:
                 yield chunk
-        except Exception as exc:
-            Scrubber.for_config(config).error(exc)
-            raise
+
+    async def stream_chat_with_tools(self, /, messages: Messages, tools: Sequence[ToolSpec], *,
+                                     options: Mapping[str, Any] | None = None, configuration: str | None = None,
+                                     user: str | None = None, tenant: str | None = None,
+                                     controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
+                                     correlation_id: str | None = None, provider: str | None = None,
+                                     model: str | None = None, base_url: str | None = None,
+                                     api_key: str | Secret | None = None, timeout_s: float | None = None,
+                                     **option_args: Unpack[GenerationOptions]) -> AsyncGenerator[ChatChunk, None]:
+        """Stream an answer in which the model may call ``tools``: each call comes whole, once,
+        in a chunk's ``tool_calls``."""
+        if not tools:
+            raise ConfigurationError("stream_chat_with_tools needs at least one tool")
+        request = ChatRequest(messages_from(messages), tools=tools, options=_options(options, option_args))
+        async with contextlib.aclosing(self._stream(ProviderOperation.TOOLS, request, _Call(
+                configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
+                api_key, timeout_s))) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
     def resolve(self, configuration: str | None = None, *, provider: str | None = None,
                 model: str | None = None, base_url: str | None = None,
@@ -248,25 +259,48 @@ class ServiceManager:
         return ProviderConfig.ad_hoc(provider, model, **fields)
 
     def _facts(self, operation: ProviderOperation, request: ProviderRequest,
-               call: _Call) -> tuple[ProviderConfig, ProviderCallContext]:
+               call: _Call, *, stream: bool = False) -> tuple[ProviderConfig, ProviderCallContext]:
         config = self.resolve(call.configuration, provider=call.provider, model=call.model,
                               base_url=call.base_url, api_key=call.api_key, timeout_s=call.timeout_s)
         chain = fallback_chain(config, self.settings.configurations) if config.fallbacks else (config,)
         facts = call_facts(operation, config, request, chain=chain, prices=self.prices,
                            known_controls=self.pipeline.controls, user=call.user, tenant=call.tenant,
-                           controls=call.controls, idempotency_key=call.idempotency_key)
+                           controls=call.controls, idempotency_key=call.idempotency_key, stream=stream)
         if call.correlation_id is not None:
             return config, ProviderCallContext(operation, call.correlation_id, facts=facts)
         return config, ProviderCallContext(operation, facts=facts)
 
+    async def _stream(self, operation: ProviderOperation, request: ChatRequest,
+                      call: _Call) -> AsyncGenerator[ChatChunk, None]:
+        if call.idempotency_key is not None:
+            raise ConfigurationError("idempotency_key applies to unary calls: a stream is not replayed (ADR 0005)")
+        opened = await self._run(operation, request, OpenedStream, call, stream=True)
+        async with contextlib.aclosing(opened.chunks()) as chunks:  # a caller who stops: the end runs now
+            async for chunk in chunks:
+                yield chunk
+
     async def _run(self, operation: ProviderOperation, request: ProviderRequest, response_type: type[R],
-                   call: _Call) -> R:
-        config, ctx = self._facts(operation, request, call)
+                   call: _Call, *, stream: bool = False) -> R:
+        config, ctx = self._facts(operation, request, call, stream=stream)
         await self.destinations.check(config)
         method = _METHODS[operation]
         adapters, http, prices, attempts = self.providers, self.http, self.prices, ctx.attempts
         client_for, check_destination = self.destinations.client_for, self.destinations.check
         credentials = self.settings.with_credentials
+        estimated_input_tokens = ctx.facts.estimated_input_tokens
+
+        async def send(chosen: ProviderConfig) -> ProviderResponse:
+            if stream:
+                assert isinstance(request, ChatRequest)
+                return await open_stream(
+                    adapters[chosen.provider].stream_chat(client_for(chosen, http), chosen, request),
+                    provider=chosen.provider, model=chosen.model, served_by=chosen.identifier,
+                    first_chunk_s=chosen.first_chunk_timeout_s or chosen.timeout_s,
+                    idle_s=chosen.stream_idle_timeout_s or chosen.timeout_s, price=prices.price_for(chosen),
+                    estimated_input_tokens=estimated_input_tokens, scrub=Scrubber.for_config(chosen).error)
+            call_adapter: Callable[..., Awaitable[ProviderResponse]] = getattr(adapters[chosen.provider], method)
+            return await run_within(chosen.timeout_s, call_adapter(client_for(chosen, http), chosen, request),
+                                    lambda: _attempt_timeout(chosen))
 
         # The terminal is the one place that sees every request that reached a provider: it
         # enforces the attempt's time limit, scrubs the credentials the request carried out of
@@ -276,11 +310,9 @@ class ServiceManager:
             # Again here: a layer may have swapped in another ad-hoc configuration, and aiohttp
             # never asks the checking resolver about an IP literal.
             await check_destination(chosen)
-            call_adapter: Callable[..., Awaitable[ProviderResponse]] = getattr(adapters[chosen.provider], method)
             started = attempt_log.start()
             try:
-                response = await run_within(chosen.timeout_s, call_adapter(client_for(chosen, http), chosen, request),
-                                            lambda: _attempt_timeout(chosen))
+                response = await send(chosen)
             except BaseException as exc:
                 Scrubber.for_config(chosen).error(exc)
                 attempts.record(Attempt(config_id=chosen.identifier, error_type=type(exc).__name__,
@@ -294,7 +326,7 @@ class ServiceManager:
             if type(response) is not response_type:  # vision is a chat whose answer is typed apart
                 response = response_type(**{f.name: getattr(response, f.name) for f in attrs.fields(type(response))})
             price = prices.price_for(chosen)
-            if price is None or response.usage.cost_usd is not None:
+            if price is None or response.usage.cost_usd is not None or stream:
                 return response
             return attrs.evolve(response, usage=attrs.evolve(response.usage, cost_usd=price.cost_usd(response.usage)))
 

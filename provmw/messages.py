@@ -13,7 +13,8 @@ from provmw import _serde
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError, InvalidDataError
 
-__all__ = ["ContentPart", "ImagePart", "Message", "Role", "TextPart", "ToolCall", "ToolSpec", "messages_from"]
+__all__ = ["ContentPart", "ImagePart", "Message", "Role", "TextPart", "ToolCall", "ToolSpec", "messages_from",
+           "tools_from"]
 
 Role = Literal["system", "user", "assistant", "tool"]
 _ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
@@ -241,6 +242,27 @@ def messages_from(value: object) -> tuple[Message, ...]:
     if all(type(m) is Message for m in items):  # the common case, without building a new tuple
         return items
     return tuple(m if isinstance(m, Message) else _message_from(m, f"messages[{i}]") for i, m in enumerate(items))
+
+
+def tools_from(value: object) -> tuple[ToolSpec, ...]:
+    """The one conversion of a call's tools: ``ToolSpec`` values and tool dicts, in OpenAI's shape
+    (``{"type": "function", "function": {"name", "description", "parameters"}}``) or provmw's."""
+    if type(value) is tuple and all(type(t) is ToolSpec for t in value):
+        return value
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise ConfigurationError(f"tools must be a list of ToolSpec values or tool dicts, got {type(value).__name__}")
+    return tuple(t if isinstance(t, ToolSpec) else _tool_from(t, f"tools[{i}]") for i, t in enumerate(value))
+
+
+def _tool_from(value: object, where: str) -> ToolSpec:
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"{where} must be a ToolSpec or a tool dict, got {type(value).__name__}")
+    if "function" in value:  # OpenAI's shape wraps provmw's
+        if value.get("type", "function") != "function":
+            raise ConfigurationError(f"{where}.type must be 'function', got {value.get('type')!r}")
+        return _tool_from(value["function"], f"{where}.function")
+    return ToolSpec(_field(value, "name", str, where), _field(value, "description", str, where, required=False) or "",
+                    value.get("parameters", {"type": "object", "properties": {}}))
 
 
 # Caller input is checked here, once, and named by its place in the call ("messages[2].content[0].text").

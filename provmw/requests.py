@@ -12,7 +12,7 @@ import attrs
 from provmw.config import ProviderConfig
 from provmw.context import FrozenMap, ProviderOperation
 from provmw.errors import ConfigurationError
-from provmw.messages import Message, ToolSpec
+from provmw.messages import Message, ToolSpec, tools_from
 
 __all__ = [
     "ChatRequest",
@@ -34,10 +34,6 @@ def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
     if not messages:
         raise ConfigurationError("messages must not be empty")
     return messages
-
-
-def _tools(value: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
-    return _all_of(value, ToolSpec, "tools")
 
 
 def _texts(value: Iterable[str]) -> tuple[str, ...]:
@@ -77,7 +73,7 @@ class ChatRequest:
     answer must follow (``response_schema``, a plain JSON Schema object) when one was asked."""
 
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
-    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tools)
+    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=tools_from)
     options: FrozenMap = attrs.field(factory=FrozenMap, converter=_frozen)
     response_schema: FrozenMap | None = attrs.field(default=None, converter=attrs.converters.optional(_frozen))
 

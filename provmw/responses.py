@@ -97,12 +97,17 @@ class Attempt:
 
 @attrs.frozen(kw_only=True)
 class ProviderResponse:
-    """What every response carries: who answered, what it cost, how it got here."""
+    """What every response carries: who answered, what it cost, how it got here.
+
+    ``response_id`` is the provider's own identifier of the answer (``chatcmpl-...``,
+    ``msg_...``) when its adapter reports one, for tracing back to the provider's records.
+    """
 
     TYPE = "response"
 
     provider: str
     model: str
+    response_id: str | None = None
     usage: Usage = attrs.field(factory=Usage)
     served_by: str = ""
     cached: bool = False
@@ -129,6 +134,7 @@ class ProviderResponse:
         return {
             "provider": _serde.get(data, "provider", str, where),
             "model": _serde.get(data, "model", str, where),
+            "response_id": _serde.get(data, "response_id", str, where, default=None),
             "usage": Usage.from_dict(data.get("usage")),
             "served_by": _serde.get(data, "served_by", str, where, default=""),
             "cached": _serde.get(data, "cached", bool, where, default=False),

@@ -1,8 +1,9 @@
 """Settings: named configurations, middleware sections and plugin policy, from TOML.
 
-The file is found, in order, at the path given, at ``$PROVMW_CONFIG``, at
-``./provmw.toml``, or under ``[tool.provmw]`` in ``./pyproject.toml``; with none,
-the embedded defaults apply (no configurations, default middleware settings)::
+The file is found, in order, at the path given, at ``$PROVMW_CONFIG``, or as ``provmw.toml``
+or a ``pyproject.toml`` with a ``[tool.provmw]`` table in the working folder or the nearest of
+its parents (up to the home folder or the filesystem root); with none, the embedded defaults
+apply (no configurations, default middleware settings, files in the user's data folder)::
 
     default = "primary"
 
@@ -44,6 +45,7 @@ from typing import Any, Literal, TypeVar
 import attrs
 
 from provmw._checks import did_you_mean, options_from
+from provmw._locations import home_folder, not_found, searched_folders, settings_file_in, user_data_folder
 from provmw._reads import ReadLimits
 from provmw.config import ProviderConfig
 from provmw.context import FrozenMap
@@ -57,8 +59,9 @@ T = TypeVar("T")
 
 _TOP_KEYS = ("default", "configurations", "middleware", "plugins", "state", "security", "http")
 _PLUGIN_KEYS = ("autoload", "allow", "block")
-_CONFIG_KEYS = ("provider", "model", "base_url", "api_key_env", "options", "fallbacks",
-                "timeout_s", "active", "headers", "headers_env", "context_window", "price")
+_CONFIG_KEYS = ("provider", "model", "base_url", "api_key_env", "options", "fallbacks", "timeout_s",
+                "first_chunk_timeout_s", "stream_idle_timeout_s", "active", "headers", "headers_env",
+                "context_window", "price")
 
 PluginStatus = Literal["loaded", "blocked", "not-allowed", "disabled", "failed"]
 
@@ -156,6 +159,8 @@ class Settings:
     state: StateSettings | None = None
     destinations: DestinationPolicy = attrs.field(factory=DestinationPolicy)
     http: ReadLimits = attrs.field(factory=ReadLimits)
+    # With no settings file, where relative paths (the ledger's) go: the user's data folder.
+    data_folder: str | None = None
     # Where ``api_key_env`` and ``headers_env`` are read, when a configuration is first used.
     environ: Mapping[str, str] = attrs.field(factory=lambda: os.environ, eq=False, repr=False)
     # The last configuration read per name, with the values it was read from: reading the
@@ -192,9 +197,14 @@ class Settings:
         return value
 
     def relative_to_file(self, path: str) -> str:
-        """A relative path written in a settings file is relative to that file's folder."""
+        """A relative path is relative to the settings file's folder; with no file, to the user's
+        data folder (settings loaded) or the working folder (settings built in code)."""
         source = Path(self.source)
-        return str(source.parent / path) if not Path(path).is_absolute() and source.is_file() else path
+        if Path(path).is_absolute():
+            return path
+        if source.is_file():
+            return str(source.parent / path)
+        return str(Path(self.data_folder) / path) if self.data_folder else path
 
     def configuration(self, identifier: str | None) -> ProviderConfig:
         """The named configuration, or the default one when ``identifier`` is None."""
@@ -243,13 +253,13 @@ def find_settings_file(path: str | os.PathLike[str] | None = None,
     environ = os.environ if environ is None else environ
     explicit = path if path is not None else environ.get("PROVMW_CONFIG")
     if explicit:
-        found = Path(explicit)
-        if not found.is_file():
-            raise ConfigurationError(f"settings file not found: {found}")
-        return found
-    for candidate in (Path("provmw.toml"), Path("pyproject.toml")):
-        if candidate.is_file() and (candidate.name == "provmw.toml" or _has_tool_section(candidate)):
-            return candidate
+        if not Path(explicit).is_file():
+            raise ConfigurationError(f"settings file not found: {explicit}")
+        return Path(explicit)
+    for index, folder in enumerate(_settings_folders(environ)):
+        # The working folder's file keeps a short relative name in every message.
+        if (found := settings_file_in(Path() if index == 0 else folder)) is not None:
+            return found
     return None
 
 
@@ -259,7 +269,8 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     environ = os.environ if environ is None else environ
     found = find_settings_file(path, environ)
     if found is None:
-        return Settings()
+        return Settings(source=not_found(_settings_folders(environ)), environ=environ,
+                        data_folder=str(user_data_folder(environ)))
     try:
         document = tomllib.loads(found.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
@@ -268,6 +279,10 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     if found.name == "pyproject.toml":
         document = document.get("tool", {}).get("provmw", {})
     return parse_settings(document, str(found), environ)
+
+
+def _settings_folders(environ: Mapping[str, str]) -> tuple[Path, ...]:
+    return searched_folders(Path.cwd(), home_folder(environ))
 
 
 def parse_settings(document: Mapping[str, Any], source: str, environ: Mapping[str, str]) -> Settings:
@@ -362,10 +377,3 @@ def _typed(table: Mapping[str, Any], key: str, kind: type[T], source: str, where
     if value is not None and not isinstance(value, kind):
         raise ConfigurationError(f"{source}: {where} {key}: must be a {kind.__name__}, got {value!r}")
     return value
-
-
-def _has_tool_section(pyproject: Path) -> bool:
-    try:
-        return "provmw" in tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {})
-    except tomllib.TOMLDecodeError:
-        return False

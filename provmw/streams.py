@@ -1,4 +1,16 @@
-"""Streamed answers: the pieces adapters assemble and the stream a caller reads.
+"""Streamed answers: the stream the pipeline opens, its end, and the pieces adapters assemble.
+
+Opening a stream goes through the pipeline like a unary call (ADR 0005): the stream
+terminal sends the request and reads until the first content chunk, then returns an
+``OpenedStream``, so fallback, retry, breakers, limits, deadline and budget reservation
+apply to the opening unchanged. The chunks after it are read outside the pipeline. A layer
+that needs the end registers a callback; it runs exactly once, when the stream completes,
+fails, or the caller stops reading (``break``, cancellation, an iterator dropped unclosed)::
+
+    response = await next(config)
+    if isinstance(response, OpenedStream):
+        response.on_end(lambda end: settle(end.response.usage))  # end: a StreamEnd
+        return response
 
 ``ToolCallAssembler`` is for adapters: a provider streams each tool call in pieces (its id
 and name first, then its arguments as JSON text cut anywhere); the assembler joins them by
@@ -7,14 +19,114 @@ call id, then by index, and hands out complete calls whose arguments are whole J
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import attrs
 
-from provmw.errors import InvalidDataError
+from provmw.errors import (
+    FirstChunkTimeoutError,
+    InvalidDataError,
+    MalformedResponseError,
+    ProviderTimeoutError,
+    StreamInterruptedError,
+)
 from provmw.messages import ToolCall
+from provmw.pricing import Price
+from provmw.responses import ChatChunk, CompletionResponse, ProviderResponse, Usage
 
-__all__ = ["ToolCallAssembler"]
+__all__ = ["EndCallback", "OpenedStream", "StreamEnd", "ToolCallAssembler", "open_stream"]
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen(kw_only=True)
+class StreamEnd:
+    """How a stream ended, handed once to each end-of-stream callback.
+
+    ``response`` is what was streamed, assembled: text, tool calls, finish reason, and the
+    usage (priced) the provider reported, or, when it never came (the stream was cut or the
+    caller stopped reading), an estimate from the chunks seen (``usage_estimated``).
+    ``error`` is what stopped the stream early; ``abandoned`` that the caller stopped.
+    """
+
+    response: CompletionResponse
+    error: BaseException | None = None
+    abandoned: bool = False
+    usage_estimated: bool = False
+
+    @property
+    def completed(self) -> bool:
+        return self.error is None and not self.abandoned
+
+
+EndCallback = Callable[[StreamEnd], Awaitable[None]]
+
+
+@attrs.define(eq=False)
+class _Stream:
+    """The one mutable part of an opened stream, shared by every copy ``attrs.evolve`` makes."""
+
+    head: list[ChatChunk]
+    rest: AsyncIterator[ChatChunk]
+    idle_s: float
+    price: Price | None
+    estimated_input_tokens: int
+    scrub: Callable[[BaseException], object]
+    callbacks: list[EndCallback] = attrs.Factory(list)
+    ended: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class OpenedStream(ProviderResponse):
+    """The pipeline's answer to a streamed call: opened, its first content chunk in hand.
+
+    Read it once with ``chunks()``; ``on_end`` registers what must run at its end.
+    """
+
+    TYPE = "opened_stream"
+
+    stream: _Stream = attrs.field(eq=False, repr=False)
+
+    def on_end(self, callback: EndCallback) -> None:
+        """Run ``callback(StreamEnd)`` once at the end; inner layers' callbacks run first."""
+        self.stream.callbacks.append(callback)
+
+    def to_dict(self) -> dict[str, Any]:
+        raise TypeError("an opened stream is read, not stored")
+
+    async def chunks(self) -> AsyncGenerator[ChatChunk, None]:
+        """The chunks, the opening's first; a failure after it is a ``StreamInterruptedError``."""
+        reading = _Reading(self)
+        try:
+            for chunk in self.stream.head:
+                yield reading.saw(chunk)
+            while (more := await reading.next_chunk()) is not None:
+                yield reading.saw(more)
+        except GeneratorExit:
+            await self._end(reading, abandoned=True)
+            raise
+        except BaseException as exc:
+            cancelled = isinstance(exc, asyncio.CancelledError)
+            self.stream.scrub(exc)
+            await self._end(reading, error=None if cancelled else exc, abandoned=cancelled)
+            if cancelled:
+                raise
+            raise reading.interrupted(exc) from exc
+        await self._end(reading)
+
+    async def _end(self, reading: _Reading, *, error: BaseException | None = None, abandoned: bool = False) -> None:
+        state = self.stream
+        if state.ended:
+            return
+        state.ended = True
+        await _close(state.rest)
+        end = reading.end(error, abandoned)
+        # Shielded: a caller cancelled again while the callbacks settle must not lose a record.
+        await asyncio.shield(asyncio.get_running_loop().create_task(_run_callbacks(state.callbacks, end)))
 
 
 @attrs.define
@@ -66,3 +178,113 @@ def _complete(position: int, call: _Pieces) -> ToolCall:
     except ValueError:
         raise InvalidDataError(f"{where} ({call.name!r}): its arguments are not complete JSON") from None
     return ToolCall(id=call.id, name=call.name, arguments=arguments)
+
+
+class _Reading:
+    """What one read of a stream has seen so far: enough to assemble its end."""
+
+    def __init__(self, opened: OpenedStream) -> None:
+        self.opened = opened
+        self.text: list[str] = []
+        self.tool_calls: list[ToolCall] = []
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.count = 0
+
+    def saw(self, chunk: ChatChunk) -> ChatChunk:
+        """Note ``chunk`` and return it, its usage priced."""
+        self.count += 1
+        if chunk.text:
+            self.text.append(chunk.text)
+        if chunk.tool_calls:
+            self.tool_calls += chunk.tool_calls
+        if chunk.finish_reason is not None:
+            self.finish_reason = chunk.finish_reason
+        if chunk.usage is not None:
+            price = self.opened.stream.price
+            if price is not None and chunk.usage.cost_usd is None:
+                chunk = attrs.evolve(chunk, usage=attrs.evolve(chunk.usage, cost_usd=price.cost_usd(chunk.usage)))
+            self.usage = chunk.usage
+        return chunk
+
+    async def next_chunk(self) -> ChatChunk | None:
+        idle_s = self.opened.stream.idle_s
+        scope = asyncio.timeout(idle_s)
+        try:
+            async with scope:
+                return await anext(self.opened.stream.rest)
+        except StopAsyncIteration:
+            return None
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            raise ProviderTimeoutError(f"no chunk for {idle_s:g}s (stream_idle_timeout_s)",
+                                       provider=self.opened.provider, model=self.opened.model) from None
+
+    def interrupted(self, exc: BaseException) -> StreamInterruptedError:
+        opened = self.opened
+        return StreamInterruptedError(
+            f"stream from {opened.served_by!r} failed after {self.count} chunk(s): {type(exc).__name__}: {exc}",
+            chunks=self.count, provider=opened.provider, model=opened.model, status=getattr(exc, "status", None))
+
+    def end(self, error: BaseException | None, abandoned: bool) -> StreamEnd:
+        opened, state = self.opened, self.opened.stream
+        text = "".join(self.text)
+        usage, estimated = self.usage, False
+        if usage is None:
+            usage, estimated = Usage(input_tokens=state.estimated_input_tokens, output_tokens=len(text) // 4 + 1), True
+        if state.price is not None and usage.cost_usd is None:
+            usage = attrs.evolve(usage, cost_usd=state.price.cost_usd(usage))
+        response = CompletionResponse(provider=opened.provider, model=opened.model, served_by=opened.served_by,
+                                      attempts=opened.attempts, usage=usage, text=text,
+                                      tool_calls=tuple(self.tool_calls), finish_reason=self.finish_reason)
+        return StreamEnd(response=response, error=error, abandoned=abandoned, usage_estimated=estimated)
+
+
+async def open_stream(chunks: AsyncIterator[ChatChunk], *, provider: str, model: str, served_by: str,
+                      first_chunk_s: float, idle_s: float, price: Price | None, estimated_input_tokens: int,
+                      scrub: Callable[[BaseException], object]) -> OpenedStream:
+    """Read ``chunks`` (an adapter's ``stream_chat``) up to its first content, within ``first_chunk_s``;
+    ``scrub`` takes the attempt's credentials out of an error raised later, while reading.
+
+    Content is text or tool calls, or the final chunk of an answer that has none. A stream
+    that ends before it, or fails, or runs out of time, raises: the pipeline retries or
+    falls back as for a unary call. The chunks read are handed out first by ``chunks()``.
+    """
+    head: list[ChatChunk] = []
+    scope = asyncio.timeout(first_chunk_s)
+    try:
+        async with scope:
+            async for chunk in chunks:
+                head.append(chunk)
+                if chunk.text or chunk.tool_calls or chunk.finish_reason is not None:
+                    break
+            else:
+                raise MalformedResponseError("stream ended before any content", provider=provider, model=model)
+    except BaseException as exc:
+        await _close(chunks)
+        if isinstance(exc, TimeoutError) and scope.expired():
+            raise FirstChunkTimeoutError(f"stream from {served_by!r} sent no content within {first_chunk_s:g}s "
+                                         "(first_chunk_timeout_s)", limit_s=first_chunk_s, provider=provider,
+                                         model=model) from None
+        raise
+    state = _Stream(head, chunks, idle_s, price, estimated_input_tokens, scrub)
+    return OpenedStream(provider=provider, model=model, served_by=served_by, stream=state)
+
+
+async def _close(chunks: AsyncIterator[ChatChunk]) -> None:
+    close = getattr(chunks, "aclose", None)
+    if close is not None:
+        try:
+            await close()
+        except Exception:  # a stream that fails while closing has nothing more to give
+            log.debug("closing a stream failed", exc_info=True)
+
+
+async def _run_callbacks(callbacks: list[EndCallback], end: StreamEnd) -> None:
+    for callback in callbacks:
+        try:
+            await callback(end)
+        except Exception:
+            # One layer's failure (a store down) must not keep the others from their end.
+            log.exception("an end-of-stream callback failed")

@@ -86,6 +86,7 @@ class SyncServiceManager:
     vision = _blocking(ServiceManager.vision)
     chat_with_tools = _blocking(ServiceManager.chat_with_tools)
     stream_chat = _blocking_stream(ServiceManager.stream_chat)
+    stream_chat_with_tools = _blocking_stream(ServiceManager.stream_chat_with_tools)
 
     def close(self) -> None:
         """Close the manager and stop the loop thread; safe to call twice."""

@@ -52,7 +52,8 @@ def usage_records() -> st.SearchStrategy[UsageRecord]:
         config_id=_NAMES, provider=st.sampled_from(["openai", "anthropic"]), model=_NAMES,
         user=st.none() | _NAMES, tenant=st.none() | _NAMES, input_tokens=st.integers(0, 10**9),
         output_tokens=st.integers(0, 10**9), cost_usd=st.none() | st.floats(0, 50, allow_nan=False),
-        status=st.sampled_from(["ok", "error", "cache_hit"]), billed=st.sampled_from(["yes", "no", "unknown"]))
+        status=st.sampled_from(["ok", "error", "cache_hit"]),
+        billed=st.sampled_from(["yes", "no", "unknown", "estimated"]))
 
 
 def _first_per_key(records: Sequence[UsageRecord], since: float | None) -> list[UsageRecord]:

@@ -24,9 +24,10 @@ BUILTIN_MIDDLEWARE_OFF = {name: {"enabled": False} for name in BUILTIN_MIDDLEWAR
 
 @pytest.fixture(autouse=True)
 def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run each test in its own folder: the embedded usage ledger and budgets write
-    ``provmw.sqlite3`` in the working directory."""
+    """Run each test in its own folder, with its own user data folder: settings built in code
+    keep ``provmw.sqlite3`` in the working folder, the embedded defaults in the data folder."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
 
 
 @pytest.fixture

@@ -46,7 +46,8 @@ def test_every_missing_variable_is_listed(tmp_path: Path, monkeypatch: pytest.Mo
 def test_settings_that_check_out_exit_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHECK_A_KEY", "sk-a")
     monkeypatch.setenv("CHECK_B_HEADER", "h-b")
-    assert check(tmp_path) == (0, "ok: settings, keys, plugins and state check out\n")
+    assert check(tmp_path) == (0, f"settings: {tmp_path / 'provmw.toml'}\nusage ledger: {tmp_path / 'provmw.sqlite3'}\n"
+                                  "ok: settings, keys, plugins and state check out\n")
 
 
 def test_a_state_url_no_plugin_serves_is_a_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

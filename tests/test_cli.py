@@ -90,25 +90,32 @@ def test_the_demo_refuses_mallory_before_any_request_and_reads_the_ledger_back()
     header = next(line for line in text.splitlines() if "configuration  calls" in line)
     assert header.split() == ["configuration", "calls", "attempts", "input_tokens", "output_tokens", "cost_usd",
                               "cache_hits", "errors", "billed_unknown"]
-    assert "16 ledger records" in text
+    assert "20 ledger records" in text
 
 
 def test_the_demo_explains_its_ledger_count_from_what_it_did() -> None:
     out = io.StringIO()
     asyncio.run(run_demo(out, PluginHost(PluginPolicy(autoload=False), environ={})))
-    found = re.search(r"(\d+) ledger records.*\n.*= (\d+) requests .* - (\d+) stream .* \+ (\d+) cache hit.* = (\d+)$",
+    found = re.search(r"(\d+) ledger records.*\n.*= (\d+) requests .* \+ (\d+) cache hit.* = (\d+)$",
                       out.getvalue(), re.M)
     assert found, out.getvalue()[-600:]
-    records, requests, streams, hits, expected = map(int, found.groups())
-    assert (requests, streams, hits) == (16, 1, 1) and records == expected == requests - streams + hits
+    records, requests, hits, expected = map(int, found.groups())
+    assert (requests, hits) == (19, 1) and records == expected == requests + hits
 
 
 def test_the_demo_says_the_backup_is_named_not_failed_over_to() -> None:
     out = io.StringIO()
     asyncio.run(run_demo(out, PluginHost(PluginPolicy(autoload=False), environ={})))
-    step_two = out.getvalue().split("== 2.", 1)[1].split("== 4.", 1)[0]
+    step_two = out.getvalue().split("== 2.", 1)[1].split("== 3.", 1)[0]
     assert "configuration='backup'" in step_two and "not a failover" in step_two
-    assert "from configuration='backup' by name" in step_two
+
+
+def test_the_demo_streams_from_the_backup_after_the_primary_fails_before_its_first_token() -> None:
+    out = io.StringIO()
+    asyncio.run(run_demo(out, PluginHost(PluginPolicy(autoload=False), environ={})))
+    step_three = out.getvalue().split("== 3.", 1)[1].split("== 4.", 1)[0]
+    assert "requests: 3 to the primary, 1 to the backup" in step_three
+    assert "'echo: stream this answer'" in step_three
 
 
 def test_the_demo_says_its_ledger_is_temporary() -> None:
@@ -198,7 +205,8 @@ def test_usage_with_a_bad_since_names_it(tmp_path: Path, capsys: pytest.CaptureF
 def test_usage_without_a_ledger_says_so_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, text = run("usage")
     assert (status, text) == (0, "(nothing recorded)\n")
-    assert capsys.readouterr().err == "provmw: no usage ledger at provmw.sqlite3 yet\n"
+    ledger = tmp_path / "xdg-data" / "provmw" / "provmw.sqlite3"  # no settings file: the user's data folder
+    assert capsys.readouterr().err == f"provmw: no usage ledger at {ledger} yet\n"
 
 
 @pytest.mark.parametrize("command", ["usage", "budget"])

@@ -60,3 +60,23 @@ def test_no_module_imports_itself_back() -> None:
 
 def test_the_walk_sees_lazy_imports() -> None:
     assert "provmw.middleware" in GRAPH["provmw._builtin"]  # imported inside the hook function
+
+
+def _modules_after(code: str) -> set[str]:
+    """The top-level packages imported after running ``code`` in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    probe = f"{code}\nimport sys\nprint(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                            env={"PROVMW_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": ""})
+    return set(result.stdout.split())
+
+
+def test_import_provmw_never_imports_opentelemetry() -> None:
+    assert "opentelemetry" not in _modules_after("import provmw")
+
+
+def test_a_manager_without_the_otel_plugin_imports_no_opentelemetry() -> None:
+    modules = _modules_after("import provmw\nprovmw.ServiceManager()")
+    assert "provmw" in modules and "opentelemetry" not in modules

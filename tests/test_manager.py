@@ -98,9 +98,9 @@ async def test_the_request_digest_is_computed_only_when_a_layer_reads_it(
     assert digests == []
 
 
-async def test_stream_chat_refuses_controls_it_would_not_apply(manager: ServiceManager) -> None:
-    with pytest.raises(ConfigurationError, match="stream_chat takes no controls"):
-        [c async for c in manager.stream_chat("hi", controls={"no_cache": True})]
+async def test_stream_chat_refuses_an_idempotency_key(manager: ServiceManager) -> None:
+    with pytest.raises(ConfigurationError, match="idempotency_key applies to unary calls"):
+        [c async for c in manager.stream_chat("hi", idempotency_key="k1")]
 
 
 async def test_a_misspelt_call_argument_is_a_type_error(manager: ServiceManager) -> None:
@@ -169,11 +169,11 @@ def test_unknown_provider_in_a_configuration_fails_at_build(builtin_only: Plugin
         ServiceManager(settings, host=builtin_only)
 
 
-async def test_stream_chat_stays_outside_the_pipeline(manager: ServiceManager, spy: Spy) -> None:
+async def test_stream_chat_opens_through_the_pipeline_once(manager: ServiceManager, spy: Spy) -> None:
     async with manager:
         chunks = [c async for c in manager.stream_chat("a b", configuration="an")]
     assert "".join(c.text for c in chunks).strip() == "echo: a b"
-    assert spy.calls == []
+    assert [ctx.facts.stream for ctx, _ in spy.calls] == [True]
 
 
 def test_pipeline_is_built_once_per_manager(manager: ServiceManager) -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from provmw.errors import ConfigurationError
 from provmw.manager import ServiceManager
-from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec, messages_from
+from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec, messages_from, tools_from
 from provmw.plugins import PluginHost
 from provmw.providers.openai import _message as openai_wire
 from provmw.settings import Settings
@@ -121,4 +121,27 @@ async def test_a_tool_conversation_in_openai_dicts_goes_out_as_written(
 async def test_a_bad_message_dict_sends_nothing(manager: ServiceManager, fake: FakeProvider) -> None:
     with pytest.raises(ConfigurationError, match=r"messages\[0\]\.content\[0\]\.text"):
         await manager.chat([{"role": "user", "content": [{"type": "text"}]}])
+    assert fake.count() == 0
+
+
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}}
+WEATHER = {"type": "function", "function": {"name": "weather", "description": "Weather for a city", "parameters": CITY}}
+
+
+def test_an_openai_tool_dict_is_the_same_tool_spec() -> None:
+    spec = ToolSpec("weather", "Weather for a city", CITY)
+    assert tools_from([WEATHER]) == (spec,)
+    assert tools_from([spec.to_dict()]) == (spec,)
+
+
+async def test_chat_with_tools_takes_openai_tool_dicts(manager: ServiceManager, fake: FakeProvider) -> None:
+    await manager.chat_with_tools("weather in Oslo?", [WEATHER])
+    assert fake.received[0].body["tools"] == [WEATHER]
+
+
+async def test_a_bad_tool_dict_names_its_place_and_sends_nothing(manager: ServiceManager, fake: FakeProvider) -> None:
+    with pytest.raises(ConfigurationError, match=r"tools\[1\]\.function\.name must be a str, got nothing"):
+        await manager.chat_with_tools("hi", [WEATHER, {"type": "function", "function": {"description": "x"}}])
+    with pytest.raises(ConfigurationError, match=r"tools\[0\]\.type must be 'function', got 'retrieval'"):
+        await manager.chat_with_tools("hi", [{"type": "retrieval", "function": {"name": "x"}}])
     assert fake.count() == 0

@@ -109,13 +109,6 @@ def test_env_var_names_the_file(tmp_path: Path) -> None:
     assert find_settings_file(environ={"PROVMW_CONFIG": str(path)}) == path
 
 
-def test_no_file_gives_embedded_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    settings = load_settings(environ={})
-    assert settings.source == "<embedded defaults>"
-    assert len(settings.configurations) == 0
-
-
 def test_unknown_configuration_name_gives_a_hint(tmp_path: Path) -> None:
     settings = load_settings(write(tmp_path, GOOD), environ={"TEST_OPENAI_KEY": "k"})
     with pytest.raises(ConfigurationError, match="did you mean 'backup'"):

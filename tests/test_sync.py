@@ -90,7 +90,8 @@ def test_the_twin_has_every_call_method_with_its_signature() -> None:
     calls = [name for name, value in vars(ServiceManager).items()
              if inspect.iscoroutinefunction(value) or inspect.isasyncgenfunction(value)]
     calls = [name for name in calls if not name.startswith("_") and name != "aclose"]  # close() and with
-    assert sorted(calls) == ["chat", "chat_with_tools", "complete", "embed", "stream_chat", "vision"]
+    assert sorted(calls) == ["chat", "chat_with_tools", "complete", "embed", "stream_chat",
+                             "stream_chat_with_tools", "vision"]
     for name in calls:
         assert _parameters(getattr(SyncServiceManager, name)) == _parameters(getattr(ServiceManager, name))
 

@@ -35,6 +35,7 @@ from provmw.middleware._common import Clock
 from provmw.periods import PERIODS, Period, Window, window
 from provmw.pipeline import Next, R
 from provmw.stores.budgets import Amounts, BucketId, BudgetStore, Charge, Limits, MemoryBudgetStore, Refusal
+from provmw.streams import OpenedStream, StreamEnd
 
 __all__ = ["BudgetLimit", "BudgetMiddleware", "BudgetOptions"]
 
@@ -153,6 +154,13 @@ class BudgetMiddleware:
             renewal.stop()
             await self.store.settle(reservation, Amounts())  # release: nothing was spent
             raise
+        if isinstance(response, OpenedStream):  # settled when the stream ends, with what it spent
+            async def settle_end(end: StreamEnd) -> None:
+                renewal.stop()
+                await self.store.settle(reservation, _actual(end.response))
+
+            response.on_end(settle_end)
+            return response
         renewal.stop()
         await self.store.settle(reservation, _actual(response))
         return response

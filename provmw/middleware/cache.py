@@ -123,7 +123,7 @@ class CacheMiddleware:
 
     def _key(self, ctx: ProviderCallContext) -> str | None:
         facts = ctx.facts
-        if ctx.operation not in self._operations or not facts.deterministic:
+        if ctx.operation not in self._operations or not facts.deterministic or facts.stream:
             return None
         namespace = facts.controls.get("namespace", "default")
         if not isinstance(namespace, str) or not namespace:

@@ -11,6 +11,7 @@ from provmw.errors import CircuitOpenError, disposition
 from provmw.middleware._common import Clock, endpoint_key, monotonic
 from provmw.pipeline import Next, R
 from provmw.stores.breakers import BreakerPolicy, BreakerState, BreakerStore, MemoryBreakerStore, Transition
+from provmw.streams import OpenedStream, StreamEnd
 
 __all__ = ["CircuitBreakerMiddleware"]
 
@@ -56,6 +57,13 @@ class CircuitBreakerMiddleware:
             raise
         now = clock()
         slow = policy.slow_call_s is not None and now - started >= policy.slow_call_s
+        if isinstance(response, OpenedStream):  # the outcome is known at the end: a stream may fail midway
+            async def record_end(end: StreamEnd) -> None:
+                failed = end.error is not None and disposition(end.error).endpoint_failed
+                _log(await store.record(key, admission, policy, failed=failed, slow=slow, now=clock()))
+
+            response.on_end(record_end)
+            return response
         _log(await store.record(key, admission, policy, failed=False, slow=slow, now=now))
         return response
 

@@ -15,6 +15,7 @@ from provmw.errors import ConfigurationError, LocalRateLimitError
 from provmw.middleware._common import Clock, Sleep, monotonic
 from provmw.pipeline import Next, R
 from provmw.stores.rate_limits import MemoryRateLimiter, RateLimiter, RateLimits
+from provmw.streams import OpenedStream, StreamEnd
 
 __all__ = ["RateLimitMiddleware", "RateLimitOptions"]
 
@@ -60,14 +61,24 @@ class RateLimitMiddleware:
             return await next(config)
         tokens = ctx.facts.estimated_input_tokens + (ctx.facts.max_output_tokens or 0)
         permit = await self._admit(config, limits, tokens)
-        used = 0
-        try:
-            response = await next(config)
-            used = response.usage.total_tokens
-            return response
-        finally:
+
+        async def release(used: int) -> None:
             await self.limiter.release(config.identifier, limits, permit=permit, reserved=tokens, used=used,
                                        now=self._clock())
+
+        try:
+            response = await next(config)
+        except BaseException:
+            await release(0)
+            raise
+        if isinstance(response, OpenedStream):  # a stream holds its slot, and learns its tokens, to the end
+            async def release_end(end: StreamEnd) -> None:
+                await release(end.response.usage.total_tokens)
+
+            response.on_end(release_end)
+            return response
+        await release(response.usage.total_tokens)
+        return response
 
     async def _admit(self, config: ProviderConfig, limits: RateLimits, tokens: int) -> str:
         started = self._clock()

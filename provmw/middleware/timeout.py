@@ -1,13 +1,18 @@
-"""``timeout``: a call may lengthen or shorten its attempts' time limit.
+"""``timeout``: a call may lengthen or shorten its attempts' time limits.
 
-The limit of each attempt is its configuration's ``timeout_s``, and the one place that
-enforces it is where the request is made (the manager's terminal), so a timed-out attempt
-is always ``AttemptTimeoutError(limit_s=...)``, recorded as such in ``response.attempts``
-and in the ledger. This layer, innermost, hands the attempts of a call that sets
-``controls={"attempt_timeout_s": x}`` a configuration whose ``timeout_s`` is ``x``.
+The limit of each attempt is its configuration's ``timeout_s`` (for a stream: its
+``first_chunk_timeout_s`` to the first content chunk and ``stream_idle_timeout_s`` between
+chunks, each ``timeout_s`` when unset), and the one place that enforces them is where the
+request is made (the manager's terminal), so a timed-out attempt is always an
+``AttemptTimeoutError(limit_s=...)``, recorded as such in ``response.attempts`` and in the
+ledger. This layer, innermost, hands the attempts of a call that sets
+``controls={"attempt_timeout_s": x}`` (or ``first_chunk_timeout_s``,
+``stream_idle_timeout_s``) a configuration with that limit.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import attrs
 
@@ -18,16 +23,22 @@ from provmw.pipeline import Next, R
 
 __all__ = ["TimeoutMiddleware"]
 
+# The controls and the configuration field each sets.
+_FIELDS = {"attempt_timeout_s": "timeout_s", "first_chunk_timeout_s": "first_chunk_timeout_s",
+           "stream_idle_timeout_s": "stream_idle_timeout_s"}
+
 
 class TimeoutMiddleware:
     """Give each attempt the time limit ``controls={"attempt_timeout_s": x}`` asks for."""
 
     name = "timeout"
     priority = 200
-    controls = frozenset({"attempt_timeout_s"})
+    controls = frozenset(_FIELDS)
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
-        limit_s = seconds_control(ctx, "attempt_timeout_s")
-        if limit_s is None or limit_s == config.timeout_s:
+        if not ctx.facts.controls:
             return await next(config)
-        return await next(attrs.evolve(config, timeout_s=limit_s))
+        limits: dict[str, Any] = {field: limit_s for control, field in _FIELDS.items()
+                  if (limit_s := seconds_control(ctx, control)) is not None and limit_s != getattr(config, field)}
+        return await next(attrs.evolve(config, **limits) if limits else config)
+

@@ -8,7 +8,9 @@ Attempts of one logical call are numbered from 1 under its call id; a cache hit 
 attempt 0. ``usage`` waits until its record is durable (in the store, or in the spill
 file when the store cannot take it) before the answer or the error goes on, so a call
 that returned has its billed records even if the process is killed next; concurrent calls
-share one commit (:class:`~provmw.stores.journal.UsageJournal`, ADR 0011). A hit bills
+share one commit (:class:`~provmw.stores.journal.UsageJournal`, ADR 0011). A stream's
+attempt is recorded when the stream ends (ADR 0005), with the usage the provider reported or,
+when it never came, an estimate marked ``billed = "estimated"``. A hit bills
 nothing and does not wait, nor does a cancelled attempt: their records are queued, and
 written or spilled at close at the latest::
 
@@ -32,9 +34,11 @@ from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.middleware._common import Clock, monotonic
 from provmw.pipeline import Next, R
+from provmw.responses import ProviderResponse
 from provmw.stores.journal import FailurePolicy, UsageJournal
 from provmw.stores.shared import masked_url
 from provmw.stores.usage import Billed, UsageRecord, ledger_location
+from provmw.streams import OpenedStream, StreamEnd
 
 __all__ = ["UsageHitsMiddleware", "UsageMiddleware", "UsageOptions"]
 
@@ -88,14 +92,14 @@ class UsageMiddleware:
             self.journal.record(_record(ctx, config, attempt, started, self._clock() - start, status="error",
                                         error_type=type(exc).__name__, billed="unknown"))
             raise
-        usage = response.usage
-        await self.journal.durable(_record(ctx, config, attempt, started, self._clock() - start,
-                                           model=response.model, input_tokens=usage.input_tokens,
-                                           output_tokens=usage.output_tokens,
-                                           cached_input_tokens=usage.cached_input_tokens,
-                                           cache_write_5m_tokens=usage.cache_write_5m_tokens,
-                                           cache_write_1h_tokens=usage.cache_write_1h_tokens,
-                                           reasoning_tokens=usage.reasoning_tokens, cost_usd=usage.cost_usd))
+        if isinstance(response, OpenedStream):
+            async def record_end(end: StreamEnd) -> None:
+                await self.journal.durable(_answered(ctx, config, attempt, started, self._clock() - start,
+                                                     end.response, **_how_it_ended(end)))
+
+            response.on_end(record_end)
+            return response
+        await self.journal.durable(_answered(ctx, config, attempt, started, self._clock() - start, response))
         return response
 
 
@@ -120,6 +124,24 @@ class UsageHitsMiddleware:
                                         provider=response.provider, model=response.model,
                                         status="cache_hit", billed="no", cost_usd=0.0))
         return response
+
+
+def _how_it_ended(end: StreamEnd) -> dict[str, Any]:
+    """A stream's record: an error after its first chunk is an error; usage the provider never
+    reported (a cut stream, a caller who stopped reading) is billed as estimated."""
+    fields: dict[str, Any] = {"billed": "estimated"} if end.usage_estimated else {}
+    if end.error is not None:
+        fields.update(status="error", error_type=type(end.error).__name__)
+    return fields
+
+
+def _answered(ctx: ProviderCallContext, config: ProviderConfig, attempt: int, started: float, latency_s: float,
+              response: ProviderResponse, **fields: Any) -> UsageRecord:
+    usage = response.usage
+    return _record(ctx, config, attempt, started, latency_s, model=response.model, input_tokens=usage.input_tokens,
+                   output_tokens=usage.output_tokens, cached_input_tokens=usage.cached_input_tokens,
+                   cache_write_5m_tokens=usage.cache_write_5m_tokens, cache_write_1h_tokens=usage.cache_write_1h_tokens,
+                   reasoning_tokens=usage.reasoning_tokens, cost_usd=usage.cost_usd, **fields)
 
 
 def _record(ctx: ProviderCallContext, config: ProviderConfig, attempt: int, started: float, latency_s: float,

@@ -97,9 +97,8 @@ class ProviderAdapter(Protocol):
     What it never does:
 
     - retry, wait or fall back: the retry and fallback middleware decide, from the error;
-    - put a timer on a unary call: the manager bounds each attempt with ``config.timeout_s``
-      (``AttemptTimeoutError``). ``stream_chat`` passes ``read_timeout_s=config.timeout_s``
-      to ``http.post_sse``, bounding the connect and each read, not the whole stream;
+    - put a timer on a call: the manager bounds each attempt with ``config.timeout_s``
+      (``AttemptTimeoutError``), and a stream's time to its first chunk and between chunks;
     - log or raise anything holding the API key or request headers (the manager also scrubs
       every credential of the configuration out of an adapter's errors, since a provider may
       echo them: that is a backstop, not a licence);

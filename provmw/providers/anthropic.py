@@ -17,7 +17,6 @@ from provmw.errors import (
     AuthenticationError,
     InvalidRequestError,
     MalformedResponseError,
-    ProviderError,
     ProviderUnavailableError,
     RateLimitError,
     UnsupportedOperationError,
@@ -26,6 +25,7 @@ from provmw.http import (
     COMMON_CODES,
     ErrorCodes,
     HttpClient,
+    InBandError,
     SSEEvent,
     decode_json,
     malformed,
@@ -36,6 +36,7 @@ from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
 from provmw.providers._usage import UsageBody
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
+from provmw.streams import ToolCallAssembler
 
 __all__ = ["AnthropicAdapter"]
 
@@ -240,15 +241,16 @@ class AnthropicAdapter:
     async def stream_chat(self, http: HttpClient, config: ProviderConfig,
                           request: ChatRequest) -> AsyncIterator[ChatChunk]:
         body = {**self.chat_body(config, request), "stream": True}
-        events = http.post_sse(_url(config), body, _headers(config), read_timeout_s=config.timeout_s)
+        events = http.post_sse(_url(config), body, _headers(config))
         usage: dict[str, Any] = {}
+        calls = ToolCallAssembler()
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
             async for event in events:
                 try:
                     data = _serde.mapping(decode_json(event.data), "event")
                     if event.event == "error" or data.get("type") == "error":
-                        raise _stream_error(config, data)
-                    chunk = _stream_chunk(event, data, usage, config.model)
+                        raise InBandError(event.data)
+                    chunk = _stream_chunk(event, data, usage, calls, config.model)
                 except _SHAPE_ERRORS as exc:
                     raise malformed(self.name, config.model, exc) from None
                 if chunk is not None:
@@ -259,27 +261,29 @@ class AnthropicAdapter:
                                      model=config.model)
 
 
-def _stream_chunk(event: SSEEvent, data: Mapping[str, Any], usage: dict[str, Any], model: str) -> ChatChunk | None:
+def _stream_chunk(event: SSEEvent, data: Mapping[str, Any], usage: dict[str, Any], calls: ToolCallAssembler,
+                  model: str) -> ChatChunk | None:
     kind = _serde.get(data, "type", str, "event", default=None) or event.event
     if kind == "message_start":
         message = _serde.get(data, "message", dict, "event", default=None) or {}
         usage.update(_serde.get(message, "usage", dict, "event.message", default=None) or {})
+    elif kind == "content_block_start":
+        block = _serde.get(data, "content_block", dict, "event")
+        if block.get("type") == "tool_use":
+            calls.add(_serde.get(data, "index", int, "event"), id=_serde.get(block, "id", str, "event.content_block"),
+                      name=_serde.get(block, "name", str, "event.content_block"))
     elif kind == "content_block_delta":
         delta = _serde.get(data, "delta", dict, "event")
         if delta.get("type") == "text_delta":
             return ChatChunk(text=_serde.get(delta, "text", str, "event.delta"))
+        if delta.get("type") == "input_json_delta":
+            calls.add(_serde.get(data, "index", int, "event"),
+                      arguments=_serde.get(delta, "partial_json", str, "event.delta"))
     elif kind == "message_delta":
         usage.update(_serde.get(data, "usage", dict, "event", default=None) or {})
         delta = _serde.get(data, "delta", dict, "event", default=None) or {}
-        return ChatChunk(finish_reason=_finish_reason(delta, "event.delta"), usage=_usage(usage, model))
+        return ChatChunk(finish_reason=_finish_reason(delta, "event.delta"), usage=_usage(usage, model),
+                         tool_calls=calls.calls())
     return None
 
-
-def _stream_error(config: ProviderConfig, data: Mapping[str, Any]) -> ProviderError:
-    error = _serde.get(data, "error", dict, "event")
-    for field in ("type", "message"):
-        _serde.get(error, field, str, "event.error", default=None)  # raises on a wrong type
-    code, message = _extract_error(data)
-    cls = ERROR_CODES.codes.get(code or "", ProviderUnavailableError)
-    return cls(message or "stream error", provider="anthropic", model=config.model, code=code)
 

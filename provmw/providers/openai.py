@@ -13,14 +13,17 @@ import math
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import attrs
+
 from provmw import _serde
 from provmw.config import ProviderConfig
 from provmw.errors import InvalidDataError, MalformedResponseError
-from provmw.http import ErrorCodes, HttpClient, decode_json, malformed, plain_json, wire_errors
+from provmw.http import ErrorCodes, HttpClient, InBandError, decode_json, malformed, plain_json, wire_errors
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
 from provmw.providers._usage import UsageBody
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
+from provmw.streams import ToolCallAssembler
 
 __all__ = ["OpenAIAdapter"]
 
@@ -213,25 +216,40 @@ class OpenAIAdapter:
                           request: ChatRequest) -> AsyncIterator[ChatChunk]:
         body = self.chat_body(config, request)
         body.update(stream=True, stream_options={"include_usage": True})
-        events = http.post_sse(_url(config, "/chat/completions"), body, _headers(config),
-                               read_timeout_s=config.timeout_s)
-        # The finish reason and the usage arrive in separate events; the last chunk carries both.
-        last = ChatChunk()
+        events = http.post_sse(_url(config, "/chat/completions"), body, _headers(config))
+        # Tool calls come in pieces, and the finish reason and the usage in separate events:
+        # the last chunk carries the calls, whole, with both.
+        calls, last = ToolCallAssembler(), ChatChunk()
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
             async for event in events:
                 if event.data.strip() == "[DONE]":
-                    yield last
+                    yield self._last(config, last, calls)
                     return
-                chunk = self._stream_chunk(config, event.data)
+                data = self._event(config, event.data)
+                if "error" in data:
+                    raise InBandError(event.data)
+                chunk = self._stream_chunk(config, data, calls)
                 last = ChatChunk(finish_reason=chunk.finish_reason or last.finish_reason,
                                  usage=chunk.usage or last.usage)
                 if chunk.text:
                     yield ChatChunk(text=chunk.text)
         raise MalformedResponseError("stream ended before [DONE]", provider=self.name, model=config.model)
 
-    def _stream_chunk(self, config: ProviderConfig, data: str) -> ChatChunk:
+    def _event(self, config: ProviderConfig, data: str) -> Mapping[str, Any]:
         try:
-            return _chunk(_serde.mapping(decode_json(data), "event"), config.model)
+            return _serde.mapping(decode_json(data), "event")
+        except _SHAPE_ERRORS as exc:
+            raise malformed(self.name, config.model, exc) from None
+
+    def _stream_chunk(self, config: ProviderConfig, data: Mapping[str, Any], calls: ToolCallAssembler) -> ChatChunk:
+        try:
+            return _chunk(data, config.model, calls)
+        except _SHAPE_ERRORS as exc:
+            raise malformed(self.name, config.model, exc) from None
+
+    def _last(self, config: ProviderConfig, last: ChatChunk, calls: ToolCallAssembler) -> ChatChunk:
+        try:
+            return attrs.evolve(last, tool_calls=calls.calls())
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
 
@@ -261,13 +279,24 @@ def _rows(answer: Mapping[str, Any], inputs: int) -> list[Mapping[str, Any]]:
     return [row for _, row in sorted(zip(indexes, rows, strict=True), key=lambda pair: pair[0])]
 
 
-def _chunk(data: Mapping[str, Any], model: str) -> ChatChunk:
+def _chunk(data: Mapping[str, Any], model: str, calls: ToolCallAssembler) -> ChatChunk:
     choices = _serde.get(data, "choices", list, "event", default=None) or []
     usage = _usage(data, model) if data.get("usage") else None
     if not choices:
         return ChatChunk(usage=usage)
     choice = _serde.mapping(choices[0], "event.choices[0]")
     delta = _serde.get(choice, "delta", dict, "event.choices[0]", default=None) or {}
+    pieces = _serde.get(delta, "tool_calls", list, "event.choices[0].delta", default=None) or []
+    for i, piece in enumerate(pieces):
+        _tool_piece(calls, _serde.mapping(piece, f"event.choices[0].delta.tool_calls[{i}]"), i)
     return ChatChunk(text=_text(delta, "content", "event.choices[0].delta"),
                      finish_reason=_finish_reason(choice, "event.choices[0]"), usage=usage)
 
+
+def _tool_piece(calls: ToolCallAssembler, piece: Mapping[str, Any], position: int) -> None:
+    where = f"event.choices[0].delta.tool_calls[{position}]"
+    function = _serde.get(piece, "function", dict, where, default=None) or {}
+    calls.add(_serde.get(piece, "index", int, where, default=position),
+              id=_serde.get(piece, "id", str, where, default=None),
+              name=_serde.get(function, "name", str, f"{where}.function", default=None),
+              arguments=_serde.get(function, "arguments", str, f"{where}.function", default=None) or "")

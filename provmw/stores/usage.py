@@ -29,7 +29,9 @@ from provmw.stores.summary import Group, usage_rows
 __all__ = ["Billed", "MemoryUsageStore", "SqliteUsageStore", "UsageRecord", "UsageStore", "is_store_url",
            "ledger_location"]
 
-Billed = Literal["yes", "no", "unknown"]
+# "estimated": billed, but the provider's usage never came (a stream cut or left early), so
+# the counts are an estimate from what was streamed.
+Billed = Literal["yes", "no", "unknown", "estimated"]
 
 
 @attrs.frozen(kw_only=True)

@@ -30,7 +30,7 @@ from provmw.http import (
     wire_errors,
 )
 from provmw.messages import Message
-from provmw.providers.openai import OpenAIAdapter
+from provmw.providers.openai import ERROR_CODES, OpenAIAdapter
 from provmw.requests import ChatRequest, EmbeddingRequest
 from provmw.testing import FakeProvider, Fault
 from tests.conftest import openai_config
@@ -186,10 +186,12 @@ async def test_the_session_has_no_default_timer(http: HttpClient) -> None:
     assert http.session.timeout == aiohttp.ClientTimeout(total=None)
 
 
-async def test_a_stream_read_is_bounded_by_the_read_timeout(fake: FakeProvider, http: HttpClient) -> None:
+async def test_a_stream_read_is_bounded_by_a_read_timeout_when_given(fake: FakeProvider, http: HttpClient) -> None:
     fake.script(Fault(delay_s=0.5))
-    with pytest.raises(ProviderTimeoutError):
-        async for _ in ADAPTER.stream_chat(http, openai_config(fake, timeout_s=0.05), CHAT):
+    events = http.post_sse(f"{fake.openai_base_url}/chat/completions", {"model": "m", "stream": True,
+                                                                      "messages": []}, {}, read_timeout_s=0.05)
+    with pytest.raises(ProviderTimeoutError), wire_errors(ERROR_CODES, provider="openai", model="m"):
+        async for _ in events:
             pass
 
 

@@ -12,6 +12,7 @@ from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.pipeline import Next, R
 from provmw.responses import CompletionResponse, ProviderResponse
+from provmw.streams import OpenedStream, StreamEnd
 from provmw_calllog.redact import escape, field, redact
 
 __all__ = ["CallLogMiddleware", "CallLogOptions"]
@@ -57,6 +58,14 @@ class CallLogMiddleware:
         except Exception as exc:
             self._emit(ctx, config, started, f"error={type(exc).__name__}")
             raise
+        if isinstance(response, OpenedStream):  # one line when the stream ends, with what it streamed
+            async def emit_end(end: StreamEnd) -> None:
+                outcome = self._describe(end.response) + (f" stream_error={type(end.error).__name__}"
+                                                          if end.error is not None else "")
+                self._emit(ctx, config, started, outcome + (" abandoned" if end.abandoned else ""))
+
+            response.on_end(emit_end)
+            return response
         self._emit(ctx, config, started, self._describe(response))
         return response
 
