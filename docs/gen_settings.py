@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import attrs
+from provmw_bedrock import BedrockAdapter
 from provmw_calllog.middleware import CallLogMiddleware, CallLogOptions
 from provmw_otel.middleware import OtelCallMiddleware
 from provmw_otel.options import OtelOptions
@@ -97,6 +98,10 @@ def _first_party_plugins() -> Iterator[Section]:
                   _intro(CallLogMiddleware), (_ENABLED, *_keys(CallLogOptions)))
     yield Section("plugin.otel", f"[middleware.{OtelCallMiddleware.name}] (plugin provmw-otel)",
                   _intro(OtelOptions), (_ENABLED, *_keys(OtelOptions)))
+    yield Section("plugin.bedrock", f'[configurations.NAME] with provider = "{BedrockAdapter.name}" '
+                  "(plugin provmw-bedrock)", _intro(BedrockAdapter),
+                  (Key("base_url", "string", "https://bedrock-runtime.REGION.amazonaws.com"),
+                   Key("api_key_env", "string", "unset")))
     yield _section("plugin.redis", '[state] with url = "redis://..." (plugin provmw-redis)', RedisOptions)
     yield _section("plugin.postgres", '[middleware.usage] with store = "postgresql://..." (plugin provmw-postgres)',
                    PostgresOptions)
