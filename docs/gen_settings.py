@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 from provmw_bedrock import BedrockAdapter
 from provmw_calllog.middleware import CallLogMiddleware, CallLogOptions
+from provmw_gemini.adapter import GeminiAdapter
 from provmw_otel.middleware import OtelCallMiddleware
 from provmw_otel.options import OtelOptions
 from provmw_postgres.store import PostgresOptions
@@ -59,7 +60,7 @@ class Section:
 
 def sections() -> tuple[Section, ...]:
     """Every section of the settings file, in the order of the reference page."""
-    return (_top_level(), *_core(), *_middleware(), *_first_party_plugins())
+    return (_top_level(), *_core(), *_middleware(), *_first_party_plugins(), *_provider_plugins())
 
 
 def _top_level() -> Section:
@@ -98,13 +99,17 @@ def _first_party_plugins() -> Iterator[Section]:
                   _intro(CallLogMiddleware), (_ENABLED, *_keys(CallLogOptions)))
     yield Section("plugin.otel", f"[middleware.{OtelCallMiddleware.name}] (plugin provmw-otel)",
                   _intro(OtelOptions), (_ENABLED, *_keys(OtelOptions)))
-    yield Section("plugin.bedrock", f'[configurations.NAME] with provider = "{BedrockAdapter.name}" '
-                  "(plugin provmw-bedrock)", _intro(BedrockAdapter),
-                  (Key("base_url", "string", "https://bedrock-runtime.REGION.amazonaws.com"),
-                   Key("api_key_env", "string", "unset")))
     yield _section("plugin.redis", '[state] with url = "redis://..." (plugin provmw-redis)', RedisOptions)
     yield _section("plugin.postgres", '[middleware.usage] with store = "postgresql://..." (plugin provmw-postgres)',
                    PostgresOptions)
+
+
+def _provider_plugins() -> Iterator[Section]:
+    """Provider plugins add no table: a configuration names their ``provider``."""
+    for distribution, adapter in (("provmw-bedrock", BedrockAdapter), ("provmw-gemini", GeminiAdapter)):
+        yield Section(f"plugin.{adapter.name}",
+                      f'[configurations.NAME] with provider = "{adapter.name}" (plugin {distribution})',
+                      _intro(adapter), ())
 
 
 def _section(ident: str, header: str, cls: type, *, only: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> Section:

@@ -187,14 +187,12 @@ MEANING: dict[str, dict[str, str]] = {
         "traceparent_to": "The configurations whose requests carry a W3C `traceparent` header (`[\"*\"]`: all).",
     },
     "plugin.bedrock": {
-        "(section)": "Amazon Bedrock's Converse API. A configuration without a key is signed with AWS SigV4 from "
-                     "botocore's credential chain (environment, AWS_PROFILE, SSO, container and instance roles), "
-                     "resolved on its first call.",
-        "base_url": "The endpoint; its host names the region. Unset: the region is botocore's "
-                    "(`AWS_DEFAULT_REGION` or the profile's) and the endpoint the region's.",
-        "api_key_env": "The variable holding a Bedrock API key, sent as a bearer token instead of a signature "
-                       "(ad-hoc calls read `AWS_BEARER_TOKEN_BEDROCK`).",
+        "(section)": "Amazon Bedrock's Converse API. `base_url` is the endpoint, and its host names the region; "
+                     "unset, the region is botocore's (`AWS_DEFAULT_REGION` or the profile's). A configuration "
+                     "with a key (`api_key_env`; ad-hoc calls read `AWS_BEARER_TOKEN_BEDROCK`) sends it as a "
+                     "Bedrock API key; one without is signed with AWS SigV4 from botocore's credential chain.",
     },
+    "plugin.gemini": {},
     "plugin.redis": {
         "key_prefix": "The prefix of every Redis key provmw writes.",
         "timeout_s": "How long one Redis command may take before the server counts as down.",
