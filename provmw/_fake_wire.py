@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 __all__ = ["AnthropicWire", "FakeWire", "OpenAIWire", "Tokenizer", "anthropic_error", "anthropic_message",
            "anthropic_stream", "characters", "embedding_vector", "openai_chat", "openai_chat_stream",
-           "openai_completion", "openai_embeddings", "openai_error", "sse", "tool_queries", "words"]
+           "openai_completion", "openai_embeddings", "openai_error", "schema_example", "sse", "tool_queries", "words"]
 
 Tokenizer = Callable[[str], int]
 
@@ -76,9 +76,39 @@ def tool_queries(messages: list[Any]) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()] or [text]
 
 
+def schema_example(schema: Mapping[str, Any], text: str, root: Mapping[str, Any] | None = None) -> Any:
+    """A value that follows ``schema`` (its first choice of everything), strings being ``text``:
+    how the fake answers a response schema. ``$ref`` is followed within the root schema."""
+    root = schema if root is None else root
+    if isinstance(ref := schema.get("$ref"), str):
+        target: Any = root
+        for part in ref.removeprefix("#/").split("/"):
+            target = target[part]
+        return schema_example(target, text, root)
+    if "const" in schema or "enum" in schema:
+        return schema["const"] if "const" in schema else schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if schema.get(key):
+            return schema_example(schema[key][0], text, root)
+    kind = schema.get("type", "object")
+    kind = next((k for k in kind if k != "null"), "null") if isinstance(kind, list) else kind
+    if kind == "object":
+        return {name: schema_example(sub, text, root) for name, sub in schema.get("properties", {}).items()}
+    if kind == "array":
+        return [schema_example(schema.get("items", {}), text, root)]
+    return {"string": text, "integer": 1, "number": 1.5, "boolean": True}.get(kind)
+
+
+def _json_schema(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    form = body.get("response_format")
+    return form["json_schema"]["schema"] if isinstance(form, Mapping) and form.get("type") == "json_schema" else None
+
+
 def openai_chat(body: Mapping[str, Any], count: Tokenizer = words) -> dict[str, Any]:
     messages = list(body.get("messages", []))
     message: dict[str, Any] = {"role": "assistant", "content": _answer(messages)}
+    if (schema := _json_schema(body)) is not None:
+        message["content"] = json.dumps(schema_example(schema, message["content"]))
     finish = "stop"
     if _wants_tool(body, messages):
         tool = body["tools"][0]["function"]["name"]
@@ -174,7 +204,12 @@ def anthropic_message(body: Mapping[str, Any], count: Tokenizer = words) -> dict
     messages = list(body.get("messages", []))
     content: list[dict[str, Any]] = []
     stop = "end_turn"
-    if _wants_tool(body, messages):
+    forced = _forced_tool(body)
+    if forced is not None:
+        answer = schema_example(forced.get("input_schema", {}), _answer(messages))
+        content.append({"type": "tool_use", "id": "toolu_0", "name": forced["name"], "input": answer})
+        stop = "tool_use"
+    elif _wants_tool(body, messages):
         tool = body["tools"][0]["name"]
         content += [{"type": "tool_use", "id": f"toolu_{i}", "name": tool, "input": {"query": query}}
                     for i, query in enumerate(tool_queries(messages))]
@@ -189,6 +224,14 @@ def anthropic_message(body: Mapping[str, Any], count: Tokenizer = words) -> dict
             "content": content, "stop_reason": stop, "stop_sequence": None,
             "usage": {"input_tokens": _prompt_tokens(messages, count, str(body.get("system", ""))),
                       "output_tokens": output_tokens}}
+
+
+def _forced_tool(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The tool ``tool_choice`` names, which the model must call."""
+    choice = body.get("tool_choice")
+    if not isinstance(choice, Mapping) or choice.get("type") != "tool":
+        return None
+    return next((t for t in body.get("tools", ()) if t.get("name") == choice.get("name")), None)
 
 
 def anthropic_stream(full: Mapping[str, Any]) -> Iterator[tuple[str, str]]:

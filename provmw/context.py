@@ -2,8 +2,8 @@
 
 A context holds the call's ``operation`` and ``correlation_id``, the built-in
 :class:`CallFacts` the manager computed (read them as ``ctx.facts.tenant``,
-``ctx.facts.cache_key`` ...: typed, never string keys), the call's :class:`AttemptLog`,
-and ``metadata``: an immutable mapping that belongs to plugins (prefix keys with the
+``ctx.facts.cache_key`` ...: typed, never string keys), the call's :class:`AttemptLog`
+and :class:`RepairSlot`, and ``metadata``: an immutable mapping that belongs to plugins (prefix keys with the
 plugin's name). For a middleware test, ``provmw.testing.call_context(tenant="acme")``
 builds one in a line.
 """
@@ -24,8 +24,10 @@ import attrs
 
 if TYPE_CHECKING:
     from provmw.responses import Attempt
+    from provmw.structured import RepairNote
 
-__all__ = ["AttemptLog", "CallFacts", "FrozenMap", "ProviderCallContext", "ProviderOperation", "scoped_key"]
+__all__ = ["AttemptLog", "CallFacts", "FrozenMap", "ProviderCallContext", "ProviderOperation", "RepairSlot",
+           "scoped_key"]
 
 
 class ProviderOperation(enum.Enum):
@@ -97,6 +99,12 @@ class CallFacts:
     (the canonical request digest) and ``cache_key`` (the digest bound to tenant and user)
     are computed on first read only. ``stream``: the call streams its answer (what the
     pipeline returns is an ``OpenedStream``; the cache and idempotency keys pass it by).
+
+    ``needs``: the capabilities the call needs (names of ``provmw.providers.Capabilities``
+    fields: ``chat``, ``tools``, ``vision``, ``schema``, ``response_format``, ``streaming``...);
+    ``unmet``: for each configuration of the fallback chain that cannot honour them, the
+    identifier and what it lacks (the fallback layer skips it and says why).
+    ``response_schema``: the JSON Schema the answer must follow, when the call gave one.
     """
 
     user: str | None = None
@@ -111,6 +119,9 @@ class CallFacts:
     planned_cost_usd: float | None = None
     estimated_cost_usd: float | None = None
     stream: bool = False
+    needs: frozenset[str] = frozenset()
+    unmet: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze)
+    response_schema: FrozenMap | None = attrs.field(default=None, converter=attrs.converters.optional(_freeze))
     digest: Callable[[], str] | None = attrs.field(default=None, eq=False, repr=False)
 
     @functools.cached_property
@@ -148,6 +159,17 @@ class AttemptLog:
         self.recorded.append(attempt)
 
 
+class RepairSlot:
+    """The repair turn of one call while one is under way (ADR 0024): the ``structured_output``
+    layer sets ``note`` around the one attempt it asks for, and the manager's terminal sends
+    the request followed by the invalid answer and what was wrong with it."""
+
+    __slots__ = ("note",)
+
+    def __init__(self) -> None:
+        self.note: RepairNote | None = None
+
+
 # The metadata keys 0.1.0 documented for the built-in facts, and the fact each one is now.
 _DEPRECATED_KEYS = {"user": "user", "tenant": "tenant", "cache_key": "cache_key",
                     "shared_cache_key": "shared_cache_key", "deterministic": "deterministic",
@@ -183,7 +205,7 @@ def _new_correlation_id() -> str:
 
 @attrs.frozen
 class ProviderCallContext:
-    """What one logical call is: its operation, correlation id, facts, attempts and plugin metadata."""
+    """What one logical call is: its operation, correlation id, facts, attempts, repair turn and plugin metadata."""
 
     operation: ProviderOperation = attrs.field(validator=attrs.validators.instance_of(ProviderOperation))
     correlation_id: str = attrs.field(factory=_new_correlation_id)
@@ -192,6 +214,7 @@ class ProviderCallContext:
     # The ledger keys records by this, never by the caller's correlation id, which callers reuse.
     call_id: str = attrs.field(factory=_new_correlation_id, kw_only=True, eq=False, repr=False)
     attempts: AttemptLog = attrs.field(factory=AttemptLog, kw_only=True, eq=False, repr=False)
+    repair: RepairSlot = attrs.field(factory=RepairSlot, kw_only=True, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "metadata", _Metadata(self.metadata, self.facts))

@@ -5,9 +5,9 @@
     ProvmwError
     ├── ConfigurationError                 bad settings, file, or call arguments
     │   ├── DestinationRefusedError        an ad-hoc base_url reaches an address the policy refuses
-    │   └── UnknownArgumentError           a call method got a keyword it does not take (a TypeError too)
+    │   ├── UnknownArgumentError           a call method got a keyword it does not take (a TypeError too)
+    │   └── UnsupportedOperationError      the provider lacks a capability the call needs; nothing was sent
     ├── InvalidDataError                   a dict that does not decode to the type asked for
-    │   └── UnsupportedOperationError      the provider cannot do this operation
     ├── PluginError
     │   ├── PluginLoadError                an entry point failed to import or load
     │   └── DuplicateMiddlewareError       two middleware share a name
@@ -22,13 +22,14 @@
     │   ├── MalformedResponseError         a body that is not the documented JSON
     │   │   └── ResponseTooLargeError      a body, SSE line or event over its limit; limit_bytes
     │   ├── StreamInterruptedError         a stream failed after its first chunk; the cause is chained
+    │   ├── StructuredOutputError          an answer that breaks the call's response_schema, repaired once
     │   ├── AuthenticationError            401, 403
     │   └── InvalidRequestError            400, 404, 413, 422, other 4xx
     │       ├── ContextLengthExceededError the prompt does not fit the model
     │       └── ContentPolicyError         refused by the provider's content filter
     ├── CircuitOpenError                   a breaker is open; retry_after_s
     ├── DeadlineExceededError              the logical call's total time limit fired
-    ├── FallbackExhaustedError             every attempt and its error
+    ├── FallbackExhaustedError             every attempt and its error, skipped configurations too
     ├── BudgetExceededError                bucket, dimension, limit, spent, reserved, period
     ├── BudgetUnavailableError             fail-closed: the budget store cannot reserve
     └── UsageLedgerUnavailableError        fail-closed: the ledger cannot take more records
@@ -79,6 +80,7 @@ __all__ = [
     "RateLimitError",
     "ResponseTooLargeError",
     "StreamInterruptedError",
+    "StructuredOutputError",
     "UnknownArgumentError",
     "UnsupportedOperationError",
     "UsageLedgerUnavailableError",
@@ -121,15 +123,25 @@ class InvalidDataError(ProvmwError, ValueError):
 
 
 class UnsupportedOperationError(ConfigurationError):
-    """The configured provider cannot perform the requested operation."""
+    """The provider lacks what the call needs: ``operation`` names an operation (``embedding``)
+    or a capability (``schema``, ``response_format``, ``tools``...); nothing was sent.
 
-    def __init__(self, provider: str, operation: str) -> None:
-        super().__init__(f"provider {provider!r} does not support the {operation!r} operation")
+    ``configuration`` names the configuration that could not serve it, when one was chosen.
+    """
+
+    def __init__(self, provider: str, operation: str, *, configuration: str | None = None) -> None:
+        which = f" (configuration {configuration!r})" if configuration else ""
+        super().__init__(f"provider {provider!r}{which} does not support the {operation!r} operation")
         self.provider = provider
         self.operation = operation
+        self.configuration = configuration
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.provider, self.operation))
+        return (_rebuild_unsupported, (self.provider, self.operation, self.configuration))
+
+
+def _rebuild_unsupported(provider: str, operation: str, configuration: str | None) -> UnsupportedOperationError:
+    return UnsupportedOperationError(provider, operation, configuration=configuration)
 
 
 class PluginError(ProvmwError):
@@ -327,6 +339,27 @@ def _rebuild_too_large(message: str, limit_bytes: int, fields: dict[str, object]
     return ResponseTooLargeError(message, limit_bytes=limit_bytes, **fields)
 
 
+class StructuredOutputError(ProviderError):
+    """The answer does not follow the call's ``response_schema``, even after one repair turn.
+
+    ``problem`` says where it broke the schema (or that it is not JSON). Never retried as is
+    (the ``structured_output`` layer already asked once more); another configuration may do better.
+    """
+
+    fallback_eligible = True
+
+    def __init__(self, message: str, *, problem: str, **fields: object) -> None:
+        super().__init__(message, **fields)  # type: ignore[arg-type]
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_structured, (self.message, self.problem, self._fields()))
+
+
+def _rebuild_structured(message: str, problem: str, fields: dict[str, object]) -> StructuredOutputError:
+    return StructuredOutputError(message, problem=problem, **fields)
+
+
 class AuthenticationError(ProviderError):
     """The provider rejected the credentials (401) or the permission (403)."""
 
@@ -369,19 +402,25 @@ class DeadlineExceededError(ProvmwError, TimeoutError):
 
 @attrs.frozen
 class FallbackAttempt:
-    """One configuration tried by the fallback walk and the error it ended with."""
+    """One configuration of the fallback walk and the error it ended with; ``sent`` is False
+    for one skipped before sending because it cannot honour the call (``UnsupportedOperationError``)."""
 
     config_id: str
     error: BaseException
+    sent: bool = True
+
+    def __str__(self) -> str:
+        how = "" if self.sent else "skipped, "
+        return f"{self.config_id}: {how}{type(self.error).__name__}: {self.error}"
 
 
 class FallbackExhaustedError(ProvmwError):
-    """Every configuration of a fallback chain failed."""
+    """No configuration of a fallback chain answered: each failed or was skipped, and why."""
 
     def __init__(self, attempts: Sequence[FallbackAttempt]) -> None:
         self.attempts = tuple(attempts)
-        lines = "; ".join(f"{a.config_id}: {type(a.error).__name__}: {a.error}" for a in attempts)
-        super().__init__(f"all {len(self.attempts)} configurations failed ({lines})")
+        lines = "; ".join(str(a) for a in attempts)
+        super().__init__(f"all {len(self.attempts)} configurations failed or were skipped ({lines})")
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.attempts,))
@@ -463,8 +502,9 @@ def disposition(exc: BaseException) -> Disposition:
         fallback = type(exc).fallback_eligible
         about_the_account = isinstance(exc, AuthenticationError) or \
             (isinstance(exc, RateLimitError) and exc.quota_exhausted)
-        return Disposition(retryable=retryable, may_fall_back=fallback,
-                           endpoint_failed=fallback and not about_the_account)
+        # An answer that breaks the schema came from a working endpoint: no breaker counts it.
+        healthy = about_the_account or isinstance(exc, StructuredOutputError)
+        return Disposition(retryable=retryable, may_fall_back=fallback, endpoint_failed=fallback and not healthy)
     if isinstance(exc, CircuitOpenError):
         return Disposition(retryable=False, may_fall_back=True)  # not a new failure of the endpoint
     if isinstance(exc, DeadlineExceededError):  # the whole call is out of time

@@ -26,6 +26,7 @@ from provmw.config import ProviderConfig
 from provmw.context import CallFacts, FrozenMap, ProviderOperation
 from provmw.errors import ConfigurationError
 from provmw.pricing import CacheTTL, PriceTable
+from provmw.providers import Capabilities
 from provmw.requests import (
     ChatRequest,
     CompletionRequest,
@@ -36,7 +37,8 @@ from provmw.requests import (
     request_digest,
 )
 
-__all__ = ["ALLOWANCES", "Allowance", "cache_write_ttl", "call_facts", "estimate_tokens", "input_token_bound"]
+__all__ = ["ALLOWANCES", "Allowance", "cache_write_ttl", "call_facts", "call_needs", "estimate_tokens",
+           "input_token_bound"]
 
 _IMAGE_CHARS = 340  # an image counts as this much text; what providers charge varies by size
 
@@ -77,11 +79,17 @@ class _Shape:
 def call_facts(operation: ProviderOperation, config: ProviderConfig, request: ProviderRequest, *,
                chain: Sequence[ProviderConfig], prices: PriceTable, known_controls: Collection[str],
                user: str | None = None, tenant: str | None = None, controls: Mapping[str, Any] | None = None,
-               idempotency_key: str | None = None, stream: bool = False) -> CallFacts:
-    """The facts of one call on ``config`` whose fallback chain is ``chain``."""
+               idempotency_key: str | None = None, capabilities: Mapping[str, Capabilities] | None = None,
+               stream: bool = False) -> CallFacts:
+    """The facts of one call on ``config`` whose fallback chain is ``chain``; ``capabilities``
+    are the installed adapters' by provider name (an adapter missing from it offers the defaults)."""
     estimated = estimate_tokens(request)
     max_output = _most_output_tokens(chain, request)
     max_input, planned = _bound_over(chain, request, prices)
+    needs = call_needs(operation, config, request, streaming=stream)
+    offered = capabilities or {}
+    unmet = {c.identifier: lacking for c in chain
+             if (lacking := offered.get(c.provider, Capabilities()).lacking(needs))}
     return CallFacts(
         user=_text("user", user), tenant=_text("tenant", tenant),
         options=FrozenMap() if isinstance(request, EmbeddingRequest) else request.options,
@@ -90,9 +98,29 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
         deterministic=is_deterministic(config, request),
         estimated_input_tokens=estimated, max_input_tokens=max_input, max_output_tokens=max_output,
         planned_cost_usd=planned, estimated_cost_usd=prices.planned_cost_usd(chain, estimated, max_output),
-        stream=stream,
+        stream=stream, needs=needs, unmet=unmet, response_schema=getattr(request, "response_schema", None),
         digest=lambda: request_digest(operation, config, request),
     )
+
+
+_OPERATION_NEEDS = {ProviderOperation.COMPLETION: "completion", ProviderOperation.EMBEDDING: "embeddings"}
+
+
+def call_needs(operation: ProviderOperation, config: ProviderConfig, request: ProviderRequest, *,
+               streaming: bool = False) -> frozenset[str]:
+    """The capabilities a call on ``config`` needs of whichever configuration serves it.
+
+    ``response_format`` counts when the call or the named configuration asks for it: a
+    fallback that cannot honour it must be skipped, not sent the call without it.
+    """
+    needs = {_OPERATION_NEEDS.get(operation, "chat")} | ({"streaming"} if streaming else set())
+    if isinstance(request, ChatRequest):
+        needs |= {need for need, wanted in (("tools", request.tools), ("schema", request.response_schema is not None),
+                                            ("vision", any(m.images for m in request.messages))) if wanted}
+    if not isinstance(request, EmbeddingRequest) and getattr(request, "response_schema", None) is None \
+            and "response_format" in merged_options(config, request.options):
+        needs.add("response_format")
+    return frozenset(needs)
 
 
 def estimate_tokens(request: ProviderRequest) -> int:
@@ -169,7 +197,10 @@ def _chat_shape(request: ChatRequest) -> _Shape:
         text += sum(_utf8(call.id) + _utf8(call.name) + _utf8(call.arguments) for call in message.tool_calls)
     text += sum(_json_bytes(tool.to_dict()) for tool in request.tools)
     images = sum(len(message.images) for message in request.messages)
-    return _Shape(text, len(request.messages), images, len(request.tools))
+    # A schema travels as a tool on some wires (Anthropic's forced tool): count it as one.
+    schema = request.response_schema
+    text += _json_bytes(schema) if schema is not None else 0
+    return _Shape(text, len(request.messages), images, len(request.tools) + (schema is not None))
 
 
 def _utf8(text: str) -> int:

@@ -23,7 +23,7 @@ from provmw.middleware._common import run_within
 from provmw.pipeline import Middleware, MiddlewarePipeline
 from provmw.plugins import PluginHost
 from provmw.pricing import PriceTable
-from provmw.providers import ProviderAdapter
+from provmw.providers import Capabilities, ProviderAdapter, capabilities_of
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, ProviderRequest
 from provmw.responses import (
     Attempt,
@@ -36,11 +36,13 @@ from provmw.responses import (
 from provmw.settings import Settings, load_settings
 from provmw.state import open_state
 from provmw.streams import OpenedStream, open_stream
+from provmw.structured import parsed_answer, repaired, schema_of
 
 __all__ = ["ServiceManager", "StackEntry"]
 
 R = TypeVar("R", bound=ProviderResponse)
 Messages = str | Message | Sequence[Message | Mapping[str, Any]]
+ResponseSchema = Mapping[str, Any] | type
 
 
 @attrs.frozen
@@ -83,6 +85,10 @@ class ServiceManager:
     ``correlation_id``, or an ad-hoc target instead of a configuration: ``provider`` and
     ``model``, with ``base_url``, ``api_key`` and ``timeout_s``. An ad-hoc ``base_url`` must
     pass the settings' destination policy (``provmw.destinations``) before anything is sent.
+
+    A call its configuration's adapter cannot serve (its ``capabilities``: tools, images, a
+    ``response_schema``, ``response_format``...) is refused with ``UnsupportedOperationError``
+    before anything is sent; a fallback that cannot is skipped (ADR 0024).
     """
 
     def __init__(self, settings: Settings | None = None, *, host: PluginHost | None = None,
@@ -98,6 +104,7 @@ class ServiceManager:
         self.stack = tuple(StackEntry(m.name, m.priority, plugins.get(m.name, "(application)"))
                            for m in self.pipeline.middlewares)
         self.providers: Mapping[str, ProviderAdapter] = self.host.collect_providers()
+        self.capabilities: Mapping[str, Capabilities] = {n: capabilities_of(a) for n, a in self.providers.items()}
         for config in self.settings.configurations.values():
             self._adapter(config.provider,
                           where=f"{self.settings.source}: [configurations.{config.identifier}] provider")
@@ -135,10 +142,12 @@ class ServiceManager:
                    controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
                    correlation_id: str | None = None, provider: str | None = None, model: str | None = None,
                    base_url: str | None = None, api_key: str | Secret | None = None,
-                   timeout_s: float | None = None,
+                   timeout_s: float | None = None, response_schema: ResponseSchema | None = None,
                    **option_args: Unpack[GenerationOptions]) -> CompletionResponse:
-        """Answer a conversation (a string is one user message)."""
-        request = ChatRequest(messages_from(messages), options=_options(options, option_args))
+        """Answer a conversation (a string is one user message); with ``response_schema`` (a JSON
+        Schema dict or a pydantic model class) the answer is JSON that follows it, in ``parsed``."""
+        request = ChatRequest(messages_from(messages), options=_options(options, option_args),
+                              response_schema=schema_of(response_schema))
         return await self._run(ProviderOperation.CHAT, request, CompletionResponse, _Call(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
@@ -196,11 +205,14 @@ class ServiceManager:
                               correlation_id: str | None = None, provider: str | None = None,
                               model: str | None = None, base_url: str | None = None,
                               api_key: str | Secret | None = None, timeout_s: float | None = None,
+                              response_schema: ResponseSchema | None = None,
                               **option_args: Unpack[GenerationOptions]) -> CompletionResponse:
-        """Answer a conversation in which the model may call ``tools``."""
+        """Answer a conversation in which the model may call ``tools``; ``response_schema`` as for ``chat``
+        (the final answer follows it; a turn that calls tools has no ``parsed``)."""
         if not tools:
             raise ConfigurationError("chat_with_tools needs at least one tool")
-        request = ChatRequest(messages_from(messages), tools=tools, options=_options(options, option_args))
+        request = ChatRequest(messages_from(messages), tools=tools, options=_options(options, option_args),
+                              response_schema=schema_of(response_schema))
         return await self._run(ProviderOperation.TOOLS, request, CompletionResponse, _Call(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
@@ -265,7 +277,10 @@ class ServiceManager:
         chain = fallback_chain(config, self.settings.configurations) if config.fallbacks else (config,)
         facts = call_facts(operation, config, request, chain=chain, prices=self.prices,
                            known_controls=self.pipeline.controls, user=call.user, tenant=call.tenant,
-                           controls=call.controls, idempotency_key=call.idempotency_key, stream=stream)
+                           controls=call.controls, idempotency_key=call.idempotency_key,
+                           capabilities=self.capabilities, stream=stream)
+        self.capabilities[config.provider].require(facts.needs, provider=config.provider,
+                                                   configuration=config.identifier)
         if call.correlation_id is not None:
             return config, ProviderCallContext(operation, call.correlation_id, facts=facts)
         return config, ProviderCallContext(operation, facts=facts)
@@ -286,7 +301,7 @@ class ServiceManager:
         method = _METHODS[operation]
         adapters, http, prices, attempts = self.providers, self.http, self.prices, ctx.attempts
         client_for, check_destination = self.destinations.client_for, self.destinations.check
-        credentials = self.settings.with_credentials
+        credentials, capabilities, needs = self.settings.with_credentials, self.capabilities, ctx.facts.needs
         estimated_input_tokens = ctx.facts.estimated_input_tokens
 
         async def send(chosen: ProviderConfig) -> ProviderResponse:
@@ -299,7 +314,8 @@ class ServiceManager:
                     idle_s=chosen.stream_idle_timeout_s or chosen.timeout_s, price=prices.price_for(chosen),
                     estimated_input_tokens=estimated_input_tokens, scrub=Scrubber.for_config(chosen).error)
             call_adapter: Callable[..., Awaitable[ProviderResponse]] = getattr(adapters[chosen.provider], method)
-            return await run_within(chosen.timeout_s, call_adapter(client_for(chosen, http), chosen, request),
+            return await run_within(chosen.timeout_s,
+                                    call_adapter(client_for(chosen, http), chosen, _with_repair(request, ctx)),
                                     lambda: _attempt_timeout(chosen))
 
         # The terminal is the one place that sees every request that reached a provider: it
@@ -310,6 +326,8 @@ class ServiceManager:
             # Again here: a layer may have swapped in another ad-hoc configuration, and aiohttp
             # never asks the checking resolver about an IP literal.
             await check_destination(chosen)
+            # Again here: a layer may have swapped in a configuration outside the fallback chain.
+            capabilities[chosen.provider].require(needs, provider=chosen.provider, configuration=chosen.identifier)
             started = attempt_log.start()
             try:
                 response = await send(chosen)
@@ -331,6 +349,9 @@ class ServiceManager:
             return attrs.evolve(response, usage=attrs.evolve(response.usage, cost_usd=price.cost_usd(response.usage)))
 
         response = await self.pipeline.run(ctx, config, terminal)
+        schema = ctx.facts.response_schema
+        if schema is not None and isinstance(response, CompletionResponse) and response.parsed is None:
+            response = parsed_answer(response, schema)  # with the structured_output layer off: no repair
         return attrs.evolve(response, attempts=tuple(attempts.recorded)) if attempts.recorded else response
 
     def _adapter(self, provider: str, where: str = "provider") -> ProviderAdapter:
@@ -359,6 +380,12 @@ def _environment_key(adapter: ProviderAdapter) -> Secret | None:
     variable = getattr(adapter, "api_key_env", None)  # optional in the contract (ADR 0014)
     value = os.environ.get(variable) if isinstance(variable, str) else None
     return Secret(value) if value else None
+
+
+def _with_repair(request: ProviderRequest, ctx: ProviderCallContext) -> ProviderRequest:
+    """The request, followed by the repair turn when the structured_output layer asked for one."""
+    note = ctx.repair.note
+    return repaired(request, note) if note is not None and isinstance(request, ChatRequest) else request
 
 
 def _attempt_timeout(config: ProviderConfig) -> AttemptTimeoutError:

@@ -77,12 +77,21 @@ class ChatRequest:
     options: FrozenMap = attrs.field(factory=FrozenMap, converter=_frozen)
     response_schema: FrozenMap | None = attrs.field(default=None, converter=attrs.converters.optional(_frozen))
 
+    def __attrs_post_init__(self) -> None:
+        if self.response_schema is not None and "response_format" in self.options:
+            raise ConfigurationError("give response_schema or the response_format option, not both: "
+                                     "response_schema asks for JSON that follows the schema")
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        body = {
             "messages": [m.to_dict() for m in self.messages],
             "tools": [t.to_dict() for t in self.tools],
             "options": _plain(self.options),
         }
+        # Only when given, so that the digest of every request without one stays what it was.
+        if self.response_schema is not None:
+            body["response_schema"] = _plain(self.response_schema)
+        return body
 
 
 @attrs.frozen

@@ -144,13 +144,18 @@ class ProviderResponse:
 
 @attrs.frozen(kw_only=True)
 class CompletionResponse(ProviderResponse):
-    """A generated answer: text, tool calls, and why generation stopped."""
+    """A generated answer: text, tool calls, and why generation stopped.
+
+    ``parsed`` is the answer's text as JSON when the call gave a ``response_schema``: it has
+    been validated against it (plain JSON types; ``Model.model_validate(parsed)`` for pydantic).
+    """
 
     TYPE = "completion"
 
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     finish_reason: str | None = None
+    parsed: Any = attrs.field(default=None, hash=False)
 
     @classmethod
     def _fields_from(cls, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -161,6 +166,7 @@ class CompletionResponse(ProviderResponse):
             "text": _serde.get(data, "text", str, where),
             "tool_calls": tuple(ToolCall.from_dict(c) for c in calls),
             "finish_reason": _serde.get(data, "finish_reason", str, where, default=None),
+            "parsed": data.get("parsed"),
         }
 
 

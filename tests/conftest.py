@@ -14,8 +14,8 @@ from tests.hostile import HostileProvider
 
 SENTINEL_KEY = "sk-SENTINEL-7f3a9c-do-not-print"
 
-BUILTIN_MIDDLEWARE = ("deadline", "usage_hits", "idempotency", "cache", "budget", "fallback", "rate_limit", "retry",
-                      "circuit_breaker", "usage", "timeout")
+BUILTIN_MIDDLEWARE = ("deadline", "usage_hits", "idempotency", "cache", "budget", "fallback", "rate_limit",
+                      "structured_output", "retry", "circuit_breaker", "usage", "timeout")
 # Ad-hoc calls to the loopback fake provider must be allowed, like any loopback destination.
 LOOPBACK_ALLOWED = DestinationPolicy(ad_hoc_destinations=("public", "loopback"))
 # Settings sections that switch every built-in middleware off: for tests of the bare wiring.

@@ -63,6 +63,8 @@ MUTATIONS: dict[str, Any] = {
     "max_tokens": lambda: _chat(options={"temperature": 0, "max_tokens": 10}),
     "response_format": lambda: _chat(options={"temperature": 0, "response_format": {"type": "json_object"}}),
     "stop": lambda: _chat(options={"temperature": 0, "stop": ["\n"]}),
+    "response_schema": lambda: _chat(response_schema={"type": "object"}),
+    "response_schema property": lambda: _chat(response_schema={"type": "object", "properties": {"a": {}}}),
 }
 
 

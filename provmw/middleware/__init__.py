@@ -10,6 +10,7 @@ priority   name              job
 700        ``budget``        reserve the worst case, settle the real cost, refuse the rest
 600        ``fallback``      walk the configuration's fallback chain
 550        ``rate_limit``    requests/tokens per minute and concurrency
+520        ``structured_output`` check an answer against ``response_schema``, repair it once
 500        ``retry``         retries with backoff, hints and a retry budget
 400        ``circuit_breaker`` stop calling a failing endpoint, then probe it
 300        ``usage``         one priced ledger record per attempt that reached a provider
@@ -17,7 +18,7 @@ priority   name              job
 ========== ================= ==================================================
 
 ADR 0007 explains the order, ADR 0010 the cache, ADR 0011 budgets and usage, ADR 0013 where
-state lives. :data:`BUILTINS` declares each one: its name (also its ``[middleware.<name>]``
+state lives, ADR 0024 structured output. :data:`BUILTINS` declares each one: its name (also its ``[middleware.<name>]``
 section), its class, its options class, and what it is handed from the manager's
 :class:`~provmw.state.State`. A built-in whose section says ``enabled = false`` is never
 constructed; a section is parsed by :func:`section_options`, whose errors name the file,
@@ -41,6 +42,7 @@ from provmw.middleware.fallback import FallbackMiddleware
 from provmw.middleware.idempotency import IdempotencyMiddleware, IdempotencyOptions
 from provmw.middleware.rate_limit import RateLimitMiddleware, RateLimitOptions
 from provmw.middleware.retry import RetryMiddleware, RetryOptions
+from provmw.middleware.structured_output import StructuredOutputMiddleware
 from provmw.middleware.timeout import TimeoutMiddleware
 from provmw.middleware.usage import UsageHitsMiddleware, UsageMiddleware, UsageOptions
 from provmw.stores.breakers import BreakerPolicy
@@ -66,6 +68,7 @@ __all__ = [
     "IdempotencyMiddleware",
     "RateLimitMiddleware",
     "RetryMiddleware",
+    "StructuredOutputMiddleware",
     "TimeoutMiddleware",
     "UsageHitsMiddleware",
     "NoOptions",
@@ -112,6 +115,7 @@ FALLBACK = Builtin("fallback", FallbackMiddleware, NoOptions,
                                        "credentials": settings.with_credentials}, takes_options=False)
 RATE_LIMIT = Builtin("rate_limit", RateLimitMiddleware, RateLimitOptions,
                      lambda _, state: {"limiter": state.rate_limiter()})
+STRUCTURED_OUTPUT = Builtin("structured_output", StructuredOutputMiddleware, NoOptions, takes_options=False)
 RETRY = Builtin("retry", RetryMiddleware, RetryOptions)
 CIRCUIT_BREAKER = Builtin("circuit_breaker", CircuitBreakerMiddleware, BreakerPolicy,
                           lambda _, state: {"store": state.breaker_store()})
@@ -119,8 +123,8 @@ USAGE = Builtin("usage", UsageMiddleware, UsageOptions, lambda _, state: {"journ
                 takes_options=False)
 TIMEOUT = Builtin("timeout", TimeoutMiddleware, NoOptions, takes_options=False)
 
-BUILTINS: tuple[Builtin[Any], ...] = (DEADLINE, USAGE_HITS, IDEMPOTENCY, CACHE, BUDGET, FALLBACK, RATE_LIMIT, RETRY,
-                                      CIRCUIT_BREAKER, USAGE, TIMEOUT)
+BUILTINS: tuple[Builtin[Any], ...] = (DEADLINE, USAGE_HITS, IDEMPOTENCY, CACHE, BUDGET, FALLBACK, RATE_LIMIT,
+                                      STRUCTURED_OUTPUT, RETRY, CIRCUIT_BREAKER, USAGE, TIMEOUT)
 
 # Options that name configurations (where, and how to find the names), checked once parsed.
 _CONFIGURATION_NAMES: Mapping[str, tuple[str, Callable[[Any], Iterable[str]]]] = {

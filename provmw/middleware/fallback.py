@@ -12,6 +12,7 @@ from provmw.errors import (
     ContextLengthExceededError,
     FallbackAttempt,
     FallbackExhaustedError,
+    UnsupportedOperationError,
     disposition,
 )
 from provmw.pipeline import Next, R
@@ -27,10 +28,12 @@ class FallbackMiddleware:
     Inactive and unknown entries are skipped, and so is the configuration's own identifier
     in its chain. A non-eligible error (authentication, invalid request, budget) propagates
     unchanged at once. A context-length error moves on only to a configuration whose
-    ``context_window`` is known and larger. With nothing left to try, a chain of one
-    re-raises its error unchanged; a longer one raises ``FallbackExhaustedError`` listing
-    every attempt, with the primary's error as the cause. The response's ``served_by``
-    names the configuration that answered.
+    ``context_window`` is known and larger. A configuration that cannot honour the call's
+    needs (``ctx.facts.unmet``: tools, images, a response schema or format...) is skipped
+    before anything is sent, never sent the call without them. With nothing left to try, a
+    chain of one re-raises its error unchanged; a longer one raises ``FallbackExhaustedError``
+    listing every attempt, skipped ones with the reason, with the primary's error as the
+    cause. The response's ``served_by`` names the configuration that answered.
     """
 
     name = "fallback"
@@ -49,6 +52,9 @@ class FallbackMiddleware:
         min_window = 0  # after a context-length error: the window a candidate must exceed
         for candidate in self.chain(config):
             if min_window and (candidate.context_window or 0) <= min_window:
+                continue
+            if lacking := ctx.facts.unmet.get(candidate.identifier):
+                attempts.append(_skipped(candidate, lacking))
                 continue
             try:
                 candidate = self._credentials(candidate)
@@ -74,6 +80,12 @@ class FallbackMiddleware:
     def chain(self, config: ProviderConfig) -> list[ProviderConfig]:
         """The configurations a call on ``config`` may try, in order."""
         return fallback_chain(config, self._configurations)
+
+
+def _skipped(candidate: ProviderConfig, lacking: tuple[str, ...]) -> FallbackAttempt:
+    log.info("fallback: skipping %s, which cannot serve %s", candidate.identifier, ", ".join(lacking))
+    error = UnsupportedOperationError(candidate.provider, ", ".join(lacking), configuration=candidate.identifier)
+    return FallbackAttempt(candidate.identifier, error, sent=False)
 
 
 def _eligible(exc: Exception, failed: ProviderConfig) -> bool:

@@ -7,10 +7,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
+
+from provmw.errors import UnsupportedOperationError
 
 if TYPE_CHECKING:
     from provmw.config import ProviderConfig
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
     from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest
     from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse
 
-__all__ = ["Capabilities", "ProviderAdapter"]
+__all__ = ["CAPABILITY_NAMES", "Capabilities", "ProviderAdapter", "capabilities_of"]
 
 
 @attrs.frozen
@@ -39,6 +41,24 @@ class Capabilities:
     vision: bool = True
     schema: bool = False
     response_format: bool = False
+
+    def lacking(self, needs: Collection[str]) -> tuple[str, ...]:
+        """The capabilities among ``needs`` (names of fields of this class) it does not offer, sorted."""
+        return tuple(sorted(need for need in needs if not getattr(self, need)))
+
+    def require(self, needs: Collection[str], *, provider: str, configuration: str | None = None) -> None:
+        """Raise ``UnsupportedOperationError`` naming what of ``needs`` is lacking, if anything is."""
+        if missing := self.lacking(needs):
+            raise UnsupportedOperationError(provider, ", ".join(missing), configuration=configuration)
+
+
+CAPABILITY_NAMES = frozenset(field.name for field in attrs.fields(Capabilities))
+
+
+def capabilities_of(adapter: object) -> Capabilities:
+    """What ``adapter`` declares as ``capabilities``, or the defaults when it declares nothing."""
+    declared = getattr(adapter, "capabilities", None)
+    return declared if isinstance(declared, Capabilities) else Capabilities()
 
 
 class ProviderAdapter(Protocol):
@@ -107,7 +127,8 @@ class ProviderAdapter(Protocol):
     A new adapter proves itself by subclassing ``provmw.testing.AdapterConformance``::
 
         class TestAcmeAdapter(AdapterConformance):
-            adapter = AcmeAdapter()
+            adapter = AcmeAdapter()  # its capabilities decide which tests apply
+            usage_with_cache = (raw_usage_body_of_the_wire, Usage(...))
 
             def config(self, fake, **fields):
                 return ProviderConfig(identifier="acme", provider="acme", model="m",

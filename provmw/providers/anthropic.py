@@ -1,4 +1,8 @@
-"""Anthropic Messages API adapter: chat, tools, images, streaming; no embeddings.
+"""Anthropic Messages API adapter: chat, tools, images, streaming, structured output; no
+embeddings, no bare completion (the legacy completions API is retired), no ``response_format``.
+
+A ``response_schema`` travels as a forced tool whose input is the answer (ADR 0024): the
+tool's input comes back as the response's text, JSON, and never as a tool call.
 
 Every field read from an answer or an event is type-checked (``_serde``): a wrong type is a
 ``MalformedResponseError`` naming the field, never an answer.
@@ -33,6 +37,7 @@ from provmw.http import (
     wire_errors,
 )
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
+from provmw.providers import Capabilities
 from provmw.providers._usage import UsageBody
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
@@ -58,6 +63,9 @@ _PASSED_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "stop": "stop
                    "thinking": "thinking", "metadata": "metadata"}
 # Read for the body's max_tokens (which the API requires), in this order.
 _OUTPUT_BOUNDS = ("max_tokens", "max_completion_tokens")
+# The forced tool that carries a response_schema; its input is the answer.
+ANSWER_TOOL = "structured_answer"
+_ANSWER_DESCRIPTION = "Give your answer: the input of this tool is the whole answer, following its schema."
 # What a malformed answer raises while it is read; ``malformed`` turns each into one error.
 _SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
 
@@ -161,8 +169,9 @@ def _usage(usage: object, model: str) -> Usage:
     )
 
 
-def _answer_blocks(blocks: Any) -> tuple[str, tuple[ToolCall, ...]]:
-    """The text and tool calls of a message's ``content`` blocks; other block types are skipped."""
+def _answer_blocks(blocks: Any, structured: bool) -> tuple[str, tuple[ToolCall, ...]]:
+    """The text and tool calls of a message's ``content`` blocks; other block types are skipped.
+    When ``structured``, the input of the answer tool is the whole text."""
     text: list[str] = []
     calls: list[ToolCall] = []
     for i, value in enumerate(_serde.sequence(blocks, "response.content")):
@@ -173,9 +182,19 @@ def _answer_blocks(blocks: Any) -> tuple[str, tuple[ToolCall, ...]]:
             text.append(_serde.get(block, "text", str, where))
         elif kind == "tool_use":
             arguments = json.dumps(_serde.get(block, "input", dict, where, default={}))
-            calls.append(ToolCall(id=_serde.get(block, "id", str, where), name=_serde.get(block, "name", str, where),
-                                  arguments=arguments))
+            name = _serde.get(block, "name", str, where)
+            if structured and name == ANSWER_TOOL:
+                return arguments, ()
+            calls.append(ToolCall(id=_serde.get(block, "id", str, where), name=name, arguments=arguments))
     return "".join(text), tuple(calls)
+
+
+def _with_answer_tool(body: dict[str, Any], schema: Mapping[str, Any]) -> None:
+    """Force the answer through a tool whose input schema is ``schema``; with tools of the
+    caller's too, the model must call one of them or answer."""
+    tool = {"name": ANSWER_TOOL, "description": _ANSWER_DESCRIPTION, "input_schema": plain_json(schema)}
+    body["tool_choice"] = {"type": "any"} if body.get("tools") else {"type": "tool", "name": ANSWER_TOOL}
+    body["tools"] = [*body.get("tools", ()), tool]
 
 
 def _finish_reason(data: Mapping[str, Any], where: str) -> str | None:
@@ -188,10 +207,13 @@ class AnthropicAdapter:
 
     name = "anthropic"
     api_key_env = "ANTHROPIC_API_KEY"
+    capabilities = Capabilities(completion=False, embeddings=False, schema=True)
 
     def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
         """The JSON body of a Messages call, as the Anthropic API documents it."""
         options = merged_options(config, request.options)
+        if "response_format" in options:  # never sent without it: the caller asked for a format
+            raise UnsupportedOperationError(self.name, "response_format", configuration=config.identifier)
         body: dict[str, Any] = {
             "model": config.model,
             "max_tokens": next((options[k] for k in _OUTPUT_BOUNDS if k in options), DEFAULT_MAX_TOKENS),
@@ -203,6 +225,8 @@ class AnthropicAdapter:
             body["tools"] = [_tool(t) for t in request.tools]
             if "tool_choice" in options:
                 body["tool_choice"] = _tool_choice(options["tool_choice"])
+        if request.response_schema is not None:
+            _with_answer_tool(body, request.response_schema)
         for name, wire in _PASSED_OPTIONS.items():
             if name in options:
                 value = options[name]
@@ -219,20 +243,22 @@ class AnthropicAdapter:
             data = await http.post_json(_url(config), self.chat_body(config, request), _headers(config))
         try:
             body = _serde.mapping(data, "response")
-            text, calls = _answer_blocks(_serde.get(body, "content", list, "response"))
+            structured = request.response_schema is not None
+            text, calls = _answer_blocks(_serde.get(body, "content", list, "response"), structured)
+            finish = _finish_reason(body, "response")
+            if structured and not calls and finish == "tool_calls":  # the answer tool's call is the answer
+                finish = "stop"
             return CompletionResponse(
                 provider=self.name, model=_serde.get(body, "model", str, "response", default=None) or config.model,
-                usage=_usage(body.get("usage"), config.model), served_by=config.identifier,
-                text=text, tool_calls=calls, finish_reason=_finish_reason(body, "response"),
+                usage=_usage(body.get("usage"), config.model), served_by=config.identifier, text=text,
+                tool_calls=calls, finish_reason=finish,
             )
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
 
     async def complete(self, http: HttpClient, config: ProviderConfig,
                        request: CompletionRequest) -> CompletionResponse:
-        """A bare prompt sent as one user turn: the legacy completions API is retired."""
-        chat = ChatRequest(messages=(Message.user(request.prompt),), options=request.options)
-        return await self.chat(http, config, chat)
+        raise UnsupportedOperationError(self.name, "completion")
 
     async def embed(self, http: HttpClient, config: ProviderConfig,
                     request: EmbeddingRequest) -> EmbeddingResponse:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ from provmw.config import ProviderConfig
 from provmw.errors import InvalidDataError, MalformedResponseError
 from provmw.http import ErrorCodes, HttpClient, InBandError, decode_json, malformed, plain_json, wire_errors
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
+from provmw.providers import Capabilities
 from provmw.providers._usage import UsageBody
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
@@ -30,6 +32,7 @@ __all__ = ["OpenAIAdapter"]
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Anthropic's shape of extended thinking; the OpenAI API's own knob is reasoning_effort.
 _IGNORED_OPTIONS = frozenset({"thinking"})
+_SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +164,7 @@ class OpenAIAdapter:
 
     name = "openai"
     api_key_env = "OPENAI_API_KEY"
+    capabilities = Capabilities(schema=True, response_format=True)
 
     async def chat(self, http: HttpClient, config: ProviderConfig,
                    request: ChatRequest) -> CompletionResponse:
@@ -261,12 +265,21 @@ class OpenAIAdapter:
         options = merged_options(config, request.options)
         if not request.tools:
             options.pop("tool_choice", None)
+        if request.response_schema is not None:
+            options["response_format"] = _json_schema_format(request.response_schema)
         return _with_options(body, options)
 
     async def _post(self, http: HttpClient, config: ProviderConfig, path: str,
                     body: Mapping[str, Any]) -> Any:
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
             return await http.post_json(_url(config, path), body, _headers(config))
+
+
+def _json_schema_format(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Structured outputs, strict: the schema's title names it when it is a valid name."""
+    title = schema.get("title")
+    name = title if isinstance(title, str) and _SCHEMA_NAME.fullmatch(title) else "response"
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": plain_json(schema), "strict": True}}
 
 
 def _rows(answer: Mapping[str, Any], inputs: int) -> list[Mapping[str, Any]]:

@@ -22,9 +22,10 @@ from provmw.errors import (
     ProviderTimeoutError,
     ProviderUnavailableError,
     RateLimitError,
+    UnsupportedOperationError,
 )
 from provmw.middleware.fallback import FallbackMiddleware
-from provmw.testing import ScriptedNext
+from provmw.testing import ScriptedNext, call_context
 
 CTX = ProviderCallContext(ProviderOperation.CHAT)
 
@@ -172,3 +173,20 @@ async def test_each_move_is_logged_without_secrets(caplog: pytest.LogCaptureFixt
     caplog.set_level(logging.INFO, logger="provmw.middleware.fallback")
     await walk(A, B).handle(CTX, cfg("a", "b", api_key="sk-hidden"), ScriptedNext(ProviderUnavailableError("x")))
     assert "a failed with ProviderUnavailableError" in caplog.text and "sk-hidden" not in caplog.text
+
+
+async def test_a_configuration_that_cannot_honour_the_call_is_skipped_unsent() -> None:
+    ctx = call_context(needs=frozenset({"chat", "schema"}), unmet={"b": ("schema",)})
+    inner = ScriptedNext(ProviderUnavailableError("down", status=503))
+    response = await walk(A, B, C).handle(ctx, A, inner)
+    assert (response.served_by, tried(inner)) == ("c", ["a", "c"])
+
+
+async def test_exhaustion_names_the_skipped_configuration_and_why() -> None:
+    ctx = call_context(needs=frozenset({"chat", "response_format"}), unmet={"b": ("response_format",)})
+    with pytest.raises(FallbackExhaustedError) as caught:
+        await walk(cfg("a", "b"), B).handle(ctx, cfg("a", "b"), ScriptedNext(RateLimitError("slow", status=429)))
+    first, skipped = caught.value.attempts
+    assert (first.sent, skipped.sent, skipped.config_id) == (True, False, "b")
+    assert isinstance(skipped.error, UnsupportedOperationError) and skipped.error.operation == "response_format"
+    assert "b: skipped, UnsupportedOperationError" in str(caught.value)

@@ -26,8 +26,8 @@ def test_the_resolved_built_in_order_is_pinned(builtin_only: PluginHost) -> None
         ("deadline", 850, "provmw"), ("usage_hits", 810, "provmw"), ("idempotency", 805, "provmw"),
         ("cache", 800, "provmw"),
         ("budget", 700, "provmw"), ("fallback", 600, "provmw"), ("rate_limit", 550, "provmw"),
-        ("retry", 500, "provmw"), ("circuit_breaker", 400, "provmw"), ("usage", 300, "provmw"),
-        ("timeout", 200, "provmw")]
+        ("structured_output", 520, "provmw"), ("retry", 500, "provmw"), ("circuit_breaker", 400, "provmw"),
+        ("usage", 300, "provmw"), ("timeout", 200, "provmw")]
 
 
 def test_the_first_party_call_log_plugin_sits_outermost() -> None:

@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
+from provmw.config import ProviderConfig
 from provmw.http import HttpClient
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
 from provmw.providers.openai import OpenAIAdapter
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest
-from provmw.testing import FakeProvider
+from provmw.responses import Usage
+from provmw.testing import AdapterConformance, FakeProvider, Fault
 from tests.conftest import SENTINEL_KEY, openai_config
 
 ADAPTER = OpenAIAdapter()
@@ -87,3 +91,38 @@ def test_chat_body_is_plain_json() -> None:
     config = ProviderConfig(identifier="x", provider="openai", model="m", options={"response_format": "json_object"})
     body = ADAPTER.chat_body(config, ChatRequest((Message.user("hi"),), tools=(WEATHER,)))
     assert json.loads(json.dumps(body))["response_format"] == {"type": "json_object"}
+
+
+class TestOpenAIConformance(AdapterConformance):
+    adapter = OpenAIAdapter()
+    usage_with_cache = ({"prompt_tokens": 2000, "completion_tokens": 900,
+                         "prompt_tokens_details": {"cached_tokens": 1536, "cache_write_tokens": 200},
+                         "completion_tokens_details": {"reasoning_tokens": 640}},
+                        Usage(input_tokens=2000, output_tokens=900, cached_input_tokens=1536,
+                              cache_write_5m_tokens=200, reasoning_tokens=640))
+    retry_hints: ClassVar[Mapping[str, tuple[Fault, float]]] = {
+        **AdapterConformance.retry_hints,
+        "retry-after-ms": (Fault(status=429, headers={"retry-after-ms": "1500"}), 1.5),
+    }
+
+    def config(self, fake: FakeProvider, **fields: Any) -> ProviderConfig:
+        return ProviderConfig(identifier="oa", provider="openai", model="gpt-test",
+                              base_url=fake.openai_base_url, **fields)
+
+
+async def test_a_response_schema_goes_as_a_strict_json_schema_named_by_its_title(
+        fake: FakeProvider, http: HttpClient) -> None:
+    schema = {"title": "Forecast", "type": "object", "properties": {"city": {"type": "string"}}}
+    await ADAPTER.chat(http, openai_config(fake), ChatRequest((Message.user("Paris"),), response_schema=schema))
+    assert fake.received[-1].body["response_format"] == {
+        "type": "json_schema", "json_schema": {"name": "Forecast", "schema": schema, "strict": True}}
+
+
+def test_a_title_that_is_no_valid_name_names_it_response() -> None:
+    schema = {"title": "A forecast!", "type": "object"}
+    body = ADAPTER.chat_body(openai_config_for_body(), ChatRequest((Message.user("x"),), response_schema=schema))
+    assert body["response_format"]["json_schema"]["name"] == "response"
+
+
+def openai_config_for_body() -> ProviderConfig:
+    return ProviderConfig(identifier="oa", provider="openai", model="gpt-test")

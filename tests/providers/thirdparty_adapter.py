@@ -14,6 +14,7 @@ from provmw.config import ProviderConfig
 from provmw.errors import MalformedResponseError, UnsupportedOperationError
 from provmw.http import ErrorCodes, HttpClient, malformed, plain_json, wire_errors
 from provmw.messages import Message, TextPart, ToolCall
+from provmw.providers import Capabilities
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
 
@@ -54,6 +55,7 @@ class AcmeAdapter:
     """Acme's chat API, which speaks the OpenAI wire format."""
 
     name = "acme"
+    capabilities = Capabilities(completion=False, embeddings=False)
 
     async def chat(self, http: HttpClient, config: ProviderConfig, request: ChatRequest) -> CompletionResponse:
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model):

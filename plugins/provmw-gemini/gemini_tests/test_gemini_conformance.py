@@ -11,11 +11,15 @@ from provmw_gemini.fake import GeminiWire
 
 from provmw.config import ProviderConfig
 from provmw.errors import AuthenticationError, ProviderError, RateLimitError
+from provmw.responses import Usage
 from provmw.testing import AdapterConformance, FakeProvider, Fault
 
 
 class TestGeminiAdapter(AdapterConformance):
     adapter = GeminiAdapter()
+    usage_with_cache = ({"promptTokenCount": 2000, "cachedContentTokenCount": 1536, "candidatesTokenCount": 260,
+                         "thoughtsTokenCount": 640, "totalTokenCount": 2900},
+                        Usage(input_tokens=2000, output_tokens=900, cached_input_tokens=1536, reasoning_tokens=640))
     coded_errors: ClassVar[Mapping[str, tuple[Fault, type[ProviderError]]]] = {
         **AdapterConformance.coded_errors,
         "api_key_invalid": (Fault(status=400, code="API_KEY_INVALID"), AuthenticationError),

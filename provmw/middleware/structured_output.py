@@ -1,0 +1,43 @@
+"""``structured_output``: check an answer against the call's ``response_schema``, repair it once.
+
+It sits inside ``fallback`` and outside ``retry`` (priority 520, ADR 0024). Inside fallback,
+so that an answer that stays invalid moves the call on to the next configuration; outside
+retry, so that the retries of each request and the one repair turn never multiply (the
+retry layer never sees ``StructuredOutputError``); outside ``usage``, so that the invalid
+answer, billed like any other, is recorded before it is judged.
+"""
+
+from __future__ import annotations
+
+from provmw.config import ProviderConfig
+from provmw.context import ProviderCallContext
+from provmw.errors import StructuredOutputError
+from provmw.pipeline import Next, R
+from provmw.responses import CompletionResponse
+from provmw.structured import RepairNote, parsed_answer
+
+__all__ = ["StructuredOutputMiddleware"]
+
+
+class StructuredOutputMiddleware:
+    """Validate the answer of a call with a ``response_schema``; an invalid one gets one repair turn."""
+
+    name = "structured_output"
+    priority = 520
+
+    async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
+        schema = ctx.facts.response_schema
+        response = await next(config)
+        if schema is None or not isinstance(response, CompletionResponse):
+            return response
+        try:
+            return parsed_answer(response, schema)
+        except StructuredOutputError as exc:
+            ctx.repair.note = RepairNote(response.text, exc.problem)
+        try:
+            repaired = await next(config)
+        finally:
+            ctx.repair.note = None
+        if not isinstance(repaired, CompletionResponse):
+            return repaired
+        return parsed_answer(repaired, schema, tries=2)
