@@ -357,10 +357,12 @@ class HttpClient:
                 yield event
 
     async def post_stream(self, url: Url, body: Body, headers: Mapping[str, str], *,
-                          read_timeout_s: float) -> AsyncGenerator[bytes, None]:
+                          read_timeout_s: float | None = None) -> AsyncGenerator[bytes, None]:
         """POST ``body`` and yield the raw chunks of the 2xx answer, for a stream in a framing of its
-        own (AWS event streams): the caller decodes it and bounds each event's size and the idle time."""
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s)
+        own (AWS event streams): the caller decodes it and bounds each event's size and the idle time.
+        ``read_timeout_s`` is as for ``post_sse``."""
+        timeout = _NO_TIMER if read_timeout_s is None else aiohttp.ClientTimeout(
+            total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s)
         async with self.session.post(url, data=_payload(body), headers=headers, allow_redirects=False,
                                      timeout=timeout) as response:
             if response.status >= 300:

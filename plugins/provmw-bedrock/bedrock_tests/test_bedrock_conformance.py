@@ -23,6 +23,7 @@ from provmw.http import HttpClient
 from provmw.messages import ImagePart, Message, TextPart
 from provmw.providers import ProviderAdapter
 from provmw.requests import ChatRequest
+from provmw.responses import Usage
 from provmw.testing import AdapterConformance, FakeProvider, Fault
 
 MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
@@ -30,7 +31,10 @@ MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
 
 class TestBedrockConformance(AdapterConformance):
     adapter: ClassVar[ProviderAdapter] = BedrockAdapter()
-    supports_embeddings = False
+    usage_with_cache = ({"inputTokens": 10, "outputTokens": 4, "totalTokens": 1514, "cacheReadInputTokens": 1000,
+                         "cacheWriteInputTokens": 500, "cacheDetails": [{"ttl": "1h", "inputTokens": 200}]},
+                        Usage(input_tokens=1510, output_tokens=4, cached_input_tokens=1000, cache_write_5m_tokens=300,
+                              cache_write_1h_tokens=200))
     status_errors: ClassVar[Mapping[int, type[ProviderError]]] = {
         **AdapterConformance.status_errors, 424: ProviderUnavailableError}
     coded_errors: ClassVar[Mapping[str, tuple[Fault, type[ProviderError]]]] = {
@@ -45,6 +49,14 @@ class TestBedrockConformance(AdapterConformance):
         "header_type": (Fault(status=400, headers={"x-amzn-errortype": "ThrottlingException:http://internal/"}),
                         RateLimitError),
     }
+
+    quota_faults: ClassVar[Mapping[str, tuple[Fault, bool]]] = {
+        **AdapterConformance.quota_faults,
+        "throttling": (Fault(status=429, code="ThrottlingException"), False),
+        "service_quota": (Fault(status=429, code="ServiceQuotaExceededException"), True),
+    }
+    stream_error: ClassVar[tuple[Fault, type[ProviderError]]] = (
+        Fault(stream_error_after=0, code="throttlingException"), RateLimitError)
 
     @pytest.fixture
     async def fake(self) -> AsyncIterator[FakeProvider]:

@@ -81,7 +81,7 @@ class BedrockAdapter:
         reader = answers.StreamReader(config.model)
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model), error_type_header():
             url, body, headers = await self._request(config, request, "converse-stream", EVENT_STREAM)
-            chunks = http.post_stream(url, body, headers, read_timeout_s=config.timeout_s)
+            chunks = http.post_stream(url, body, headers)
             async for message in self._messages(chunks, http.limits, config.model):
                 chunk = self._read(reader, message, config.model)
                 if chunk is not None:

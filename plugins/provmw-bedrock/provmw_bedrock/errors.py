@@ -31,6 +31,10 @@ _CONTEXT_LENGTH_HINTS = ("input is too long", "prompt is too long", "too many in
                          "context length", "maximum context")
 
 
+# AWS codes that mean what a common code means: a quota that waiting will not restore.
+_SAME_AS = {"ServiceQuotaExceededException": "insufficient_quota"}
+
+
 def _code(value: object) -> str | None:
     """``Prefix#ThrottlingException:uri`` and ``throttlingException`` both read ``ThrottlingException``."""
     if not isinstance(value, str) or not value:
@@ -45,7 +49,7 @@ def _extract_error(body: Any) -> tuple[str | None, str | None]:
     text = message.lower() if isinstance(message, str) else ""
     if code == "ValidationException" and any(hint in text for hint in _CONTEXT_LENGTH_HINTS):
         code = "context_length_exceeded"
-    return code, message
+    return _SAME_AS.get(code or "", code), message
 
 
 ERROR_CODES = ErrorCodes(
@@ -53,7 +57,6 @@ ERROR_CODES = ErrorCodes(
     codes={
         **COMMON_CODES,
         "ThrottlingException": RateLimitError,
-        "ServiceQuotaExceededException": RateLimitError,
         # The model is being loaded or scaled: another configuration may serve now, this one later.
         "ModelNotReadyException": ProviderUnavailableError,
         "ServiceUnavailableException": ProviderUnavailableError,
