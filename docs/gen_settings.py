@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import attrs
+from provmw_azure.adapter import AzureOpenAIAdapter
 from provmw_bedrock import BedrockAdapter
 from provmw_calllog.middleware import CallLogMiddleware, CallLogOptions
 from provmw_gemini.adapter import GeminiAdapter
@@ -31,6 +32,7 @@ from provmw.destinations import DestinationPolicy
 from provmw.middleware import BUILTINS, NoOptions
 from provmw.middleware.budget import BudgetLimit
 from provmw.pricing import Price, PriceTier
+from provmw.providers import ProviderAdapter
 from provmw.settings import PluginPolicy
 from provmw.stores.rate_limits import RateLimits
 from provmw.stores.shared import StateSettings
@@ -106,7 +108,10 @@ def _first_party_plugins() -> Iterator[Section]:
 
 def _provider_plugins() -> Iterator[Section]:
     """Provider plugins add no table: a configuration names their ``provider``."""
-    for distribution, adapter in (("provmw-bedrock", BedrockAdapter), ("provmw-gemini", GeminiAdapter)):
+    adapters: tuple[tuple[str, ProviderAdapter], ...] = (("provmw-azure", AzureOpenAIAdapter()),
+                                                         ("provmw-bedrock", BedrockAdapter()),
+                                                         ("provmw-gemini", GeminiAdapter()))
+    for distribution, adapter in adapters:
         yield Section(f"plugin.{adapter.name}",
                       f'[configurations.NAME] with provider = "{adapter.name}" (plugin {distribution})',
                       _intro(adapter), ())

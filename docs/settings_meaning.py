@@ -175,6 +175,7 @@ MEANING: dict[str, dict[str, str]] = {
         "busy_timeout_s": "How long a write waits for another process's lock on the file.",
     },
     "middleware.timeout": {"enabled": _ENABLED},
+    "middleware.structured_output": {"enabled": _ENABLED},
     "plugin.call_log": {
         "enabled": _ENABLED,
         "level": "The logging level of the per-call line (`\"INFO\"`, `\"DEBUG\"` or a number).",
@@ -186,6 +187,7 @@ MEANING: dict[str, dict[str, str]] = {
         "capture_content": "`true` records the answer's text, redacted, on the call span.",
         "traceparent_to": "The configurations whose requests carry a W3C `traceparent` header (`[\"*\"]`: all).",
     },
+    "plugin.azure": {},
     "plugin.bedrock": {
         "(section)": "Amazon Bedrock's Converse API. `base_url` is the endpoint, and its host names the region; "
                      "unset, the region is botocore's (`AWS_DEFAULT_REGION` or the profile's). A configuration "

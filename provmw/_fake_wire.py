@@ -16,6 +16,7 @@ __all__ = ["AnthropicWire", "FakeWire", "OpenAIWire", "Tokenizer", "anthropic_er
            "openai_completion", "openai_embeddings", "openai_error", "schema_example", "sse", "tool_queries", "words"]
 
 Tokenizer = Callable[[str], int]
+CREATED = 1_767_225_600  # the fake's answers all say they were made at 2026-01-01T00:00:00Z
 
 # Anthropic documents these types; 408, which it does not document, is told as a timeout too.
 _ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
@@ -137,29 +138,31 @@ def _cut(text: str, max_tokens: Any, count: Tokenizer) -> str:
 
 
 def openai_chat_stream(full: Mapping[str, Any], *, usage: bool = True) -> Iterator[str]:
-    """The events that stream ``full``, an ``openai_chat`` answer; the usage event only when
-    asked for (``stream_options.include_usage``), as the OpenAI API does."""
+    """The events that stream ``full``, an ``openai_chat`` answer, each a ``chat.completion.chunk``
+    as the OpenAI API sends it; the usage event only when asked for (``stream_options.include_usage``)."""
+    head = {"id": full["id"], "object": "chat.completion.chunk", "created": CREATED, "model": full["model"]}
     message = full["choices"][0]["message"]
-    for word in (message["content"] or "").split(" ") if message["content"] else ():
-        yield json.dumps({"choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}]})
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+    deltas += [{"content": word + " "} for word in (message["content"] or "").split(" ") if message["content"]]
     for index, call in enumerate(message.get("tool_calls") or ()):
-        yield from _tool_call_deltas(index, call)
-    yield json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": full["choices"][0]["finish_reason"]}]})
+        deltas += _tool_call_deltas(index, call)
+    finish = full["choices"][0]["finish_reason"]
+    for delta in deltas:
+        yield json.dumps({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+    yield json.dumps({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
     if usage:
-        yield json.dumps({"choices": [], "usage": full["usage"]})
+        yield json.dumps({**head, "choices": [], "usage": full["usage"]})
     yield "[DONE]"
 
 
-def _tool_call_deltas(index: int, call: Mapping[str, Any]) -> Iterator[str]:
+def _tool_call_deltas(index: int, call: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """A tool call as OpenAI streams it: id and name first, then the arguments in pieces."""
     function = call["function"]
-    head = {"index": index, "id": call["id"], "type": "function", "function": {"name": function["name"],
-                                                                              "arguments": ""}}
-    yield json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [head]}, "finish_reason": None}]})
+    yield {"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                           "function": {"name": function["name"], "arguments": ""}}]}
     arguments = function["arguments"]
     for start in range(0, len(arguments), 7):
-        piece = {"index": index, "function": {"arguments": arguments[start:start + 7]}}
-        yield json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [piece]}, "finish_reason": None}]})
+        yield {"tool_calls": [{"index": index, "function": {"arguments": arguments[start:start + 7]}}]}
 
 
 def openai_completion(body: Mapping[str, Any], count: Tokenizer = words) -> dict[str, Any]:

@@ -285,8 +285,13 @@ def decode_json(raw: bytes | str) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def plain_json(value: Any) -> Any:
     """``value`` (frozen mappings included) as plain JSON types."""
+    if type(value) in _SCALARS:  # most options: nothing to convert, and a round trip per option shows
+        return value
     return json.loads(json.dumps(value, default=dict))
 
 

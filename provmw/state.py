@@ -92,7 +92,8 @@ class State:
 
     def usage_journal(self) -> UsageJournal:
         """The ledger's journal, shared by ``usage`` and ``usage_hits``."""
-        return self._once("usage", lambda: UsageJournal(self._ledger(), **self._journal_options))
+        return self._once("usage", lambda: UsageJournal(self._ledger(), write_ahead=self._write_ahead(),
+                                                        **self._journal_options))
 
     async def aclose(self) -> None:
         """Write what the ledger's journal still holds, close every store made, then the shared backend."""
@@ -109,6 +110,12 @@ class State:
             finally:
                 if self.shared is not None:
                     await self.shared.aclose()
+
+    def _write_ahead(self) -> bool:
+        """A call waits for no commit when the ledger is the embedded SQLite file at ``synchronous =
+        "normal"``: its write-ahead file survives kill -9 as that file does (ADR 0027)."""
+        ledger = self.embedded.ledger
+        return self.ledger is None and ledger is not None and ledger.synchronous == "NORMAL"
 
     def _ledger(self) -> UsageStore:
         return self.ledger if self.ledger is not None else self.embedded.usage_store()
@@ -138,7 +145,8 @@ def open_state(settings: Settings, shared: StateBackend | None = None, *, ledger
         raise ConfigurationError(f"{settings.source}: [middleware.usage] store: {masked_url(usage.store)} is a "
                                  "ledger a plugin serves; open the state with PluginHost.collect_ledger(settings)")
     embedded = EmbeddedState(
-        budgets=SqliteFile(budget.path, budget.busy_timeout_s) if budget.store == "sqlite" else None,
+        budgets=SqliteFile(budget.path, budget.busy_timeout_s, "FULL" if budget.synchronous == "full" else "NORMAL")
+        if budget.store == "sqlite" else None,
         ledger=SqliteFile(usage.path, usage.busy_timeout_s, "FULL" if usage.synchronous == "full" else "NORMAL")
         if usage.store == "sqlite" else None,
         cache_max_entries=cache.max_entries, cache_max_bytes=cache.max_bytes,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,14 +64,12 @@ def test_the_walk_sees_lazy_imports() -> None:
     assert "provmw.middleware" in GRAPH["provmw._builtin"]  # imported inside the hook function
 
 
-def _modules_after(code: str) -> set[str]:
-    """The top-level packages imported after running ``code`` in a fresh interpreter."""
-    import subprocess
-    import sys
-
+def _modules_after(code: str, *, autoload: bool = False) -> set[str]:
+    """The top-level packages imported after running ``code`` in a fresh interpreter (with the
+    installed plugins loaded when ``autoload``)."""
     probe = f"{code}\nimport sys\nprint(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                            env={"PROVMW_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": ""})
+                            env={"PROVMW_DISABLE_PLUGIN_AUTOLOAD": "0" if autoload else "1", "PATH": ""})
     return set(result.stdout.split())
 
 
@@ -80,3 +80,8 @@ def test_import_provmw_never_imports_opentelemetry() -> None:
 def test_a_manager_without_the_otel_plugin_imports_no_opentelemetry() -> None:
     modules = _modules_after("import provmw\nprovmw.ServiceManager()")
     assert "provmw" in modules and "opentelemetry" not in modules
+
+
+def test_a_manager_without_state_settings_imports_no_redis_or_postgres_driver() -> None:
+    modules = _modules_after("import provmw\nprovmw.ServiceManager()", autoload=True)
+    assert "provmw_redis" in modules and not {"redis", "psycopg"} & modules

@@ -34,17 +34,18 @@ LIMITS = {"first_chunk_timeout_s": 0.3, "stream_idle_timeout_s": 0.3, "price": P
 BEFORE_FIRST_CHUNK = {
     "status-503": Fault(status=503),
     "in-band-error": Fault(stream_error_after=0, code="server_error"),
+    "in-band-error-after-the-role-event": Fault(stream_error_after=1, code="server_error"),
     "stall": Fault(stall_after=0, stall_s=2),
     "stall-with-keepalives": Fault(stall_after=0, stall_s=2, keepalive_s=0.05),
     "cut": Fault(cut_stream_after=0),
     "malformed": Fault(malformed_after=0),
 }
 AFTER_FIRST_CHUNK = {
-    "in-band-error": (Fault(stream_error_after=2, code="server_error"), ProviderUnavailableError),
-    "stall": (Fault(stall_after=2, stall_s=2), ProviderTimeoutError),
-    "stall-with-keepalives": (Fault(stall_after=2, stall_s=2, keepalive_s=0.05), ProviderTimeoutError),
-    "cut": (Fault(cut_stream_after=2), ProviderConnectionError),
-    "malformed": (Fault(malformed_after=2), MalformedResponseError),
+    "in-band-error": (Fault(stream_error_after=3, code="server_error"), ProviderUnavailableError),
+    "stall": (Fault(stall_after=3, stall_s=2), ProviderTimeoutError),
+    "stall-with-keepalives": (Fault(stall_after=3, stall_s=2, keepalive_s=0.05), ProviderTimeoutError),
+    "cut": (Fault(cut_stream_after=3), ProviderConnectionError),
+    "malformed": (Fault(malformed_after=3), MalformedResponseError),
 }
 
 

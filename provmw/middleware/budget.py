@@ -94,8 +94,8 @@ def _zone(instance: object, attribute: attrs.Attribute[Any], value: object) -> N
 
 @attrs.frozen(kw_only=True)
 class BudgetOptions:
-    """``[middleware.budget]``: the limits and how to reserve; ``store``, ``path``, ``busy_timeout_s``
-    and ``failure_policy`` say where spend is kept and what an outage means (the manager's
+    """``[middleware.budget]``: the limits and how to reserve; ``store``, ``path``, ``busy_timeout_s``,
+    ``synchronous`` and ``failure_policy`` say where spend is kept and what an outage means (the manager's
     state reads them, ADR 0013)."""
 
     limits: tuple[BudgetLimit, ...] = attrs.field(default=(), converter=_limits)
@@ -105,6 +105,8 @@ class BudgetOptions:
     store: Literal["sqlite", "memory"] = attrs.field(default="sqlite", validator=one_of(("sqlite", "memory")))
     path: str = "provmw.sqlite3"
     busy_timeout_s: float = attrs.field(default=5.0, validator=number(ge=0))
+    # "normal": a committed step survives kill -9 without an fsync; "full" waits for the disk (ADR 0028).
+    synchronous: Literal["normal", "full"] = attrs.field(default="normal", validator=one_of(("normal", "full")))
     failure_policy: Literal["fail_closed", "fail_open"] = attrs.field(
         default="fail_closed", validator=one_of(("fail_closed", "fail_open")))
 

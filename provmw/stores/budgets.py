@@ -18,7 +18,7 @@ from typing import Protocol
 
 import attrs
 
-from provmw.stores._sqlite import SqliteDatabase, transaction
+from provmw.stores._sqlite import SqliteDatabase, Synchronous, transaction
 
 __all__ = [
     "Amounts",
@@ -212,8 +212,8 @@ _SUMS = ", ".join(f"COALESCE(SUM({d}), 0)" for d in DIMENSIONS)
 class SqliteBudgetStore:
     """Budgets in a SQLite file shared by every process that opens it; one transaction per step."""
 
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0) -> None:
-        self.db = SqliteDatabase(path, _SCHEMA, busy_timeout_s=busy_timeout_s)
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0, synchronous: Synchronous = "FULL") -> None:
+        self.db = SqliteDatabase(path, _SCHEMA, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None:

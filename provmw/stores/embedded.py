@@ -45,7 +45,8 @@ class EmbeddedState:
     def budget_store(self) -> BudgetStore:
         if self.budgets is None:
             return MemoryBudgetStore()
-        return SqliteBudgetStore(self.budgets.path, busy_timeout_s=self.budgets.busy_timeout_s)
+        return SqliteBudgetStore(self.budgets.path, busy_timeout_s=self.budgets.busy_timeout_s,
+                                 synchronous=self.budgets.synchronous)
 
     def breaker_store(self) -> MemoryBreakerStore:
         return MemoryBreakerStore()

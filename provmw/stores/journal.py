@@ -17,6 +17,12 @@ commit): concurrent calls share one transaction, so the wait stays near one comm
   the store, and removes it only once the store acknowledged; writes are idempotent per key,
   so a record replayed twice counts once. A poison record stays in the spill file.
 
+**Write-ahead** (``write_ahead=True`` and ``fail_open``, ADR 0027): ``durable`` appends the record to this
+process's write-ahead file (:mod:`provmw.stores.write_ahead`) and returns ``"journaled"``
+at once; the writer takes it to the store with the next batch, and removes full segments
+once their records are stored.
+A record so journaled survives kill -9 without waiting for a commit or a thread.
+
 ``fail_open`` never refuses a call. ``fail_closed`` refuses new calls with
 ``UsageLedgerUnavailableError`` (before they reach a provider) once ``max_records`` records
 wait outside the store; records of calls already running are still kept.
@@ -33,13 +39,14 @@ from typing import Literal
 from provmw.errors import UsageLedgerUnavailableError
 from provmw.stores.spill import SpillFile
 from provmw.stores.usage import UsageRecord, UsageStore
+from provmw.stores.write_ahead import Segment, WriteAheadFile
 
 __all__ = ["FailurePolicy", "Outcome", "UsageJournal"]
 
 log = logging.getLogger(__name__)
 
 FailurePolicy = Literal["fail_open", "fail_closed"]
-Outcome = Literal["stored", "spilled", "set_aside", "lost"]
+Outcome = Literal["stored", "spilled", "set_aside", "lost", "journaled"]
 _Entry = tuple[UsageRecord, "asyncio.Future[Outcome]"]
 
 
@@ -55,9 +62,17 @@ class UsageJournal:
 
     def __init__(self, store: UsageStore, *, spill: SpillFile | None = None, max_records: int = 50_000,
                  policy: FailurePolicy = "fail_open", batch_size: int = 5_000, retry_s: float = 0.05,
-                 max_retry_s: float = 5.0, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 max_retry_s: float = 5.0, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 write_ahead: bool = False, linger_s: float = 0.02) -> None:
         self.store = store
         self.spill = spill if spill is not None else _spill_beside(store)
+        # fail_closed refuses calls on what the store has not taken: its calls wait for the store.
+        ahead = write_ahead and self.spill is not None and policy == "fail_open"
+        self._ahead = WriteAheadFile(self.spill) if ahead and self.spill is not None else None
+        # Records in the write-ahead file are safe already: the writer waits this long for more
+        # to join a batch, so sequential calls share a commit and a thread hop too.
+        self._linger_s = linger_s if self._ahead is not None else 0.0
+        self._segments: list[Segment] = []  # sealed, their batch not yet in the store or the spill file
         self.max_records = max_records
         self.policy = policy
         self.spilled = 0  # records this journal put in the spill file
@@ -104,7 +119,18 @@ class UsageJournal:
         return future
 
     async def durable(self, record: UsageRecord) -> Outcome:
-        """Queue ``record`` and wait until it is in the store or the spill file."""
+        """Queue ``record`` and wait until it is in the store or the spill file, or only until it is
+        in the write-ahead file when the journal keeps one."""
+        # While the store fails, records go to the shared spill file anyway: calls wait for it, as
+        # without a write-ahead file, so a failing store slows callers instead of growing the queue.
+        if self._ahead is not None and not self._failing:
+            try:
+                self._ahead.append(record)
+            except OSError as exc:  # the store's commit is still a durable point: wait for it
+                log.warning("usage ledger: the write-ahead file failed (%s); waiting for the store", exc)
+            else:
+                self.record(record)
+                return "journaled"
         # Shielded: a caller cancelled while waiting must not cancel the journal's future.
         return await asyncio.shield(self.record(record))
 
@@ -155,9 +181,11 @@ class UsageJournal:
         for task in (self._writer, self._recovery):
             if task is not None:
                 task.cancel()
-        await self._set_aside([*self._inflight.values(), *self._queued.values()], "spilled")
+        kept = await self._set_aside([*self._inflight.values(), *self._queued.values()], "spilled")
         self._inflight.clear()
         self._queued.clear()
+        self._seal()
+        self._close_segments(list(self._segments), kept)
         try:
             if self._outside:
                 await self.replay()  # the store may be back: leave no spill file behind
@@ -167,26 +195,56 @@ class UsageJournal:
     async def _write_all(self) -> None:
         if not self._replayed:
             await self.replay()
+        if self._linger_s:
+            await self._sleep(self._linger_s)
         while self._queued:
-            batch = self._take()
-            if self.failing:
-                await self._set_aside(batch, "spilled")
-                continue
-            try:
-                poison = await self._commit([record for record, _ in batch])
-            except Exception as exc:  # the store is down: spill, and watch for its return
-                self._start_recovery(exc)
-                await self._set_aside(batch, "spilled")
-                continue
-            keys = {record.key for record in poison}
-            await self._set_aside([e for e in batch if e[0].key in keys], "set_aside")
-            self._settle([e for e in batch if e[0].key not in keys], "stored")
+            batch = self._take()  # everything queued: all that a segment sealed now holds
+            sealed = self._seal() if self._ahead is not None and self._ahead.full else []
+            kept = True
+            for start in range(0, len(batch), self._batch_size):
+                kept = await self._write(batch[start:start + self._batch_size]) and kept
+            if not kept:  # the current segment holds some of what went nowhere: leave it to the next replay
+                sealed += self._seal()
+            self._close_segments(sealed, kept)
+
+    async def _write(self, batch: list[_Entry]) -> bool:
+        """Take ``batch`` to the store, or to the spill file; False when some of it went nowhere."""
+        if self.failing:
+            return await self._set_aside(batch, "spilled")
+        try:
+            poison = await self._commit([record for record, _ in batch])
+        except Exception as exc:  # the store is down: spill, and watch for its return
+            self._start_recovery(exc)
+            return await self._set_aside(batch, "spilled")
+        keys = {record.key for record in poison}
+        kept = await self._set_aside([e for e in batch if e[0].key in keys], "set_aside")
+        self._settle([e for e in batch if e[0].key not in keys], "stored")
+        return kept
 
     def _take(self) -> list[_Entry]:
-        keys = list(self._queued)[: self._batch_size]
-        batch = [self._queued.pop(key) for key in keys]
+        batch = list(self._queued.values())
+        self._queued.clear()
         self._inflight.update((entry[0].key, entry) for entry in batch)
         return batch
+
+    def _seal(self) -> list[Segment]:
+        sealed = self._ahead.seal() if self._ahead is not None else None
+        if sealed is None:
+            return []
+        self._segments.append(sealed)
+        return [sealed]
+
+    def _close_segments(self, segments: list[Segment], kept: bool) -> None:
+        """Remove segments whose records are all kept elsewhere; unlock the others for the next replay."""
+        for segment in segments:
+            self._segments.remove(segment)
+            try:
+                if kept:
+                    segment.drop()
+                else:
+                    segment.keep()
+            except OSError as exc:  # left behind: the next replay writes its records again, once
+                log.warning("usage ledger: could not remove a write-ahead segment (%s)", exc)
 
     def _settle(self, entries: Sequence[_Entry], outcome: Outcome) -> None:
         for record, future in entries:
@@ -194,9 +252,10 @@ class UsageJournal:
             if not future.done():
                 future.set_result(outcome)
 
-    async def _set_aside(self, entries: Sequence[_Entry], outcome: Outcome) -> None:
+    async def _set_aside(self, entries: Sequence[_Entry], outcome: Outcome) -> bool:
+        """Put ``entries`` in the spill file; False when it failed and they are lost."""
         if not entries:
-            return
+            return True
         records = [record for record, _ in entries]
         try:
             if self.spill is None:
@@ -209,6 +268,7 @@ class UsageJournal:
             self.spilled += len(records)
             self._outside += len(records) if outcome == "spilled" else 0
         self._settle(entries, outcome)
+        return outcome != "lost"
 
     async def _commit(self, records: Sequence[UsageRecord]) -> list[UsageRecord]:
         """Write ``records``; return those the store refuses on their own (poison)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import operator
 import os
 import uuid
 from collections.abc import Iterable, Sequence
@@ -27,16 +28,22 @@ import attrs
 
 from provmw.stores.usage import UsageRecord
 
-__all__ = ["SpillClaim", "SpillFile"]
+__all__ = ["SpillClaim", "SpillFile", "encode_record", "write_all"]
 
 log = logging.getLogger(__name__)
 
 
-def _encode(records: Iterable[UsageRecord]) -> bytes:
-    return b"".join(json.dumps(attrs.asdict(r), separators=(",", ":")).encode() + b"\n" for r in records)
+_FIELDS = tuple(a.name for a in attrs.fields(UsageRecord))
+_VALUES = operator.attrgetter(*_FIELDS)  # every field is a plain value: no attrs.asdict recursion
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def encode_record(record: UsageRecord) -> bytes:
+    """One record as one JSON line."""
+    return json.dumps(dict(zip(_FIELDS, _VALUES(record), strict=True)), separators=(",", ":")).encode() + b"\n"
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd``."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
@@ -78,10 +85,10 @@ class SpillFile:
         """Add ``records`` to the file; they are in the kernel (or on disk) when this returns."""
         if not records:
             return
-        data = _encode(records)
+        data = b"".join(map(encode_record, records))
         fd = self._open_current()
         try:
-            _write_all(fd, _after_a_cut(fd) + data)
+            write_all(fd, _after_a_cut(fd) + data)
             if self.fsync:
                 os.fsync(fd)
         finally:

@@ -11,6 +11,8 @@ kept, each old correlation id standing in as the call id, the new counts at 0.
 
 from __future__ import annotations
 
+import functools
+import operator
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -149,8 +151,17 @@ CREATE TABLE IF NOT EXISTS usage (
 );
 CREATE INDEX IF NOT EXISTS usage_by_time ON usage (timestamp);
 """
-_INSERT = (f"INSERT INTO usage ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))}) "
-           "ON CONFLICT (call_id, attempt) DO NOTHING")
+_ROWS_PER_STATEMENT = 1_000  # 21,000 parameters: under SQLite's 32,766
+
+
+@functools.lru_cache(maxsize=8)
+def _insert(rows: int) -> str:
+    """One statement for ``rows`` records: the writer thread takes the GIL back once per statement, not per row."""
+    values = ", ".join([f"({', '.join('?' * len(_FIELDS))})"] * rows)
+    return f"INSERT INTO usage ({', '.join(_FIELDS)}) VALUES {values} ON CONFLICT (call_id, attempt) DO NOTHING"
+
+
+_VALUES = operator.attrgetter(*_FIELDS)  # every field is a plain value: no attrs.astuple recursion
 
 
 _OLD_COLUMNS = ("correlation_id, attempt, timestamp, operation, config_id, provider, model, user, tenant, "
@@ -191,11 +202,14 @@ class SqliteUsageStore:
     async def write(self, records: Sequence[UsageRecord]) -> None:
         """Insert ``records`` in one transaction. ``UsageLedgerUnavailableError`` means the file
         cannot be written now (locked, unreadable, full); any other error comes from a record."""
-        rows = [attrs.astuple(r) for r in records]
+        values = [value for record in records for value in _VALUES(record)]
+        step = _ROWS_PER_STATEMENT * len(_FIELDS)
 
         def insert(connection: sqlite3.Connection) -> None:
             with transaction(connection):
-                connection.executemany(_INSERT, rows)
+                for start in range(0, len(values), step):
+                    chunk = values[start:start + step]
+                    connection.execute(_insert(len(chunk) // len(_FIELDS)), chunk)
 
         try:
             await self.db.run(insert)

@@ -122,3 +122,12 @@ async def test_spent_plus_reserved_never_passes_the_limit(steps: list[tuple[int,
 def test_no_store_can_be_handed_a_negative_amount(field: str) -> None:
     with pytest.raises(ValueError, match=f"never negative: {field}=-1"):
         Amounts(**{field: -1})
+
+
+async def test_a_budget_store_syncs_each_step_only_when_asked(tmp_path: Path) -> None:
+    modes = []
+    for synchronous in ("NORMAL", "FULL"):
+        store = SqliteBudgetStore(tmp_path / f"{synchronous}.db", synchronous=synchronous)
+        modes.append(await store.db.run(lambda c: c.execute("PRAGMA synchronous").fetchone()[0]))
+        await store.aclose()
+    assert modes == [1, 2]  # SQLite's numbers for NORMAL and FULL

@@ -17,13 +17,16 @@ when PostgreSQL is down, the journal keeps the records and the core's rules appl
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import provmw
 from provmw.settings import options_from
-from provmw_postgres.store import PostgresOptions, PostgresUnavailableError, PostgresUsageStore
+
+if TYPE_CHECKING:
+    from provmw_postgres.store import PostgresOptions, PostgresUnavailableError, PostgresUsageStore
 
 __all__ = ["SCHEMES", "PostgresOptions", "PostgresUnavailableError", "PostgresUsageStore", "provmw_usage_schemes",
            "provmw_usage_store"]
@@ -36,9 +39,18 @@ def provmw_usage_store(url: str, options: Mapping[str, Any]) -> PostgresUsageSto
     """The PostgreSQL ledger when ``[middleware.usage] store`` is a PostgreSQL URL."""
     if urlsplit(url).scheme not in SCHEMES:
         return None
+    from provmw_postgres.store import PostgresOptions, PostgresUsageStore
+
     return PostgresUsageStore(url, options_from(PostgresOptions, options, "[middleware.usage]"))
 
 
 @provmw.hookimpl
 def provmw_usage_schemes() -> Iterable[str]:
     return SCHEMES
+
+
+def __getattr__(name: str) -> Any:
+    # The driver is imported once a ledger URL names PostgreSQL, not by every process that has the plugin.
+    if name in ("PostgresOptions", "PostgresUnavailableError", "PostgresUsageStore"):
+        return getattr(importlib.import_module("provmw_postgres.store"), name)
+    raise AttributeError(f"module 'provmw_postgres' has no attribute {name!r}")

@@ -18,13 +18,14 @@ cache or the idempotency store needs the signing key: without it the backend ref
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
 
 import provmw
-from provmw_redis.backend import RedisOptions, RedisState, RedisUnavailableError
 
 if TYPE_CHECKING:
     from provmw.settings import Settings
+    from provmw_redis.backend import RedisOptions, RedisState, RedisUnavailableError
 
 __all__ = ["SCHEMES", "RedisOptions", "RedisState", "RedisUnavailableError", "provmw_state_backend"]
 
@@ -37,4 +38,13 @@ def provmw_state_backend(settings: Settings) -> RedisState | None:
     state = settings.state
     if state is None or state.scheme not in SCHEMES:
         return None
+    from provmw_redis.backend import RedisState
+
     return RedisState(state, settings.source)
+
+
+def __getattr__(name: str) -> Any:
+    # redis is imported once a [state] names it, not by every process that has the plugin installed.
+    if name in ("RedisOptions", "RedisState", "RedisUnavailableError"):
+        return getattr(importlib.import_module("provmw_redis.backend"), name)
+    raise AttributeError(f"module 'provmw_redis' has no attribute {name!r}")

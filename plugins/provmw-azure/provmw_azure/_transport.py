@@ -1,0 +1,79 @@
+"""The manager's HTTP client as the OpenAI adapter sees it when it speaks to Azure.
+
+The OpenAI adapter builds the bodies, reads the answers and streams; this client, handed to
+it for one call, adds what Azure's wire needs around them: the ``api-version`` query on each
+URL, Azure's error bodies rewritten in OpenAI's shape (``provmw_azure._wire``), and answers
+or stream events the content filter ended raised as ``ContentPolicyError``. It sends through
+the manager's own client: it opens no session and closes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+
+from provmw.http import Body, HttpClient, HttpStatusError, SSEEvent, Url, decode_json
+from provmw_azure._deployment import Deployment
+from provmw_azure._wire import filtered_answer, openai_error
+
+__all__ = ["AzureTransport"]
+
+# Every event carries "content_filter_results"; only one the filter ended holds this, quoted.
+_FILTER_FINISH = '"content_filter"'
+
+
+class AzureTransport(HttpClient):
+    """``inner`` for one call on ``deployment``; ``secrets`` (a bearer token) are masked in errors."""
+
+    def __init__(self, inner: HttpClient, deployment: Deployment, *, provider: str, model: str,
+                 secrets: tuple[str, ...] = ()) -> None:
+        super().__init__(limits=inner.limits)
+        self._inner = inner
+        self._deployment = deployment
+        self._provider, self._model = provider, model
+        self._secrets = secrets
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        return self._inner.session
+
+    async def aclose(self) -> None:
+        """Nothing to close: the manager owns the client underneath."""
+
+    async def post_json(self, url: Url, body: Body, headers: Mapping[str, str]) -> Any:
+        try:
+            data = await self._inner.post_json(self._url(url), body, headers)
+        except HttpStatusError as exc:
+            raise self._error(exc) from None
+        if (filtered := filtered_answer(data, provider=self._provider, model=self._model)) is not None:
+            raise filtered
+        return data
+
+    async def post_sse(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], *,
+                       read_timeout_s: float | None = None) -> AsyncIterator[SSEEvent]:
+        try:
+            async for event in self._inner.post_sse(self._url(url), body, headers, read_timeout_s=read_timeout_s):
+                self._check(event)
+                yield event
+        except HttpStatusError as exc:
+            raise self._error(exc) from None
+
+    def _url(self, url: Url) -> str:
+        return f"{url}?{self._deployment.query}"
+
+    def _check(self, event: SSEEvent) -> None:
+        if _FILTER_FINISH not in event.data:
+            return
+        try:
+            data = decode_json(event.data)
+        except ValueError:
+            return  # the adapter reads the event next and names what is wrong with it
+        if (filtered := filtered_answer(data, provider=self._provider, model=self._model)) is not None:
+            raise filtered
+
+    def _error(self, exc: HttpStatusError) -> HttpStatusError:
+        hint = (f" (is {self._deployment.name!r} a deployment of {self._deployment.host}, and "
+                f"api-version {self._deployment.api_version} one it serves?)")
+        return openai_error(exc, not_found_hint=hint, secrets=self._secrets)

@@ -1,0 +1,82 @@
+"""The Azure OpenAI adapter: the OpenAI adapter's bodies, answers and streams, sent to a deployment.
+
+Each call is handed to ``OpenAIAdapter`` with two things changed: the configuration, whose
+``base_url`` becomes the deployment's URL and whose credentials become Azure's (the
+``api-key`` header, or an Entra ID bearer token), and the HTTP client, wrapped in an
+``AzureTransport`` that adds the ``api-version`` query and reads Azure's content filters and
+error bodies. Everything else (message and tool mapping, usage, streamed tool calls, error
+classes) is the OpenAI adapter's, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+
+import attrs
+
+from provmw.config import ProviderConfig
+from provmw.errors import ConfigurationError
+from provmw.http import HttpClient
+from provmw.providers.openai import OpenAIAdapter
+from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest
+from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse
+from provmw_azure._deployment import Deployment
+from provmw_azure._transport import AzureTransport
+from provmw_azure.tokens import TokenCache, TokenProvider
+
+__all__ = ["AzureOpenAIAdapter"]
+
+_AUTH_HEADERS = frozenset({"api-key", "authorization"})
+
+
+class AzureOpenAIAdapter(OpenAIAdapter):
+    """Azure OpenAI deployments; ``token_provider`` serves configurations without an API key."""
+
+    name = "azure"
+    api_key_env = "AZURE_OPENAI_API_KEY"
+
+    def __init__(self, token_provider: TokenProvider | None = None, *,
+                 clock: Callable[[], float] = time.time, refresh_margin_s: float = 300.0) -> None:
+        self._tokens = None if token_provider is None else \
+            TokenCache(token_provider, clock=clock, refresh_margin_s=refresh_margin_s)
+
+    async def chat(self, http: HttpClient, config: ProviderConfig, request: ChatRequest) -> CompletionResponse:
+        transport, routed = await self._route(http, config)
+        return await super().chat(transport, routed, request)
+
+    async def complete(self, http: HttpClient, config: ProviderConfig,
+                       request: CompletionRequest) -> CompletionResponse:
+        transport, routed = await self._route(http, config)
+        return await super().complete(transport, routed, request)
+
+    async def embed(self, http: HttpClient, config: ProviderConfig, request: EmbeddingRequest) -> EmbeddingResponse:
+        transport, routed = await self._route(http, config)
+        return await super().embed(transport, routed, request)
+
+    async def stream_chat(self, http: HttpClient, config: ProviderConfig,
+                          request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        transport, routed = await self._route(http, config)
+        async for chunk in super().stream_chat(transport, routed, request):
+            yield chunk
+
+    async def _route(self, http: HttpClient, config: ProviderConfig) -> tuple[AzureTransport, ProviderConfig]:
+        """The client and configuration the OpenAI adapter is handed for one call on ``config``."""
+        deployment = Deployment.of(config)
+        headers, token = await self._credentials(config)
+        transport = AzureTransport(http, deployment, provider=self.name, model=config.model,
+                                   secrets=() if token is None else (token,))
+        # The OpenAI adapter sends a configuration's key as a bearer token: just what Entra ID takes.
+        return transport, attrs.evolve(config, base_url=deployment.base_url, api_key=token, headers=headers)
+
+    async def _credentials(self, config: ProviderConfig) -> tuple[Mapping[str, str], str | None]:
+        """The headers of a call on ``config`` (the ``api-key`` one with its key), else an Entra ID token."""
+        if config.api_key:
+            return {**config.headers, "api-key": config.api_key.reveal()}, None
+        if self._tokens is not None:
+            return config.headers, (await self._tokens.token()).token
+        if _AUTH_HEADERS.isdisjoint(h.lower() for h in config.headers):
+            raise ConfigurationError(
+                f"configuration {config.identifier!r}: the azure provider needs an API key (api_key_env = "
+                f"\"{self.api_key_env}\") or an Entra ID token provider (provmw_azure.tokens)")
+        return config.headers, None

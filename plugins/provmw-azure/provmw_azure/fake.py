@@ -1,0 +1,97 @@
+"""``AzureWire``: Azure OpenAI's wire for ``provmw.testing.FakeProvider``.
+
+It answers as the OpenAI wire does, on Azure's deployment routes (the deployment is the
+path's ``{model}``), with Azure's additions: ``prompt_filter_results`` and per-choice
+``content_filter_results`` verdicts, a first stream event that carries only the prompt's
+verdicts, Azure's error bodies, and its content filter. The filter withholds any answer to a
+last user message holding one of ``filtered_words`` (HTTP 200, ``finish_reason:
+"content_filter"``, ``violence`` filtered); ``Fault(status=400, code="content_filter")``
+is a refused prompt, with its verdicts in ``innererror``::
+
+    async with FakeProvider(wires=[AzureWire(filtered_words=("kaboom",))]) as fake:
+        config = ProviderConfig(identifier="a", provider="azure", model="gpt-4o-prod",
+                                base_url=fake.url, api_key="k")
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from provmw._fake_wire import OpenAIWire, Tokenizer, sse
+
+__all__ = ["AzureWire", "verdicts"]
+
+_DEPLOYMENT = "/openai/deployments/{model}"
+_OPENAI_ROUTES = {"azure_chat": "chat", "azure_completion": "completion", "azure_embedding": "embedding"}
+_CATEGORIES = ("hate", "self_harm", "sexual", "violence")
+
+
+def verdicts(filtered: Iterable[str] = ()) -> dict[str, Any]:
+    """Azure's verdicts object: every category ``safe`` but those ``filtered`` (severity high)."""
+    chosen = set(filtered)
+    return {name: {"filtered": True, "severity": "high"} if name in chosen else {"filtered": False, "severity": "safe"}
+            for name in _CATEGORIES}
+
+
+class AzureWire(OpenAIWire):
+    """Azure OpenAI's deployment routes for chat completions, completions and embeddings."""
+
+    routes: Mapping[str, str] = {"azure_chat": f"{_DEPLOYMENT}/chat/completions",
+                                 "azure_completion": f"{_DEPLOYMENT}/completions",
+                                 "azure_embedding": f"{_DEPLOYMENT}/embeddings"}
+
+    def __init__(self, filtered_words: Iterable[str] = ()) -> None:
+        self._filtered_words = tuple(w.lower() for w in filtered_words)
+
+    def model(self, route: str, path_model: str | None, body: Mapping[str, Any]) -> str:
+        return path_model or ""
+
+    def answer(self, route: str, body: Mapping[str, Any], count: Tokenizer) -> dict[str, Any]:
+        payload = super().answer(_OPENAI_ROUTES[route], body, count)
+        if route == "azure_embedding":
+            return payload
+        blocked = self._blocked(body)
+        for choice in payload["choices"]:
+            choice["content_filter_results"] = verdicts(["violence"] if blocked else ())
+            if blocked:
+                choice["finish_reason"] = "content_filter"
+                if "message" in choice:
+                    choice["message"] = {"role": "assistant", "content": None}
+                else:
+                    choice["text"] = ""
+        return {**payload, "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": verdicts()}]}
+
+    def frames(self, route: str, body: Mapping[str, Any], payload: Mapping[str, Any]) -> list[bytes]:
+        prompt = {"choices": [], "prompt_filter_results": payload["prompt_filter_results"]}
+        annotated = [sse(json.dumps(prompt))]
+        for frame in super().frames(route, body, payload):
+            annotated.append(_with_verdicts(frame, payload["choices"][0]["content_filter_results"]))
+        return annotated
+
+    def error_body(self, route: str, status: int, code: str | None, message: str) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": code or str(status), "message": message, "param": None, "type": None,
+                                 "status": status}
+        if code == "content_filter":
+            error.update(param="prompt", innererror={"code": "ResponsibleAIPolicyViolation",
+                                                     "content_filter_result": verdicts(["hate"])})
+        return {"error": error}
+
+    def error_frame(self, route: str, code: str | None, message: str) -> bytes:
+        return sse(json.dumps(self.error_body(route, 500, code or "server_error", message)))
+
+    def _blocked(self, body: Mapping[str, Any]) -> bool:
+        text = json.dumps(body.get("messages", [])[-1:] or body.get("prompt", "")).lower()
+        return any(word in text for word in self._filtered_words)
+
+
+def _with_verdicts(frame: bytes, results: Mapping[str, Any]) -> bytes:
+    """A chat chunk event with each choice's verdicts, as Azure sends them; others as they are."""
+    data = frame.decode().removeprefix("data: ").strip()
+    if not data.startswith("{"):
+        return frame
+    event = json.loads(data)
+    for choice in event.get("choices", []):
+        choice["content_filter_results"] = dict(results)
+    return sse(json.dumps(event))
