@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 import attrs
 
+from provmw._demo_wires import PluginWire, installed
 from provmw.config import ProviderConfig
 from provmw.errors import ProvmwError
 from provmw.manager import ServiceManager
@@ -29,13 +30,16 @@ from provmw.testing import FakeProvider, Fault
 
 __all__ = ["demo_settings", "run_demo"]
 
+_PLUGIN_PRICE = {"input_usd_per_mtok": 0.30, "output_usd_per_mtok": 2.50, "max_output_tokens": 8192}
 
-def demo_settings(fake: FakeProvider, state: Path) -> Settings:
-    """A primary OpenAI-style model falling back to an Anthropic-style one, both fake and priced;
-    the ledger and budgets live in ``state``."""
+
+def demo_settings(fake: FakeProvider, state: Path, plugins: tuple[PluginWire, ...] = ()) -> Settings:
+    """A primary OpenAI-style model falling back to an Anthropic-style one, both fake and priced,
+    and one configuration on each provider plugin's wire; the ledger and budgets live in ``state``."""
     ledger = str(state / "provmw.sqlite3")
     return Settings(
         configurations={
+            **{w.provider: w.configuration(fake, _PLUGIN_PRICE) for w in plugins},
             "primary": ProviderConfig(identifier="primary", provider="openai", model="fast-model",
                                       base_url=fake.openai_base_url, api_key="sk-demo-not-a-real-key",
                                       fallbacks=("backup",), options={"temperature": 0},
@@ -64,6 +68,7 @@ class _Story:
     manager: ServiceManager
     fake: FakeProvider
     out: TextIO
+    plugins: tuple[PluginWire, ...] = ()
     # What the story did that makes the ledger differ from the requests the fake saw.
     cache_hits: int = 0
 
@@ -104,12 +109,14 @@ async def run_demo(out: TextIO, host: PluginHost | None = None) -> int:
     """Run the scripted story, writing it to ``out``; returns the exit status (1 when the
     ledger does not hold what the story's calls should have left in it)."""
     # A temporary folder: the demo leaves no file behind, and says so where it reads the ledger.
+    host = (host or PluginHost(PluginPolicy())).load()
+    plugins = installed(host.collect_providers())
     with tempfile.TemporaryDirectory(prefix="provmw-demo-") as state:
-        async with FakeProvider() as fake:
-            settings = demo_settings(fake, Path(state))
-            manager = ServiceManager(settings, host=host or PluginHost(PluginPolicy()))
+        async with FakeProvider(wires=[w.make() for w in plugins]) as fake:
+            settings = demo_settings(fake, Path(state), plugins)
+            manager = ServiceManager(settings, host=host)
             async with manager:
-                story = _Story(manager, fake, out)
+                story = _Story(manager, fake, out, plugins)
                 await _tell(story)
         # Closing the manager wrote every record; read them back from the ledger file.
         return 0 if await _usage_table(story, Path(state) / "provmw.sqlite3") else 1
@@ -176,6 +183,13 @@ async def _tell(story: _Story) -> None:
         before = story.fake.count()
         await story.call(lambda: m.chat("Spend it all", user="mallory", options={"max_tokens": 8000}))
         story.say(f"      requests sent for it: {story.fake.count() - before}")
+    story.step("8. The same stack in front of the provider plugins' wire formats")
+    if not story.plugins:
+        story.say("   (none installed: `./dev` installs provmw-gemini, provmw-azure and provmw-bedrock)")
+    for wire in story.plugins:
+        story.say(f"   configuration={wire.provider!r} (provider {wire.provider!r}, from its plugin):")
+        await story.call(functools.partial(m.chat, f"Hello from {wire.provider}", configuration=wire.provider,
+                                           user="ada", tenant="acme"))
 
 
 async def _usage_table(story: _Story, ledger: Path) -> bool:

@@ -58,7 +58,7 @@ from provmw._fake_faults import (
     admin_routes,
     plans_from_arguments,
 )
-from provmw._fake_wire import FakeWire, sse
+from provmw._fake_wire import AnthropicWire, FakeWire, OpenAIWire, Tokenizer, embedding_vector, sse, words
 from provmw.config import ProviderConfig
 from provmw.context import CallFacts, FrozenMap, ProviderCallContext, ProviderOperation
 from provmw.responses import CompletionResponse, ProviderResponse
@@ -67,8 +67,9 @@ if TYPE_CHECKING:
     from provmw.conformance import SENTINEL_KEY, AdapterConformance
     from provmw.usage_conformance import UsageStoreConformance
 
-__all__ = ["ROUTES", "SENTINEL_KEY", "AdapterConformance", "FakeClock", "Fault", "FakeProvider", "FakeWire",
-           "RecordedRequest", "ScriptedNext", "sse", "UsageStoreConformance", "call_context"]
+__all__ = ["ROUTES", "SENTINEL_KEY", "AdapterConformance", "AnthropicWire", "FakeClock", "Fault", "FakeProvider",
+           "FakeWire", "OpenAIWire", "RecordedRequest", "ScriptedNext", "Tokenizer", "UsageStoreConformance",
+           "call_context", "embedding_vector", "sse", "words"]
 
 # Loaded on first use: `provmw demo` and `provmw fake-provider` import this module where
 # pytest, which the conformance suites need, is not installed.

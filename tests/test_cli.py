@@ -225,3 +225,11 @@ def test_budget_json_before_the_store_exists_is_an_empty_list(tmp_path: Path) ->
     (tmp_path / "provmw.toml").write_text(LEDGER_TOML)
     status, text = run("--config", str(tmp_path / "provmw.toml"), "budget", "--format", "json")
     assert (status, json.loads(text)) == (0, [])
+
+
+def test_the_demo_calls_each_installed_provider_plugins_wire_through_the_same_stack() -> None:
+    out = io.StringIO()
+    status = asyncio.run(run_demo(out, PluginHost(PluginPolicy(allow=("gemini", "azure")), environ={})))
+    step_eight = out.getvalue().split("== 8.", 1)[1]
+    assert status == 0
+    assert "served_by=gemini" in step_eight and "served_by=azure" in step_eight

@@ -14,7 +14,7 @@ import pytest
 from provmw.cli import main
 from provmw.middleware import BUILTINS, section_options
 from provmw.settings import load_settings
-from provmw.testing import FakeProvider
+from provmw.testing import FakeProvider, Fault
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -49,6 +49,19 @@ async def test_the_first_call_runs_as_written(fake: FakeProvider, tmp_path: Path
     assert process.returncode == 0, err.decode()
     assert out.decode().splitlines()[1:] == ["2 vectors", "ad-hoc:openai/gpt-4o-mini"]
     assert (fake.count("chat"), fake.count("embedding"), fake.count("messages")) == (2, 1, 0)
+
+
+async def test_the_stream_example_fails_over_before_its_first_token(fake: FakeProvider, tmp_path: Path) -> None:
+    folder = first_call_folder(tmp_path, fake)
+    (folder / "stream.py").write_text(block("stream.py"))
+    fake.script(*[Fault(stream_error_after=0, code="overloaded_error")] * 3, model="gpt-4o-mini")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "stream.py", cwd=folder, env=environment(OPENAI_API_KEY="sk-a", ANTHROPIC_API_KEY="sk-b"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    assert out.decode().startswith("echo: Tell me a story") and "cost_usd=" in out.decode()
+    assert (fake.count(model="gpt-4o-mini"), fake.count(model="claude-3-5-haiku-latest")) == (3, 1)
 
 
 async def test_check_names_only_the_fallbacks_missing_key(fake: FakeProvider, tmp_path: Path,

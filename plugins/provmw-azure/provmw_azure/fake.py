@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from provmw._fake_wire import OpenAIWire, Tokenizer, sse
+from provmw.testing import OpenAIWire, Tokenizer, sse
 
 __all__ = ["AzureWire", "verdicts"]
 

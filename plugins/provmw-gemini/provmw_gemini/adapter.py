@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from provmw import _serde
+from provmw import wire
 from provmw.config import ProviderConfig
 from provmw.errors import InvalidDataError, MalformedResponseError
 from provmw.http import HttpClient, InBandError, decode_json, malformed
@@ -59,7 +59,7 @@ def _response(config: ProviderConfig, answer: Answer) -> CompletionResponse:
 
 def _vector(value: Any, where: str) -> tuple[float, ...]:
     """A vector of finite numbers; one pass over the types and one sum keep big vectors cheap."""
-    vector = _serde.get(_serde.mapping(value, where), "values", list, where)
+    vector = wire.get(wire.mapping(value, where), "values", list, where)
     if not vector or not {type(x) for x in vector} <= _NUMBER_TYPES or not math.isfinite(sum(vector)):
         raise InvalidDataError(f"{where}.values: expected finite numbers")
     return tuple(vector)
@@ -74,11 +74,11 @@ def _embed_body(text: str, dimensions: int | None) -> dict[str, Any]:
 
 def _vectors(data: Any, inputs: int) -> tuple[list[tuple[float, ...]], Any]:
     """The vectors of an ``embedContent`` (one input) or ``batchEmbedContents`` answer, and its usage."""
-    body = _serde.mapping(data, "response")
+    body = wire.mapping(data, "response")
     if inputs == 1:
-        return [_vector(_serde.get(body, "embedding", dict, "response"), "response.embedding")], \
+        return [_vector(wire.get(body, "embedding", dict, "response"), "response.embedding")], \
             body.get("usageMetadata")
-    rows = _serde.get(body, "embeddings", list, "response")
+    rows = wire.get(body, "embeddings", list, "response")
     if len(rows) != inputs:
         raise InvalidDataError(f"response.embeddings: {len(rows)} vectors for {inputs} inputs")
     return [_vector(row, f"response.embeddings[{i}]") for i, row in enumerate(rows)], body.get("usageMetadata")

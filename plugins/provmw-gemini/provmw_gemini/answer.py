@@ -20,11 +20,11 @@ from typing import Any
 
 import attrs
 
-from provmw import _serde
+from provmw import wire
 from provmw.errors import ContentPolicyError
 from provmw.messages import ToolCall
-from provmw.providers._usage import UsageBody
 from provmw.responses import Usage
+from provmw.wire import UsageBody
 
 __all__ = ["BLOCKING_FINISH_REASONS", "Answer", "call_id", "finish_reason", "read_answer", "tool_calls", "usage"]
 
@@ -66,49 +66,49 @@ def _blocked(reason: str, ratings: Any, model: str, what: str) -> ContentPolicyE
 
 
 def _check_prompt(body: Mapping[str, Any], model: str) -> None:
-    feedback = _serde.get(body, "promptFeedback", dict, "response", default=None) or {}
-    reason = _serde.get(feedback, "blockReason", str, "response.promptFeedback", default=None)
+    feedback = wire.get(body, "promptFeedback", dict, "response", default=None) or {}
+    reason = wire.get(feedback, "blockReason", str, "response.promptFeedback", default=None)
     if reason is not None and reason != "BLOCK_REASON_UNSPECIFIED":
         raise _blocked(reason, feedback.get("safetyRatings"), model, "prompt")
 
 
 def _call(part: Mapping[str, Any], where: str) -> tuple[str | None, str, str]:
-    call = _serde.get(part, "functionCall", dict, where)
-    args = _serde.get(call, "args", dict, f"{where}.functionCall", default=None) or {}
-    return (_serde.get(call, "id", str, f"{where}.functionCall", default=None) or None,
-            _serde.get(call, "name", str, f"{where}.functionCall"), json.dumps(args))
+    call = wire.get(part, "functionCall", dict, where)
+    args = wire.get(call, "args", dict, f"{where}.functionCall", default=None) or {}
+    return (wire.get(call, "id", str, f"{where}.functionCall", default=None) or None,
+            wire.get(call, "name", str, f"{where}.functionCall"), json.dumps(args))
 
 
 def _content(candidate: Mapping[str, Any]) -> tuple[str, tuple[tuple[str | None, str, str], ...]]:
     """Text and calls of a candidate; thought summaries (``thought: true``) are not the answer."""
-    content = _serde.get(candidate, "content", dict, "candidate", default=None) or {}
+    content = wire.get(candidate, "content", dict, "candidate", default=None) or {}
     text: list[str] = []
     calls = []
-    for i, value in enumerate(_serde.get(content, "parts", list, "candidate.content", default=None) or ()):
+    for i, value in enumerate(wire.get(content, "parts", list, "candidate.content", default=None) or ()):
         where = f"candidate.content.parts[{i}]"
-        part = _serde.mapping(value, where)
-        if _serde.get(part, "thought", bool, where, default=None):
+        part = wire.mapping(value, where)
+        if wire.get(part, "thought", bool, where, default=None):
             continue
         if "functionCall" in part:
             calls.append(_call(part, where))
         elif "text" in part:
-            text.append(_serde.get(part, "text", str, where))
+            text.append(wire.get(part, "text", str, where))
     return "".join(text), tuple(calls)
 
 
 def read_answer(data: Any, model: str) -> Answer:
     """The first candidate of ``data``; raises ``ContentPolicyError`` for a blocked prompt or answer."""
-    body = _serde.mapping(data, "response")
+    body = wire.mapping(data, "response")
     _check_prompt(body, model)
-    candidates = _serde.get(body, "candidates", list, "response", default=None) or []
-    candidate = _serde.mapping(candidates[0], "response.candidates[0]") if candidates else {}
-    finish = _serde.get(candidate, "finishReason", str, "candidate", default=None)
+    candidates = wire.get(body, "candidates", list, "response", default=None) or []
+    candidate = wire.mapping(candidates[0], "response.candidates[0]") if candidates else {}
+    finish = wire.get(candidate, "finishReason", str, "candidate", default=None)
     if finish in BLOCKING_FINISH_REASONS:
         raise _blocked(finish, candidate.get("safetyRatings"), model, "answer")
     text, calls = _content(candidate)
     return Answer(text=text, calls=calls, finish=finish, usage=body.get("usageMetadata"),
-                  response_id=_serde.get(body, "responseId", str, "response", default=None) or "",
-                  model=_serde.get(body, "modelVersion", str, "response", default=None))
+                  response_id=wire.get(body, "responseId", str, "response", default=None) or "",
+                  model=wire.get(body, "modelVersion", str, "response", default=None))
 
 
 def finish_reason(finish: str | None, called: bool) -> str | None:

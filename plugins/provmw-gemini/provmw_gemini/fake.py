@@ -25,8 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from provmw._fake_wire import Tokenizer, embedding_vector
-from provmw.testing import sse
+from provmw.testing import Tokenizer, embedding_vector, sse
 from provmw_gemini.schema_instance import instance
 
 __all__ = ["BLOCK_ANSWER", "BLOCK_PROMPT", "GeminiWire", "gemini_error", "generate", "stream"]
