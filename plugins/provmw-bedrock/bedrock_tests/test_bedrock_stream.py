@@ -12,7 +12,6 @@ from provmw_bedrock.adapter import EVENT_STREAM
 from provmw_bedrock.answers import finish_reason
 from provmw_bedrock.fake import converse_answer, converse_events, event_frame
 
-from provmw._fake_wire import words
 from provmw.config import ProviderConfig
 from provmw.errors import (
     ContextLengthExceededError,
@@ -27,7 +26,7 @@ from provmw.http import HttpClient, ReadLimits
 from provmw.messages import Message, ToolSpec
 from provmw.requests import ChatRequest
 from provmw.responses import ChatChunk
-from provmw.testing import FakeProvider, Fault
+from provmw.testing import FakeProvider, Fault, words
 
 ADAPTER = BedrockAdapter()
 HELLO = ChatRequest((Message.user("hello world"),))

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from yarl import URL
 
-from provmw import _serde
+from provmw import wire
 from provmw.config import ProviderConfig
 from provmw.errors import (
     MalformedResponseError,
@@ -157,6 +157,6 @@ class BedrockAdapter:
         try:
             if kind != "event":
                 raise ValueError(f"unknown :message-type {kind!r}")
-            return reader.read(message.header(":event-type"), _serde.mapping(decode_json(message.payload), "event"))
+            return reader.read(message.header(":event-type"), wire.mapping(decode_json(message.payload), "event"))
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, model, exc) from None

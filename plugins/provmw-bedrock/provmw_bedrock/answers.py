@@ -1,6 +1,6 @@
 """Reading Converse answers and ConverseStream events into provmw's responses and chunks.
 
-Every field read is type-checked (``_serde``); a wrong type raises, and the adapter turns
+Every field read is type-checked (``provmw.wire``); a wrong type raises, and the adapter turns
 it into a ``MalformedResponseError`` naming the field.
 """
 
@@ -10,10 +10,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from provmw import _serde
+from provmw import wire
 from provmw.errors import MalformedResponseError
 from provmw.messages import ToolCall
-from provmw.providers._usage import UsageBody
 from provmw.responses import ChatChunk, Usage
 from provmw.streams import ToolCallAssembler
 from provmw_bedrock.converse import SCHEMA_TOOL
@@ -38,7 +37,7 @@ def usage(value: object, model: str, where: str = "usage") -> Usage:
 
     ``cacheDetails`` splits the writes by TTL; writes it does not attribute are 5-minute ones.
     """
-    body = UsageBody.of(value, provider="bedrock", model=model, where=where)
+    body = wire.UsageBody.of(value, provider="bedrock", model=model, where=where)
     reads, writes = body.count("cacheReadInputTokens"), body.count("cacheWriteInputTokens")
     hour = sum(_hour_writes(body.body.get("cacheDetails"), model, where))
     if hour > writes:
@@ -51,9 +50,9 @@ def usage(value: object, model: str, where: str = "usage") -> Usage:
 
 def _hour_writes(details: object, model: str, where: str) -> list[int]:
     found: list[int] = []
-    for i, value in enumerate(_serde.sequence(details if details is not None else [], f"{where}.cacheDetails")):
-        detail = UsageBody.of(value, provider="bedrock", model=model, where=f"{where}.cacheDetails[{i}]")
-        ttl = _serde.get(detail.body, "ttl", str, detail.where)
+    for i, value in enumerate(wire.sequence(details if details is not None else [], f"{where}.cacheDetails")):
+        detail = wire.UsageBody.of(value, provider="bedrock", model=model, where=f"{where}.cacheDetails[{i}]")
+        ttl = wire.get(detail.body, "ttl", str, detail.where)
         if ttl == "1h":
             found.append(detail.count("inputTokens"))
     return found
@@ -69,10 +68,10 @@ def finish_reason(reason: str, model: str) -> str:
 
 def answer(data: Any, model: str) -> tuple[str, tuple[ToolCall, ...], str, Usage]:
     """Text, tool calls, finish reason and usage of a Converse answer."""
-    body = _serde.mapping(data, "response")
-    message = _serde.get(_serde.get(body, "output", dict, "response"), "message", dict, "response.output")
-    text, calls, schema = _blocks(_serde.get(message, "content", list, "response.output.message"))
-    reason = finish_reason(_serde.get(body, "stopReason", str, "response"), model)
+    body = wire.mapping(data, "response")
+    message = wire.get(wire.get(body, "output", dict, "response"), "message", dict, "response.output")
+    text, calls, schema = _blocks(wire.get(message, "content", list, "response.output.message"))
+    reason = finish_reason(wire.get(body, "stopReason", str, "response"), model)
     if schema is not None:  # the forced tool's input is the answer
         text, reason = schema, "stop" if reason == "tool_calls" and not calls else reason
     return text, calls, reason, usage(body.get("usage"), model)
@@ -85,17 +84,17 @@ def _blocks(blocks: Sequence[Any]) -> tuple[str, tuple[ToolCall, ...], str | Non
     schema: str | None = None
     for i, value in enumerate(blocks):
         where = f"response.output.message.content[{i}]"
-        block = _serde.mapping(value, where)
+        block = wire.mapping(value, where)
         if "text" in block:
-            text.append(_serde.get(block, "text", str, where))
+            text.append(wire.get(block, "text", str, where))
         elif "toolUse" in block:
-            use = _serde.get(block, "toolUse", dict, where)
-            name = _serde.get(use, "name", str, f"{where}.toolUse")
-            arguments = json.dumps(_serde.get(use, "input", (dict, list, str, int, float, bool), f"{where}.toolUse"))
+            use = wire.get(block, "toolUse", dict, where)
+            name = wire.get(use, "name", str, f"{where}.toolUse")
+            arguments = json.dumps(wire.get(use, "input", (dict, list, str, int, float, bool), f"{where}.toolUse"))
             if name == SCHEMA_TOOL:
                 schema = arguments
             else:
-                calls.append(ToolCall(id=_serde.get(use, "toolUseId", str, f"{where}.toolUse"), name=name,
+                calls.append(ToolCall(id=wire.get(use, "toolUseId", str, f"{where}.toolUse"), name=name,
                                       arguments=arguments))
     return "".join(text), tuple(calls), schema
 
@@ -124,37 +123,37 @@ class StreamReader:
         elif event_type == "contentBlockDelta":
             return self._delta(data, where)
         elif event_type == "messageStop":
-            self._reason = finish_reason(_serde.get(data, "stopReason", str, where), self._model)
+            self._reason = finish_reason(wire.get(data, "stopReason", str, where), self._model)
             calls = self._tools.calls()
             if self._schema_blocks and self._reason == "tool_calls" and not calls:
                 self._reason = "stop"
             return self._last(ChatChunk(tool_calls=calls) if calls else None)
         elif event_type == "metadata":
-            self._usage = usage(_serde.get(data, "usage", dict, where), self._model, f"{where}.usage")
+            self._usage = usage(wire.get(data, "usage", dict, where), self._model, f"{where}.usage")
             return self._last(None)
         return None
 
     def _start(self, data: Mapping[str, Any], where: str) -> None:
-        index = _serde.get(data, "contentBlockIndex", int, where)
-        start = _serde.get(data, "start", dict, where, default=None) or {}
-        use = _serde.get(start, "toolUse", dict, f"{where}.start", default=None)
+        index = wire.get(data, "contentBlockIndex", int, where)
+        start = wire.get(data, "start", dict, where, default=None) or {}
+        use = wire.get(start, "toolUse", dict, f"{where}.start", default=None)
         if use is None:
             return
-        name = _serde.get(use, "name", str, f"{where}.start.toolUse")
+        name = wire.get(use, "name", str, f"{where}.start.toolUse")
         if name == SCHEMA_TOOL:
             self._schema_blocks.add(index)
         else:
-            self._tools.add(index, id=_serde.get(use, "toolUseId", str, f"{where}.start.toolUse"), name=name)
+            self._tools.add(index, id=wire.get(use, "toolUseId", str, f"{where}.start.toolUse"), name=name)
 
     def _delta(self, data: Mapping[str, Any], where: str) -> ChatChunk | None:
-        index = _serde.get(data, "contentBlockIndex", int, where)
-        delta = _serde.get(data, "delta", dict, where)
+        index = wire.get(data, "contentBlockIndex", int, where)
+        delta = wire.get(data, "delta", dict, where)
         if "text" in delta:
-            return ChatChunk(text=_serde.get(delta, "text", str, f"{where}.delta"))
-        use = _serde.get(delta, "toolUse", dict, f"{where}.delta", default=None)
+            return ChatChunk(text=wire.get(delta, "text", str, f"{where}.delta"))
+        use = wire.get(delta, "toolUse", dict, f"{where}.delta", default=None)
         if use is None:
             return None  # reasoning and citation deltas
-        piece = _serde.get(use, "input", str, f"{where}.delta.toolUse")
+        piece = wire.get(use, "input", str, f"{where}.delta.toolUse")
         if index in self._schema_blocks:
             return ChatChunk(text=piece)
         self._tools.add(index, arguments=piece)

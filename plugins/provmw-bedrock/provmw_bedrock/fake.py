@@ -17,9 +17,10 @@ signatures are not checked (the plugin's tests verify them with a server of thei
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+from provmw.testing import Tokenizer
 from provmw_bedrock.adapter import EVENT_STREAM
 from provmw_bedrock.converse import SCHEMA_TOOL
 from provmw_bedrock.eventstream import encode_message
@@ -31,7 +32,6 @@ _ERROR_TYPES = {400: "ValidationException", 403: "AccessDeniedException", 404: "
                 408: "ModelTimeoutException", 424: "ModelErrorException", 429: "ThrottlingException",
                 500: "InternalServerException", 503: "ServiceUnavailableException"}
 _IMAGE_TOKENS = 85
-Tokenizer = Callable[[str], int]
 
 
 def _text(content: Any) -> str:

@@ -80,12 +80,12 @@ class AwsAuth:
 
     async def account(self, config: ProviderConfig, *, signed: bool) -> Account:
         """``config``'s account; ``signed`` False (a bearer key) needs no credentials, and no
-        botocore at all when ``base_url`` names the region."""
+        botocore at all when ``base_url`` is given."""
         found = self._accounts.get((config.identifier, config.base_url, signed))
         if found is not None:
             return found
-        if not signed and (region := region_in(config.base_url)) is not None:
-            return Account(_endpoint(config.base_url, region), region, None)
+        if not signed and config.base_url is not None:  # a bearer key to a given endpoint needs no region
+            return Account(_endpoint(config.base_url, ""), region_in(config.base_url) or "", None)
         return await asyncio.to_thread(self._resolve, config, signed)
 
     def _resolve(self, config: ProviderConfig, signed: bool) -> Account:
