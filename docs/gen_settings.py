@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 from provmw_azure.adapter import AzureOpenAIAdapter
+from provmw_bedrock import BedrockAdapter
 from provmw_calllog.middleware import CallLogMiddleware, CallLogOptions
 from provmw_gemini.adapter import GeminiAdapter
 from provmw_otel.middleware import OtelCallMiddleware
@@ -108,6 +109,7 @@ def _first_party_plugins() -> Iterator[Section]:
 def _provider_plugins() -> Iterator[Section]:
     """Provider plugins add no table: a configuration names their ``provider``."""
     adapters: tuple[tuple[str, ProviderAdapter], ...] = (("provmw-azure", AzureOpenAIAdapter()),
+                                                         ("provmw-bedrock", BedrockAdapter()),
                                                          ("provmw-gemini", GeminiAdapter()))
     for distribution, adapter in adapters:
         yield Section(f"plugin.{adapter.name}",

@@ -190,6 +190,12 @@ MEANING: dict[str, dict[str, str]] = {
         "traceparent_to": "The configurations whose requests carry a W3C `traceparent` header (`[\"*\"]`: all).",
     },
     "plugin.azure": {},
+    "plugin.bedrock": {
+        "(section)": "Amazon Bedrock's Converse API. `base_url` is the endpoint, and its host names the region; "
+                     "unset, the region is botocore's (`AWS_DEFAULT_REGION` or the profile's). A configuration "
+                     "with a key (`api_key_env`; ad-hoc calls read `AWS_BEARER_TOKEN_BEDROCK`) sends it as a "
+                     "Bedrock API key; one without is signed with AWS SigV4 from botocore's credential chain.",
+    },
     "plugin.gemini": {},
     "plugin.redis": {
         "key_prefix": "The prefix of every Redis key provmw writes.",

@@ -43,6 +43,8 @@ PLUGIN_WIRES = (
     PluginWire("gemini", "provmw_gemini.fake:GeminiWire", "gemini-2.5-flash", "/v1beta",
                {"api_key": "demo-not-a-real-key"}),
     PluginWire("azure", "provmw_azure.fake:AzureWire", "gpt-4o-prod", "", {"api_key": "demo-not-a-real-key"}),
+    PluginWire("bedrock", "provmw_bedrock.fake:BedrockWire", "anthropic.claude-3-haiku-20240307-v1:0", "",
+               {"api_key": "demo-not-a-real-key"}),
 )
 
 

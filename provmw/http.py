@@ -31,12 +31,13 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
 import attrs
 from aiohttp.abc import AbstractResolver
+from yarl import URL
 
 from provmw._reads import ERROR_BODY_BYTES, ReadLimits, ReadRefused, read_capped
 from provmw._redact import masked_url
@@ -57,6 +58,7 @@ from provmw.providers._retry_hints import retry_hints
 from provmw.providers._sse import SSEDecoder, SSEEvent
 
 __all__ = [
+    "Body",
     "COMMON_CODES",
     "EXCEPTION_ERRORS",
     "STATUS_ERRORS",
@@ -69,6 +71,7 @@ __all__ = [
     "NotJsonError",
     "ReadLimits",
     "SSEEvent",
+    "Url",
     "decode_json",
     "malformed",
     "plain_json",
@@ -139,6 +142,11 @@ _MAPPED = tuple(EXCEPTION_ERRORS)
 # Events that only say "still here" (Anthropic's ``ping``): like comments, they do not reset
 # the idle limit, or a server could hold a stream open for ever without an answer.
 KEEPALIVE_EVENTS = frozenset({"ping"})
+# A ``yarl.URL(..., encoded=True)`` is sent exactly as written, where a string's path is
+# normalised first (``%3A`` becomes ``:``): an adapter that signs its path needs the former.
+Url = str | URL
+# ``bytes`` are sent as they are: an adapter that signs its body sends the bytes it signed.
+Body = Mapping[str, Any] | bytes
 _URL_QUERY = re.compile(r"(https?://[^\s?'\"]+)\?[^\s'\"]*")
 # The manager bounds each attempt; aiohttp's own default (300 s total) must not cut one short.
 _NO_TIMER = aiohttp.ClientTimeout(total=None)
@@ -295,6 +303,10 @@ def _encode(body: Mapping[str, Any]) -> bytes:
         raise ConfigurationError(f"the request body cannot be sent as JSON: {exc}") from None
 
 
+def _payload(body: Body) -> bytes:
+    return body if isinstance(body, bytes) else _encode(body)
+
+
 class HttpClient:
     """The manager's HTTP client: one aiohttp session, opened lazily in the running loop."""
 
@@ -321,9 +333,9 @@ class HttpClient:
             await self._session.close()
         self._session = None
 
-    async def post_json(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
+    async def post_json(self, url: Url, body: Body, headers: Mapping[str, str]) -> Any:
         """POST ``body`` as JSON and return the decoded 2xx answer, else raise ``HttpStatusError``."""
-        async with self.session.post(url, data=_encode(body), headers=headers, allow_redirects=False,
+        async with self.session.post(url, data=_payload(body), headers=headers, allow_redirects=False,
                                      timeout=_NO_TIMER) as response:
             if response.status >= 300:
                 raise await _status_of(response, self.limits)
@@ -348,6 +360,20 @@ class HttpClient:
                 raise await _status_of(response, self.limits)
             async for event in _events(response.content, self.limits):
                 yield event
+
+    async def post_stream(self, url: Url, body: Body, headers: Mapping[str, str], *,
+                          read_timeout_s: float | None = None) -> AsyncGenerator[bytes, None]:
+        """POST ``body`` and yield the raw chunks of the 2xx answer, for a stream in a framing of its
+        own (AWS event streams): the caller decodes it and bounds each event's size and the idle time.
+        ``read_timeout_s`` is as for ``post_sse``."""
+        timeout = _NO_TIMER if read_timeout_s is None else aiohttp.ClientTimeout(
+            total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s)
+        async with self.session.post(url, data=_payload(body), headers=headers, allow_redirects=False,
+                                     timeout=timeout) as response:
+            if response.status >= 300:
+                raise await _status_of(response, self.limits)
+            while chunk := await response.content.readany():
+                yield chunk
 
 
 async def _status_of(response: aiohttp.ClientResponse, limits: ReadLimits) -> HttpStatusError:

@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from provmw.http import HttpClient, HttpStatusError, SSEEvent, decode_json
+from provmw.http import Body, HttpClient, HttpStatusError, SSEEvent, Url, decode_json
 from provmw_azure._deployment import Deployment
 from provmw_azure._wire import filtered_answer, openai_error
 
@@ -42,7 +42,7 @@ class AzureTransport(HttpClient):
     async def aclose(self) -> None:
         """Nothing to close: the manager owns the client underneath."""
 
-    async def post_json(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
+    async def post_json(self, url: Url, body: Body, headers: Mapping[str, str]) -> Any:
         try:
             data = await self._inner.post_json(self._url(url), body, headers)
         except HttpStatusError as exc:
@@ -60,7 +60,7 @@ class AzureTransport(HttpClient):
         except HttpStatusError as exc:
             raise self._error(exc) from None
 
-    def _url(self, url: str) -> str:
+    def _url(self, url: Url) -> str:
         return f"{url}?{self._deployment.query}"
 
     def _check(self, event: SSEEvent) -> None:

@@ -1,0 +1,73 @@
+"""The Bedrock adapter passes provmw's adapter conformance suite over the fake Bedrock wire."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, ClassVar
+
+import pytest
+from provmw_bedrock import BedrockAdapter
+from provmw_bedrock.fake import BedrockWire
+
+from provmw.config import ProviderConfig
+from provmw.errors import (
+    AuthenticationError,
+    ContextLengthExceededError,
+    InvalidRequestError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    RateLimitError,
+)
+from provmw.http import HttpClient
+from provmw.messages import ImagePart, Message, TextPart
+from provmw.providers import ProviderAdapter
+from provmw.requests import ChatRequest
+from provmw.responses import Usage
+from provmw.testing import AdapterConformance, FakeProvider, Fault
+
+MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
+
+
+class TestBedrockConformance(AdapterConformance):
+    adapter: ClassVar[ProviderAdapter] = BedrockAdapter()
+    usage_with_cache = ({"inputTokens": 10, "outputTokens": 4, "totalTokens": 1514, "cacheReadInputTokens": 1000,
+                         "cacheWriteInputTokens": 500, "cacheDetails": [{"ttl": "1h", "inputTokens": 200}]},
+                        Usage(input_tokens=1510, output_tokens=4, cached_input_tokens=1000, cache_write_5m_tokens=300,
+                              cache_write_1h_tokens=200))
+    status_errors: ClassVar[Mapping[int, type[ProviderError]]] = {
+        **AdapterConformance.status_errors, 424: ProviderUnavailableError}
+    coded_errors: ClassVar[Mapping[str, tuple[Fault, type[ProviderError]]]] = {
+        **AdapterConformance.coded_errors,
+        "context_length": (Fault(status=400, message="Input is too long for requested model."),
+                           ContextLengthExceededError),
+        "model_not_ready": (Fault(status=429, code="ModelNotReadyException"), ProviderUnavailableError),
+        "throttling": (Fault(status=429, code="ThrottlingException"), RateLimitError),
+        "model_timeout": (Fault(status=408, code="ModelTimeoutException"), ProviderTimeoutError),
+        "access_denied": (Fault(status=403, code="AccessDeniedException"), AuthenticationError),
+        "validation": (Fault(status=400, code="ValidationException"), InvalidRequestError),
+        "header_type": (Fault(status=400, headers={"x-amzn-errortype": "ThrottlingException:http://internal/"}),
+                        RateLimitError),
+    }
+
+    quota_faults: ClassVar[Mapping[str, tuple[Fault, bool]]] = {
+        **AdapterConformance.quota_faults,
+        "throttling": (Fault(status=429, code="ThrottlingException"), False),
+        "service_quota": (Fault(status=429, code="ServiceQuotaExceededException"), True),
+    }
+    stream_error: ClassVar[tuple[Fault, type[ProviderError]]] = (
+        Fault(stream_error_after=0, code="throttlingException"), RateLimitError)
+
+    @pytest.fixture
+    async def fake(self) -> AsyncIterator[FakeProvider]:
+        async with FakeProvider(wires=[BedrockWire()]) as server:
+            yield server
+
+    def config(self, fake: FakeProvider, **fields: Any) -> ProviderConfig:
+        return ProviderConfig(identifier="bedrock", provider="bedrock", model=MODEL, base_url=fake.url, **fields)
+
+    async def test_image_parts_reach_the_wire(self, fake: FakeProvider, http: HttpClient) -> None:
+        """Bedrock takes images as bytes or S3 locations: the suite's web URL becomes an s3:// one."""
+        parts = (TextPart("what?"), ImagePart(url="s3://bucket/a.png"), ImagePart(data=b"abc"))
+        response = await self.adapter.chat(http, self.config(fake), ChatRequest((Message.user(parts),)))
+        assert response.text == "I see 2 images. echo: what?"
