@@ -78,6 +78,8 @@ class ProviderAdapter(Protocol):
 
     - ``http``: the manager's one ``provmw.http.HttpClient``. Post through it, never open
       a session of your own: the manager owns its lifetime and closes it in ``aclose()``.
+      ``post_json`` for a JSON answer, ``post_sse`` for server-sent events, ``post_stream``
+      for the raw chunks of a stream in a framing of its own (AWS event streams).
     - ``config``: the ``provmw.config.ProviderConfig`` the pipeline chose for this attempt
       (fallback may hand a different one than the caller named). Read ``model``,
       ``base_url``, ``api_key`` (a ``Secret``: call ``reveal()`` only to build a header),
