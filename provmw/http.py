@@ -352,8 +352,7 @@ class HttpClient:
         The manager bounds a stream's attempt (to its first chunk, then between chunks);
         ``read_timeout_s``, when given, also bounds the connect and each socket read.
         """
-        timeout = _NO_TIMER if read_timeout_s is None else aiohttp.ClientTimeout(
-            total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s)
+        timeout = _read_timer(read_timeout_s)
         async with self.session.post(url, data=_encode(body), headers=headers, allow_redirects=False,
                                      timeout=timeout) as response:
             if response.status >= 300:
@@ -366,14 +365,20 @@ class HttpClient:
         """POST ``body`` and yield the raw chunks of the 2xx answer, for a stream in a framing of its
         own (AWS event streams): the caller decodes it and bounds each event's size and the idle time.
         ``read_timeout_s`` is as for ``post_sse``."""
-        timeout = _NO_TIMER if read_timeout_s is None else aiohttp.ClientTimeout(
-            total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s)
+        timeout = _read_timer(read_timeout_s)
         async with self.session.post(url, data=_payload(body), headers=headers, allow_redirects=False,
                                      timeout=timeout) as response:
             if response.status >= 300:
                 raise await _status_of(response, self.limits)
             while chunk := await response.content.readany():
                 yield chunk
+
+
+def _read_timer(read_timeout_s: float | None) -> aiohttp.ClientTimeout:
+    """No timer (the manager bounds streams), or one on the connect and each socket read."""
+    if read_timeout_s is None:
+        return _NO_TIMER
+    return aiohttp.ClientTimeout(total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s)
 
 
 async def _status_of(response: aiohttp.ClientResponse, limits: ReadLimits) -> HttpStatusError:
