@@ -91,6 +91,18 @@ __all__ = [
 class ProvmwError(Exception):
     """Base class of every error provmw raises."""
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # An error crosses processes (pickle) as its class, its args and its attributes,
+        # whatever its __init__ takes: no class needs a recipe of its own.
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+def _restore(cls: type[ProvmwError], args: tuple[object, ...], state: dict[str, object]) -> ProvmwError:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class ConfigurationError(ProvmwError):
     """A setting, configuration file entry or call argument is invalid."""
@@ -114,9 +126,6 @@ class DestinationRefusedError(ConfigurationError):
         self.kind = kind
         self.hint = hint
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.host, self.address, self.kind, self.hint))
-
 
 class InvalidDataError(ProvmwError, ValueError):
     """A serialized value (``from_dict``, a cache entry) does not describe its type."""
@@ -135,13 +144,6 @@ class UnsupportedOperationError(ConfigurationError):
         self.provider = provider
         self.operation = operation
         self.configuration = configuration
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_unsupported, (self.provider, self.operation, self.configuration))
-
-
-def _rebuild_unsupported(provider: str, operation: str, configuration: str | None) -> UnsupportedOperationError:
-    return UnsupportedOperationError(provider, operation, configuration=configuration)
 
 
 class PluginError(ProvmwError):
@@ -191,26 +193,6 @@ class ProviderError(ProvmwError):
         status = f" (HTTP {self.status})" if self.status is not None else ""
         return f"{where}{status}: {self.message}" if where else f"{self.message}{status}"
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_provider_error, (type(self), self.message, self._fields()))
-
-    def _fields(self) -> dict[str, object]:
-        return {
-            "provider": self.provider,
-            "model": self.model,
-            "status": self.status,
-            "retry_after_s": self.retry_after_s,
-            "should_retry": self.should_retry,
-            "code": self.code,
-            "never_sent": self.never_sent,
-        }
-
-
-def _rebuild_provider_error(
-    cls: type[ProviderError], message: str, fields: dict[str, object]
-) -> ProviderError:
-    return cls(message, **fields)  # type: ignore[arg-type]
-
 
 class RateLimitError(ProviderError):
     """The provider throttled the call (429); ``quota_exhausted`` means waiting won't help."""
@@ -237,14 +219,6 @@ class LocalRateLimitError(RateLimitError):
         self.limit = limit
         self.config_id = config_id
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_local_rate_limit, (self.message, self.limit, self.config_id, self._fields()))
-
-
-def _rebuild_local_rate_limit(message: str, limit: str, config_id: str,
-                              fields: dict[str, object]) -> LocalRateLimitError:
-    return LocalRateLimitError(message, limit=limit, config_id=config_id, **fields)
-
 
 class ProviderTimeoutError(ProviderError):
     """The provider did not answer in time; it may still have processed (and billed) the call."""
@@ -260,23 +234,9 @@ class AttemptTimeoutError(ProviderTimeoutError):
         super().__init__(message, **fields)  # type: ignore[arg-type]
         self.limit_s = limit_s
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_attempt_timeout, (self.message, self.limit_s, self._fields()))
-
-
-def _rebuild_attempt_timeout(message: str, limit_s: float, fields: dict[str, object]) -> AttemptTimeoutError:
-    return AttemptTimeoutError(message, limit_s=limit_s, **fields)
-
 
 class FirstChunkTimeoutError(AttemptTimeoutError):
     """A stream's attempt sent no content within its first-chunk limit (``limit_s``)."""
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_first_chunk_timeout, (self.message, self.limit_s, self._fields()))
-
-
-def _rebuild_first_chunk_timeout(message: str, limit_s: float, fields: dict[str, object]) -> FirstChunkTimeoutError:
-    return FirstChunkTimeoutError(message, limit_s=limit_s, **fields)
 
 
 class StreamInterruptedError(ProviderError):
@@ -291,13 +251,6 @@ class StreamInterruptedError(ProviderError):
     def __init__(self, message: str, *, chunks: int, **fields: object) -> None:
         super().__init__(message, **fields)  # type: ignore[arg-type]
         self.chunks = chunks
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_interrupted, (self.message, self.chunks, self._fields()))
-
-
-def _rebuild_interrupted(message: str, chunks: int, fields: dict[str, object]) -> StreamInterruptedError:
-    return StreamInterruptedError(message, chunks=chunks, **fields)
 
 
 class ProviderUnavailableError(ProviderError):
@@ -331,13 +284,6 @@ class ResponseTooLargeError(MalformedResponseError):
         super().__init__(message, **fields)  # type: ignore[arg-type]
         self.limit_bytes = limit_bytes
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_too_large, (self.message, self.limit_bytes, self._fields()))
-
-
-def _rebuild_too_large(message: str, limit_bytes: int, fields: dict[str, object]) -> ResponseTooLargeError:
-    return ResponseTooLargeError(message, limit_bytes=limit_bytes, **fields)
-
 
 class StructuredOutputError(ProviderError):
     """The answer does not follow the call's ``response_schema``, even after one repair turn.
@@ -351,13 +297,6 @@ class StructuredOutputError(ProviderError):
     def __init__(self, message: str, *, problem: str, **fields: object) -> None:
         super().__init__(message, **fields)  # type: ignore[arg-type]
         self.problem = problem
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_structured, (self.message, self.problem, self._fields()))
-
-
-def _rebuild_structured(message: str, problem: str, fields: dict[str, object]) -> StructuredOutputError:
-    return StructuredOutputError(message, problem=problem, **fields)
 
 
 class AuthenticationError(ProviderError):
@@ -384,9 +323,6 @@ class CircuitOpenError(ProvmwError):
         self.breaker = breaker
         self.retry_after_s = retry_after_s
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.breaker, self.retry_after_s))
-
 
 class DeadlineExceededError(ProvmwError, TimeoutError):
     """The logical call (every attempt and fallback) ran past its total time limit ``limit_s``."""
@@ -395,9 +331,6 @@ class DeadlineExceededError(ProvmwError, TimeoutError):
         super().__init__(f"deadline of {limit_s:g}s for the whole call exceeded after {elapsed_s:.3g}s")
         self.limit_s = limit_s
         self.elapsed_s = elapsed_s
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.limit_s, self.elapsed_s))
 
 
 @attrs.frozen
@@ -421,9 +354,6 @@ class FallbackExhaustedError(ProvmwError):
         self.attempts = tuple(attempts)
         lines = "; ".join(str(a) for a in attempts)
         super().__init__(f"all {len(self.attempts)} configurations failed or were skipped ({lines})")
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.attempts,))
 
 
 def _plain(amount: float) -> str:
@@ -461,15 +391,6 @@ class BudgetExceededError(ProvmwError):
         self.period = period
         self.resets_at = resets_at
         self.dimension = dimension
-
-    def __reduce__(self) -> tuple[object, ...]:
-        kwargs = {"limit": self.limit, "spent": self.spent, "reserved": self.reserved,
-                  "period": self.period, "resets_at": self.resets_at, "dimension": self.dimension}
-        return (_rebuild_budget_error, (self.bucket, kwargs))
-
-
-def _rebuild_budget_error(bucket: str, kwargs: dict[str, object]) -> BudgetExceededError:
-    return BudgetExceededError(bucket, **kwargs)  # type: ignore[arg-type]
 
 
 class BudgetUnavailableError(ProvmwError):
