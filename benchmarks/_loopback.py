@@ -4,7 +4,8 @@ The end-to-end benchmark measures what a client spends per call; a server sharin
 client's process (and its GIL) would blur that, so this one runs apart:
 ``python -m benchmarks._loopback`` prints its port and serves until stdin closes. Every
 chat completion gets the same small answer (``finish_reason = "stop"``, with usage), so
-every contender reads the same bytes.
+every contender reads the same bytes. A request with ``"stream": true`` gets ``max_tokens``
+content chunks (one word each) as server-sent events, then the usage and ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -28,9 +29,29 @@ ANSWER = json.dumps({
 }).encode()
 
 
-async def _chat(request: web.Request) -> web.Response:
-    await request.read()
-    return web.Response(body=ANSWER, content_type="application/json")
+async def _chat(request: web.Request) -> web.StreamResponse:
+    body = json.loads(await request.read())
+    if not body.get("stream"):
+        return web.Response(body=ANSWER, content_type="application/json")
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for _ in range(int(body.get("max_tokens", 1))):
+        await response.write(_CHUNK)
+    await response.write(_LAST)
+    await response.write_eof()
+    return response
+
+
+def _event(data: object) -> bytes:
+    return f"data: {json.dumps(data)}\n\n".encode()
+
+
+_CHUNK = _event({"id": "c", "object": "chat.completion.chunk", "model": "gpt-4o-mini",
+                 "choices": [{"index": 0, "delta": {"content": "word "}, "finish_reason": None}]})
+_LAST = _event({"id": "c", "object": "chat.completion.chunk", "model": "gpt-4o-mini",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}) + _event(
+    {"id": "c", "object": "chat.completion.chunk", "model": "gpt-4o-mini", "choices": [],
+     "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20}}) + b"data: [DONE]\n\n"
 
 
 async def _serve() -> None:

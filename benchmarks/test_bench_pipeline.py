@@ -1,8 +1,9 @@
-"""Pipeline overhead against the floor: N nested async closures written by hand.
+"""Pipeline overhead against the floor: N nested async closures written by hand, and the same
+N middleware called through hand-nested lambdas (``lambda c: m1.handle(ctx, c, lambda c: ...)``).
 
 Both sides build their chain per call around a fresh terminal (the terminal captures the
 call's payload, so a real chain cannot be built once), and both run 1,000 calls per round.
-Goal: at N = 5 the pipeline costs at most 1.3x the floor.
+Goal: at N = 5 the pipeline costs at most 1.3x either floor.
 """
 
 from __future__ import annotations
@@ -64,3 +65,14 @@ def test_pipeline(benchmark: Any, loop: Any, depth: int) -> None:
 def test_hand_written_floor(benchmark: Any, loop: Any, depth: int) -> None:
     benchmark.group = f"pipeline N={depth}"
     benchmark(run_batch(loop, floor_call(depth), CALLS))
+
+
+def test_five_hand_nested_lambdas(benchmark: Any, loop: Any) -> None:
+    m1, m2, m3, m4, m5 = (PassThrough(n) for n in range(5))
+
+    def call() -> Awaitable[Any]:
+        return m1.handle(CTX, CONFIG, lambda c: m2.handle(CTX, c, lambda c: m3.handle(
+            CTX, c, lambda c: m4.handle(CTX, c, lambda c: m5.handle(CTX, c, terminal)))))
+
+    benchmark.group = "pipeline N=5"
+    benchmark(run_batch(loop, call, CALLS))

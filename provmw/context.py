@@ -17,7 +17,7 @@ import itertools
 import json
 import uuid
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -58,6 +58,23 @@ class FrozenMap(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._data)
 
+    # The per-call path reads options and controls through these: straight to the dict, not
+    # through Mapping's generic methods (a merge {**a, **b} was four times slower).
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def keys(self) -> KeysView[str]:
+        return self._data.keys()
+
+    def items(self) -> ItemsView[str, Any]:
+        return self._data.items()
+
+    def values(self) -> ValuesView[Any]:
+        return self._data.values()
+
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("FrozenMap is immutable")
 
@@ -97,7 +114,8 @@ class CallFacts:
     call can incur (None when a configuration in it is unpriced or has no output bound);
     ``estimated_cost_usd``: the same at the estimate and the input rate. ``shared_cache_key``
     (the canonical request digest) and ``cache_key`` (the digest bound to tenant and user)
-    are computed on first read only. ``stream``: the call streams its answer (what the
+    are computed on first read only, and so are the three bounds when the manager gives
+    ``bounds`` (what computes them). ``stream``: the call streams its answer (what the
     pipeline returns is an ``OpenedStream``; the cache and idempotency keys pass it by).
 
     ``needs``: the capabilities the call needs (names of ``provmw.providers.Capabilities``
@@ -114,15 +132,40 @@ class CallFacts:
     idempotency_key: str | None = None
     deterministic: bool = False
     estimated_input_tokens: int = 0
-    max_input_tokens: int = 0
+    _max_input_tokens: int = attrs.field(default=0, alias="max_input_tokens")
     max_output_tokens: int | None = None
-    planned_cost_usd: float | None = None
-    estimated_cost_usd: float | None = None
+    _planned_cost_usd: float | None = attrs.field(default=None, alias="planned_cost_usd")
+    _estimated_cost_usd: float | None = attrs.field(default=None, alias="estimated_cost_usd")
     stream: bool = False
     needs: frozenset[str] = frozenset()
     unmet: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze)
     response_schema: FrozenMap | None = attrs.field(default=None, converter=attrs.converters.optional(_freeze))
     digest: Callable[[], str] | None = attrs.field(default=None, eq=False, repr=False)
+    # Computes (max_input_tokens, planned_cost_usd, estimated_cost_usd) on first read: only budgets
+    # read them, and over a fallback chain they cost more than every other fact together.
+    bounds: Callable[[], tuple[int, float | None, float | None]] | None = attrs.field(
+        default=None, eq=False, repr=False)
+
+    @functools.cached_property
+    def _bounds(self) -> tuple[int, float | None, float | None]:
+        if self.bounds is not None:
+            return self.bounds()
+        return self._max_input_tokens, self._planned_cost_usd, self._estimated_cost_usd
+
+    @property
+    def max_input_tokens(self) -> int:
+        """A true upper bound of the input tokens over the fallback chain (ADR 0015)."""
+        return self._bounds[0]
+
+    @property
+    def planned_cost_usd(self) -> float | None:
+        """The worst case over the fallback chain at the bound (None when it cannot be known)."""
+        return self._bounds[1]
+
+    @property
+    def estimated_cost_usd(self) -> float | None:
+        """The worst case over the fallback chain at the estimate."""
+        return self._bounds[2]
 
     @functools.cached_property
     def shared_cache_key(self) -> str | None:
@@ -187,6 +230,13 @@ class _Metadata(FrozenMap):
     def __init__(self, data: Mapping[str, Any], facts: CallFacts) -> None:
         super().__init__(data)
         object.__setattr__(self, "_facts", facts)
+
+    # Through __getitem__, so that the deprecated keys still answer.
+    def get(self, key: str, default: Any = None) -> Any:
+        return Mapping.get(self, key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return Mapping.__contains__(self, key)
 
     def __getitem__(self, key: str) -> Any:
         try:

@@ -85,7 +85,11 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
     are the installed adapters' by provider name (an adapter missing from it offers the defaults)."""
     estimated = estimate_tokens(request)
     max_output = _most_output_tokens(chain, request)
-    max_input, planned = _bound_over(chain, request, prices)
+
+    def bounds() -> tuple[int, float | None, float | None]:
+        max_input, planned = _bound_over(chain, request, prices)
+        return max_input, planned, prices.planned_cost_usd(chain, estimated, max_output)
+
     needs = call_needs(operation, config, request, streaming=stream)
     offered = capabilities or {}
     unmet = {c.identifier: lacking for c in chain
@@ -96,8 +100,7 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
         controls=_controls(controls, known_controls),
         idempotency_key=_text("idempotency_key", idempotency_key),
         deterministic=is_deterministic(config, request),
-        estimated_input_tokens=estimated, max_input_tokens=max_input, max_output_tokens=max_output,
-        planned_cost_usd=planned, estimated_cost_usd=prices.planned_cost_usd(chain, estimated, max_output),
+        estimated_input_tokens=estimated, max_output_tokens=max_output, bounds=bounds,
         stream=stream, needs=needs, unmet=unmet, response_schema=getattr(request, "response_schema", None),
         digest=lambda: request_digest(operation, config, request),
     )

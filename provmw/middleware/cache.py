@@ -94,6 +94,9 @@ class CacheMiddleware:
         self.store: CacheStore = store if store is not None else MemoryCacheStore(
             max_entries=o.max_entries, max_bytes=o.max_bytes, timer=timer)
         self._operations = frozenset(ProviderOperation(name) for name in o.operations)
+        # A store that grants every claim (one process's memory) is not asked: the misses of one
+        # process are coalesced here already, and two awaits per miss are saved.
+        self._claims = not getattr(self.store, "grants_every_claim", False)
         self._in_flight: dict[str, asyncio.Future[Any]] = {}
         # Decoding a stored answer costs more than the rest of a hit; remember the last few
         # decodings, each valid only while the store returns the very same text.
@@ -138,7 +141,7 @@ class CacheMiddleware:
         self._in_flight.setdefault(key, leader)
         claim: str | None = None
         try:
-            if not controls.get("no_cache"):
+            if self._claims and not controls.get("no_cache"):
                 claimed = await self._claim(key, ctx.operation)
                 if not isinstance(claimed, str):  # another process filled it while we waited
                     leader.set_result(claimed)

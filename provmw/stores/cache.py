@@ -4,7 +4,8 @@ Stores hold JSON text (``response.to_dict()`` serialized), never pickles, so a p
 entry can at worst fail to decode; the cache middleware treats that as a miss. A store
 shared by many processes also hands out short claims, so that of all the processes
 missing one key at once only the claim holder calls upstream while the others wait for
-its entry.
+its entry. A store whose claims are always granted (this module's memory store) says so
+with ``grants_every_claim = True``, and the middleware then never asks it for one.
 """
 
 from __future__ import annotations
@@ -75,6 +76,11 @@ class MemoryCacheStore:
     async def delete(self, key: str) -> None:
         with self._lock:
             self._entries.pop(key, None)
+
+    @property
+    def grants_every_claim(self) -> bool:
+        """True: the cache middleware need not ask for claims (unless a subclass hands them out)."""
+        return type(self).claim is MemoryCacheStore.claim
 
     async def claim(self, key: str, ttl_s: float) -> str | None:
         return ""

@@ -87,6 +87,7 @@ class GuardedCache:
     def __init__(self, store: CacheStore) -> None:
         self.store = store
         self._outage = _Outage("cache", "serving misses")
+        self.grants_every_claim: bool = getattr(store, "grants_every_claim", False)
 
     async def get(self, key: str) -> str | None:
         return await self._outage.call(self.store.get(key), None)

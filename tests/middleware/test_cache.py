@@ -375,3 +375,13 @@ async def test_a_failed_fill_gives_its_claim_back() -> None:
     with pytest.raises(ProviderUnavailableError):
         await middleware.handle(ctx(), CONFIG, ScriptedNext(ProviderUnavailableError("down", status=503)))
     assert store.unclaimed == ["token"]
+
+
+async def test_a_store_that_grants_every_claim_is_never_asked_for_one() -> None:
+    class Granting(SharedStore):
+        grants_every_claim = True
+
+    store = Granting()  # were it asked, its claim would be held elsewhere and the call would wait
+    middleware = CacheMiddleware(CacheOptions(operations=("chat",)), store=GuardedCache(store))
+    response = await asyncio.wait_for(middleware.handle(ctx(), CONFIG, ScriptedNext(ANSWER)), 5)
+    assert not response.cached and store.unclaimed == []

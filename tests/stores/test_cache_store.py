@@ -80,3 +80,12 @@ def test_the_store_is_safe_across_threads() -> None:
     for t in threads:
         t.join()
     assert store.entries <= 500
+
+
+def test_the_memory_store_says_it_grants_every_claim_unless_a_subclass_hands_claims_out() -> None:
+    class Claiming(MemoryCacheStore):
+        async def claim(self, key: str, ttl_s: float) -> str | None:
+            return None
+
+    assert MemoryCacheStore().grants_every_claim
+    assert not Claiming().grants_every_claim
