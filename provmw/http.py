@@ -41,6 +41,7 @@ from yarl import URL
 
 from provmw._reads import ERROR_BODY_BYTES, ReadLimits, ReadRefused, read_capped
 from provmw._redact import masked_url
+from provmw._timers import WaitLimit
 from provmw.errors import (
     AuthenticationError,
     ConfigurationError,
@@ -391,28 +392,32 @@ async def _status_of(response: aiohttp.ClientResponse, limits: ReadLimits) -> Ht
 async def _events(content: aiohttp.StreamReader, limits: ReadLimits) -> AsyncIterator[SSEEvent]:
     """The events of a stream, refused once ``stream_idle_s`` passes with no event but keepalives."""
     decoder = SSEDecoder(limits.max_event_bytes)
-    loop = asyncio.get_running_loop()
-    idle_until = loop.time() + limits.stream_idle_s
-    while chunk := await _read_before(content, idle_until, limits.stream_idle_s):
-        for event in decoder.feed(chunk):
-            yield event
-            if event.event not in KEEPALIVE_EVENTS:  # after the yield: a slow consumer is not an idle provider
-                idle_until = loop.time() + limits.stream_idle_s
-        if loop.time() >= idle_until:  # a flood of comments may never leave the read waiting
-            raise _idle(limits.stream_idle_s)
+    limit = WaitLimit()
+    idle_until = limit.loop_time() + limits.stream_idle_s
+    try:
+        while chunk := await _read_before(content, limit, idle_until, limits.stream_idle_s):
+            for event in decoder.feed(chunk):
+                yield event
+                if event.event not in KEEPALIVE_EVENTS:  # after the yield: a slow consumer is not an idle provider
+                    idle_until = limit.loop_time() + limits.stream_idle_s
+            if limit.loop_time() >= idle_until:  # a flood of comments may never leave the read waiting
+                raise _idle(limits.stream_idle_s)
+    finally:
+        limit.close()
     for event in decoder.flush():
         yield event
 
 
-async def _read_before(content: aiohttp.StreamReader, deadline: float, idle_s: float) -> bytes:
-    timer = asyncio.timeout_at(deadline)
+async def _read_before(content: aiohttp.StreamReader, limit: WaitLimit, deadline: float, idle_s: float) -> bytes:
+    limit.start(deadline)
     try:
-        async with timer:
-            return await content.readany()
-    except TimeoutError:
-        if timer.expired():
+        return await content.readany()
+    except asyncio.CancelledError:
+        if limit.expired():
             raise _idle(idle_s) from None
-        raise  # aiohttp's own per-read timeout: mapped like any other
+        raise
+    finally:
+        limit.stop()
 
 
 def _idle(idle_s: float) -> ReadRefused:

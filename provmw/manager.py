@@ -228,9 +228,10 @@ class ServiceManager:
         the chunks after it do not (ADR 0005); a failure after the first chunk raises
         ``StreamInterruptedError``. The last chunk carries the finish reason and usage."""
         request = ChatRequest(messages_from(messages), options=_options(options, option_args))
-        async with contextlib.aclosing(self._stream(ProviderOperation.CHAT, request, _Call(
-                configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
-                api_key, timeout_s))) as chunks:
+        opened = await self._open(ProviderOperation.CHAT, request, _Call(
+            configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
+            api_key, timeout_s))
+        async with contextlib.aclosing(opened.chunks()) as chunks:  # a caller who stops: the end runs now
             async for chunk in chunks:
                 yield chunk
 
@@ -247,9 +248,10 @@ class ServiceManager:
         if not tools:
             raise ConfigurationError("stream_chat_with_tools needs at least one tool")
         request = ChatRequest(messages_from(messages), tools=tools, options=_options(options, option_args))
-        async with contextlib.aclosing(self._stream(ProviderOperation.TOOLS, request, _Call(
-                configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
-                api_key, timeout_s))) as chunks:
+        opened = await self._open(ProviderOperation.TOOLS, request, _Call(
+            configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
+            api_key, timeout_s))
+        async with contextlib.aclosing(opened.chunks()) as chunks:  # a caller who stops: the end runs now
             async for chunk in chunks:
                 yield chunk
 
@@ -285,8 +287,7 @@ class ServiceManager:
             return config, ProviderCallContext(operation, call.correlation_id, facts=facts)
         return config, ProviderCallContext(operation, facts=facts)
 
-    async def _stream(self, operation: ProviderOperation, request: ChatRequest,
-                      call: _Call) -> AsyncGenerator[ChatChunk, None]:
+    async def _open(self, operation: ProviderOperation, request: ChatRequest, call: _Call) -> OpenedStream:
         if call.idempotency_key is not None:
             raise ConfigurationError("idempotency_key applies to unary calls: a stream is not replayed (ADR 0005)")
         # Every stream a terminal opened for this call: one a layer drops (a hedge's loser, an
@@ -301,9 +302,7 @@ class ServiceManager:
         for dropped in streams:
             if dropped.stream is not opened.stream:
                 await dropped.aclose()
-        async with contextlib.aclosing(opened.chunks()) as chunks:  # a caller who stops: the end runs now
-            async for chunk in chunks:
-                yield chunk
+        return opened
 
     async def _run(self, operation: ProviderOperation, request: ProviderRequest, response_type: type[R],
                    call: _Call, *, streams: list[OpenedStream] | None = None) -> R:

@@ -27,6 +27,7 @@ from typing import Any
 
 import attrs
 
+from provmw._timers import WaitLimit
 from provmw.errors import (
     FirstChunkTimeoutError,
     InvalidDataError,
@@ -127,6 +128,7 @@ class OpenedStream(ProviderResponse):
         if state.ended:
             return
         state.ended = True
+        reading.limit.close()
         await _close(state.rest)
         end = reading.end(error, abandoned)
         # Shielded: a caller cancelled again while the callbacks settle must not lose a record.
@@ -189,6 +191,7 @@ class _Reading:
 
     def __init__(self, opened: OpenedStream) -> None:
         self.opened = opened
+        self.limit = WaitLimit()
         self.text: list[str] = []
         self.tool_calls: list[ToolCall] = []
         self.finish_reason: str | None = None
@@ -212,18 +215,19 @@ class _Reading:
         return chunk
 
     async def next_chunk(self) -> ChatChunk | None:
-        idle_s = self.opened.stream.idle_s
-        scope = asyncio.timeout(idle_s)
+        limit, state = self.limit, self.opened.stream
+        limit.start(limit.loop_time() + state.idle_s)
         try:
-            async with scope:
-                return await anext(self.opened.stream.rest)
+            return await anext(state.rest)
         except StopAsyncIteration:
             return None
-        except TimeoutError:
-            if not scope.expired():
+        except asyncio.CancelledError:
+            if not limit.expired():
                 raise
-            raise ProviderTimeoutError(f"no chunk for {idle_s:g}s (stream_idle_timeout_s)",
+            raise ProviderTimeoutError(f"no chunk for {state.idle_s:g}s (stream_idle_timeout_s)",
                                        provider=self.opened.provider, model=self.opened.model) from None
+        finally:
+            limit.stop()
 
     def interrupted(self, exc: BaseException) -> StreamInterruptedError:
         opened = self.opened

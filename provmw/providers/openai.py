@@ -235,6 +235,10 @@ class OpenAIAdapter:
                 if "error" in data:
                     raise InBandError(event.data)
                 chunk = self._stream_chunk(config, data, calls)
+                if chunk.finish_reason is None and chunk.usage is None:
+                    if chunk.text:
+                        yield chunk
+                    continue
                 last = ChatChunk(finish_reason=chunk.finish_reason or last.finish_reason,
                                  usage=chunk.usage or last.usage)
                 if chunk.text:
