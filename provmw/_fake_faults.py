@@ -136,9 +136,10 @@ def add_fault_arguments(parser: argparse.ArgumentParser) -> None:
 
 def plans_from_arguments(args: argparse.Namespace) -> list[FaultPlan]:
     """The plan the command line asks for, or none when it names no fault."""
-    values = {key: getattr(args, key) for key in _JSON_KEYS - {"header"}
-              if getattr(args, key, None) not in (None, False)}
-    if not values and not args.header:
+    # 0 is a value here (``--stream-error-after 0``: before the first event); only unset is not.
+    values = {key: value for key in _JSON_KEYS - {"header"}
+              if (value := getattr(args, key, None)) is not None and value is not False}
+    if not values.keys() - {"seed"} and not args.header:  # the seed has a default: alone, it asks for nothing
         return []
     values["header"] = _headers(args.header)
     return [plan_from_mapping(values, where="fake-provider")]

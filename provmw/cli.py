@@ -9,6 +9,7 @@ import datetime as dt
 import errno
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -336,6 +337,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         result = command(args, out)
         return asyncio.run(result) if asyncio.iscoroutine(result) else int(result)
+    except BrokenPipeError:
+        # The reader went away (`provmw stack | head`) with what it wanted: point stdout at
+        # devnull so the interpreter's last flush does not fail again (the Python docs' recipe).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except ProvmwError as exc:
         sys.stderr.write(f"provmw: {type(exc).__name__}: {exc}\n")
         if args.verbose:

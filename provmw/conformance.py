@@ -136,7 +136,7 @@ class AdapterConformance:
     def needs(self, capability: str) -> None:
         """Skip the test when the adapter does not offer ``capability``."""
         if not getattr(self.offers, capability):
-            pytest.skip(f"{self.adapter.name} declares no {capability}")
+            pytest.skip(f"{self.adapter.name} does not offer {capability}: nothing to test")
 
     async def stream(self, fake: FakeProvider, http: HttpClient, request: ChatRequest = _HELLO) -> list[ChatChunk]:
         return [chunk async for chunk in self.adapter.stream_chat(http, self.config(fake), request)]
@@ -260,7 +260,7 @@ class AdapterConformance:
     async def test_an_operation_it_does_not_offer_raises_before_any_request(
             self, fake: FakeProvider, http: HttpClient, operation: str) -> None:
         if getattr(self.offers, operation):
-            pytest.skip(f"{self.adapter.name} declares {operation}")
+            pytest.skip(f"{self.adapter.name} offers {operation}: there is nothing to refuse")
         config = self.config(fake)
         calls: dict[str, Callable[[], Awaitable[object]]] = {
             "completion": lambda: self.adapter.complete(http, config, CompletionRequest("x")),

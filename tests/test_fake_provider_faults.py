@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -117,3 +118,16 @@ def test_bad_fault_options_are_a_configuration_error(options: list[str], named: 
     assert main(["fake-provider", "--port", "0", *options]) == 2
     err = capsys.readouterr().err
     assert ConfigurationError.__name__ in err and named in err
+
+
+@pytest.mark.parametrize(("options", "fault"), [
+    (["--stream-error-after", "0", "--code", "overloaded"], {"stream_error_after": 0, "code": "overloaded"}),
+    (["--stall-after", "0", "--stall", "30"], {"stall_after": 0, "stall_s": 30.0}),
+    (["--cut-stream-after", "0"], {"cut_stream_after": 0})])
+def test_a_stream_fault_at_event_0_from_the_command_line_is_kept(options: list[str], fault: dict[str, object]) -> None:
+    from provmw._fake_faults import add_fault_arguments, plans_from_arguments
+
+    parser = argparse.ArgumentParser()
+    add_fault_arguments(parser)
+    [plan] = plans_from_arguments(parser.parse_args(options))
+    assert {name: getattr(plan.fault, name) for name in fault} == fault
