@@ -140,6 +140,7 @@ EXCEPTION_ERRORS: Mapping[type[BaseException], tuple[type[ProviderError], str]] 
 NEVER_SENT: tuple[type[BaseException], ...] = (aiohttp.ClientConnectorError,)
 
 _MAPPED = tuple(EXCEPTION_ERRORS)
+_EVENT_MESSAGE_CHARS = 2_000
 # Events that only say "still here" (Anthropic's ``ping``): like comments, they do not reset
 # the idle limit, or a server could hold a stream open for ever without an answer.
 KEEPALIVE_EVENTS = frozenset({"ping"})
@@ -234,7 +235,10 @@ def _in_band_error(exc: InBandError, codes: ErrorCodes, provider: str, model: st
                                       provider=provider, model=model)
     # After an HTTP 200, an error event is the server failing mid-answer ("overloaded").
     cls = codes.codes.get(code or "", ProviderUnavailableError)
-    return cls(f"error event in the stream: {message or 'no message'}", provider=provider, model=model, code=code)
+    text = message or "no message"
+    if len(text) > _EVENT_MESSAGE_CHARS:  # a hostile event may hold megabytes: an error message need not
+        text = text[:_EVENT_MESSAGE_CHARS] + f"... ({len(text)} characters)"
+    return cls(f"error event in the stream: {text}", provider=provider, model=model, code=code)
 
 
 def _extract(body: bytes, codes: ErrorCodes) -> tuple[str | None, str | None]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
@@ -35,7 +37,7 @@ from provmw.responses import (
 )
 from provmw.settings import Settings, load_settings
 from provmw.state import open_state
-from provmw.streams import OpenedStream, open_stream
+from provmw.streams import OpenedStream, StreamEnd, open_stream
 from provmw.structured import parsed_answer, repaired, schema_of
 
 __all__ = ["ServiceManager", "StackEntry"]
@@ -112,6 +114,7 @@ class ServiceManager:
         self.http = http if http is not None else HttpClient(limits=self.settings.http)
         # Ad-hoc base_urls go through a client of their own, whose resolver checks (ADR 0018).
         self.destinations = DestinationGuard(self.settings.destinations, limits=self.settings.http)
+        self._streams: dict[int, OpenedStream] = {}  # opened and not yet ended, by their state's id
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str] | None = None, *, host: PluginHost | None = None,
@@ -126,8 +129,10 @@ class ServiceManager:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the HTTP client, then the middleware that hold resources, then the state (the
-        usage ledger writes what it still holds); the manager may not be used afterwards."""
+        """End the streams still open (their records and settles go in), then close the HTTP
+        client, the middleware that hold resources and the state (the usage ledger writes what
+        it still holds); the manager may not be used afterwards."""
+        await _end_all(list(self._streams.values()))
         try:
             await self.http.aclose()
             await self.destinations.aclose()
@@ -291,18 +296,25 @@ class ServiceManager:
         if call.idempotency_key is not None:
             raise ConfigurationError("idempotency_key applies to unary calls: a stream is not replayed (ADR 0005)")
         # Every stream a terminal opened for this call: one a layer drops (a hedge's loser, an
-        # outer layer that fails or is cancelled after it opened) is closed here, its end run.
+        # outer layer that fails or is cancelled after it opened) is ended here, its end run;
+        # and one the caller still reads when the manager closes is ended by ``aclose``.
         streams: list[OpenedStream] = []
         try:
             opened = await self._run(operation, request, OpenedStream, call, streams=streams)
+            self._streams[id(opened.stream)] = opened
+            opened.on_end(functools.partial(self._forget_stream, id(opened.stream)))
         except BaseException:
-            for dropped in streams:
-                await dropped.aclose()
+            await _end_all(streams)
             raise
-        for dropped in streams:
-            if dropped.stream is not opened.stream:
-                await dropped.aclose()
+        try:
+            await _end_all([s for s in streams if s.stream is not opened.stream])
+        except BaseException:
+            await opened.aclose()
+            raise
         return opened
+
+    async def _forget_stream(self, key: int, end: StreamEnd) -> None:
+        self._streams.pop(key, None)
 
     async def _run(self, operation: ProviderOperation, request: ProviderRequest, response_type: type[R],
                    call: _Call, *, streams: list[OpenedStream] | None = None) -> R:
@@ -313,7 +325,7 @@ class ServiceManager:
         adapters, http, prices, attempts = self.providers, self.http, self.prices, ctx.attempts
         client_for, check_destination = self.destinations.client_for, self.destinations.check
         credentials, capabilities, needs = self.settings.with_credentials, self.capabilities, ctx.facts.needs
-        estimated_input_tokens = ctx.facts.estimated_input_tokens
+        estimated_input_tokens, max_output_tokens = ctx.facts.estimated_input_tokens, ctx.facts.max_output_tokens
 
         async def send(chosen: ProviderConfig) -> ProviderResponse:
             if streams is not None:
@@ -323,7 +335,8 @@ class ServiceManager:
                     provider=chosen.provider, model=chosen.model, served_by=chosen.identifier,
                     first_chunk_s=chosen.first_chunk_timeout_s or chosen.timeout_s,
                     idle_s=chosen.stream_idle_timeout_s or chosen.timeout_s, price=prices.price_for(chosen),
-                    estimated_input_tokens=estimated_input_tokens, scrub=Scrubber.for_config(chosen).error)
+                    estimated_input_tokens=estimated_input_tokens, max_output_tokens=max_output_tokens,
+                    scrub=Scrubber.for_config(chosen).error)
                 streams.append(opened)
                 return opened
             call_adapter: Callable[..., Awaitable[ProviderResponse]] = getattr(adapters[chosen.provider], method)
@@ -386,6 +399,12 @@ _METHODS: Mapping[ProviderOperation, str] = {
     ProviderOperation.COMPLETION: "complete",
     ProviderOperation.EMBEDDING: "embed",
 }
+
+
+async def _end_all(streams: Sequence[OpenedStream]) -> None:
+    """End each stream unread (a no-op for one already ended), all of them even if cancelled."""
+    if streams:
+        await asyncio.shield(asyncio.gather(*(s.aclose() for s in streams)))
 
 
 def _environment_key(adapter: ProviderAdapter) -> Secret | None:

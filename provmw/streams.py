@@ -76,6 +76,7 @@ class _Stream:
     idle_s: float
     price: Price | None
     estimated_input_tokens: int
+    max_output_tokens: int | None
     scrub: Callable[[BaseException], object]
     callbacks: list[EndCallback] = attrs.Factory(list)
     ended: bool = False
@@ -129,10 +130,10 @@ class OpenedStream(ProviderResponse):
             return
         state.ended = True
         reading.limit.close()
-        await _close(state.rest)
         end = reading.end(error, abandoned)
-        # Shielded: a caller cancelled again while the callbacks settle must not lose a record.
-        await asyncio.shield(asyncio.get_running_loop().create_task(_run_callbacks(state.callbacks, end)))
+        # Shielded, closing included: a caller cancelled again while the adapter's stream closes
+        # or the callbacks settle must not lose a record.
+        await asyncio.shield(asyncio.get_running_loop().create_task(_finish(state, end)))
 
 
 @attrs.define
@@ -240,7 +241,11 @@ class _Reading:
         text = "".join(self.text)
         usage, estimated = self.usage, False
         if usage is None:
-            usage, estimated = Usage(input_tokens=state.estimated_input_tokens, output_tokens=len(text) // 4 + 1), True
+            # Never above the bound the budget reserved on: an estimate is no reason to overspend.
+            output = len(text) // 4 + 1
+            if state.max_output_tokens is not None:
+                output = min(output, state.max_output_tokens)
+            usage, estimated = Usage(input_tokens=state.estimated_input_tokens, output_tokens=output), True
         if state.price is not None and usage.cost_usd is None:
             usage = attrs.evolve(usage, cost_usd=state.price.cost_usd(usage))
         response = CompletionResponse(provider=opened.provider, model=opened.model, served_by=opened.served_by,
@@ -251,7 +256,7 @@ class _Reading:
 
 async def open_stream(chunks: AsyncIterator[ChatChunk], *, provider: str, model: str, served_by: str,
                       first_chunk_s: float, idle_s: float, price: Price | None, estimated_input_tokens: int,
-                      scrub: Callable[[BaseException], object]) -> OpenedStream:
+                      max_output_tokens: int | None, scrub: Callable[[BaseException], object]) -> OpenedStream:
     """Read ``chunks`` (an adapter's ``stream_chat``) up to its first content, within ``first_chunk_s``;
     ``scrub`` takes the attempt's credentials out of an error raised later, while reading.
 
@@ -276,7 +281,7 @@ async def open_stream(chunks: AsyncIterator[ChatChunk], *, provider: str, model:
                                          "(first_chunk_timeout_s)", limit_s=first_chunk_s, provider=provider,
                                          model=model) from None
         raise
-    state = _Stream(head, chunks, idle_s, price, estimated_input_tokens, scrub)
+    state = _Stream(head, chunks, idle_s, price, estimated_input_tokens, max_output_tokens, scrub)
     return OpenedStream(provider=provider, model=model, served_by=served_by, stream=state)
 
 
@@ -289,8 +294,9 @@ async def _close(chunks: AsyncIterator[ChatChunk]) -> None:
             log.debug("closing a stream failed", exc_info=True)
 
 
-async def _run_callbacks(callbacks: list[EndCallback], end: StreamEnd) -> None:
-    for callback in callbacks:
+async def _finish(state: _Stream, end: StreamEnd) -> None:
+    await _close(state.rest)
+    for callback in state.callbacks:
         try:
             await callback(end)
         except Exception:

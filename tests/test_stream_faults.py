@@ -50,11 +50,11 @@ AFTER_FIRST_CHUNK = {
 }
 
 
-def settings(fake: FakeProvider, ledger: Path) -> Settings:
+def settings(fake: FakeProvider, ledger: Path, primary: str = "oa") -> Settings:
     return Settings(
-        configurations={"oa": openai_config(fake, fallbacks=("an",), **LIMITS),
-                        "an": anthropic_config(fake, **LIMITS)},
-        default="oa",
+        configurations={"oa": openai_config(fake, fallbacks=("an",) if primary == "oa" else (), **LIMITS),
+                        "an": anthropic_config(fake, fallbacks=("oa",) if primary == "an" else (), **LIMITS)},
+        default=primary,
         middleware={"retry": {"base_s": 0.001, "max_wait_s": 0.01, "max_attempts": 2},
                     "circuit_breaker": {"window_size": 2, "min_calls": 2},
                     "budget": {"path": str(ledger), "limits": [{"scope": "global", "max_cost_usd": 10.0}]},
@@ -233,3 +233,85 @@ async def test_a_stream_an_outer_layer_drops_still_ends_once(fake: FakeProvider,
         spent, reserved = await budget_of(manager)
     [record] = await ledger(tmp_path / "ledger.sqlite3")
     assert (record.billed, reserved, spent) == ("estimated", 0, round((record.cost_usd or 0) * 1e6))
+
+
+ANTHROPIC_BEFORE_FIRST_CHUNK = {
+    "status-529": Fault(status=529, code="overloaded_error"),
+    "overloaded-event-before-message-start": Fault(stream_error_after=0, code="overloaded_error"),
+    "overloaded-event-after-message-start": Fault(stream_error_after=1, code="overloaded_error"),
+    "stall": Fault(stall_after=1, stall_s=2),
+    "cut": Fault(cut_stream_after=2),
+    "malformed": Fault(malformed_after=1),
+}
+
+
+@pytest.mark.parametrize("fault", ANTHROPIC_BEFORE_FIRST_CHUNK.values(), ids=ANTHROPIC_BEFORE_FIRST_CHUNK.keys())
+async def test_an_anthropic_stream_that_fails_before_its_first_chunk_is_retried_then_failed_over(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path, fault: Fault) -> None:
+    fake.script(fault, fault, model="claude-test")
+    async with ServiceManager(settings(fake, tmp_path / "ledger.sqlite3", primary="an"), host=builtin_only) as manager:
+        chunks = [c async for c in manager.stream_chat("stream me", user="ada")]
+        spent, reserved = await budget_of(manager)
+    assert "".join(c.text for c in chunks).strip() == "echo: stream me"
+    records = await ledger(tmp_path / "ledger.sqlite3")
+    assert [(r.config_id, r.status) for r in records] == [("an", "error"), ("an", "error"), ("oa", "ok")]
+    assert (reserved, spent) == (0, round(sum(r.cost_usd or 0 for r in records) * 1e6))
+
+
+async def test_the_usage_event_the_provider_sends_is_what_the_ledger_and_budget_count(
+        manager: ServiceManager, fake: FakeProvider, tmp_path: Path) -> None:
+    fake.script(Fault(usage={"prompt_tokens": 700, "completion_tokens": 300, "total_tokens": 1000}))
+    chunks = [c async for c in manager.stream_chat("stream me")]
+    spent, reserved = await budget_of(manager)
+    await manager.aclose()
+    [record] = await ledger(tmp_path / "ledger.sqlite3")
+    assert (record.input_tokens, record.output_tokens, record.billed) == (700, 300, "yes")
+    assert chunks[-1].usage is not None and chunks[-1].usage.cost_usd == record.cost_usd
+    assert (reserved, spent) == (0, round((record.cost_usd or 0) * 1e6))
+
+
+async def test_a_cancelled_reader_leaves_one_estimated_record_and_no_reservation(
+        manager: ServiceManager, fake: FakeProvider, tmp_path: Path) -> None:
+    fake.script(Fault(stall_after=3, stall_s=0.25))
+    started = asyncio.Event()
+
+    async def read() -> None:
+        async for _ in manager.stream_chat("one two three four"):
+            started.set()
+
+    reader = asyncio.create_task(read())
+    await started.wait()
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    spent, reserved = await budget_of(manager)
+    await manager.aclose()
+    [record] = await ledger(tmp_path / "ledger.sqlite3")
+    assert (record.billed, reserved, spent) == ("estimated", 0, round((record.cost_usd or 0) * 1e6))
+
+
+async def test_closing_the_manager_ends_the_streams_still_open(
+        manager: ServiceManager, fake: FakeProvider, tmp_path: Path) -> None:
+    stream = manager.stream_chat("one two three four")
+    await anext(stream)
+    await manager.aclose()
+    await stream.aclose()
+    assert [r.billed for r in await ledger(tmp_path / "ledger.sqlite3")] == ["estimated"]
+
+
+async def test_an_estimate_never_settles_past_the_bound_a_strict_budget_reserved(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    price = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 1000.0, "max_output_tokens": 1000}
+    config = openai_config(fake, price=price, options={"max_tokens": 3})
+    limits = [{"scope": "global", "period": "total", "max_cost_usd": 1.0}]
+    path = tmp_path / "ledger.sqlite3"
+    middleware = {"budget": {"path": str(path), "limits": limits}, "usage": {"path": str(path)}}
+    async with ServiceManager(Settings(configurations={"oa": config}, middleware=middleware),
+                              host=builtin_only) as manager:
+        stream = manager.stream_chat(("x" * 4000 + " ") * 2)  # the fake echoes it: 3 tokens, 8,000 characters
+        texts = [(await anext(stream)).text for _ in range(3)]
+        await stream.aclose()  # before the usage event: the usage is estimated from the text
+        spent, reserved = await budget_of(manager)
+    [record] = await ledger(path)
+    assert len("".join(texts)) > 8000 and record.billed == "estimated"
+    assert record.output_tokens <= 3 and spent <= 1_000_000 and reserved == 0

@@ -66,7 +66,8 @@ async def chunks_of(*items: ChatChunk | BaseException) -> AsyncIterator[ChatChun
 
 async def opened(*items: ChatChunk | BaseException, idle_s: float = 5.0) -> tuple[OpenedStream, list[StreamEnd]]:
     stream = await open_stream(chunks_of(*items), provider="p", model="m", served_by="cfg", first_chunk_s=5.0,
-                               idle_s=idle_s, price=None, estimated_input_tokens=7, scrub=lambda exc: None)
+                               idle_s=idle_s, price=None, estimated_input_tokens=7, max_output_tokens=None,
+                               scrub=lambda exc: None)
     ends: list[StreamEnd] = []
 
     async def on_end(end: StreamEnd) -> None:
@@ -136,3 +137,36 @@ async def test_a_failing_callback_does_not_keep_the_others_from_the_end() -> Non
     stream.on_end(after)
     _ = [c async for c in stream.chunks()]
     assert len(ends) == len(later) == 1
+
+
+async def slow_to_close() -> AsyncIterator[ChatChunk]:
+    try:
+        for text in ("a", "b", "c"):
+            yield ChatChunk(text=text)
+    finally:
+        await asyncio.sleep(0.05)  # an adapter whose cleanup awaits
+
+
+async def test_a_reader_cancelled_while_the_stream_closes_still_runs_the_end() -> None:
+    stream = await open_stream(slow_to_close(), provider="p", model="m", served_by="cfg", first_chunk_s=5.0,
+                               idle_s=5.0, price=None, estimated_input_tokens=7, max_output_tokens=None,
+                               scrub=lambda exc: None)
+    ends: list[StreamEnd] = []
+
+    async def on_end(end: StreamEnd) -> None:
+        ends.append(end)
+
+    stream.on_end(on_end)
+
+    async def read_one() -> None:
+        chunks = stream.chunks()
+        await anext(chunks)
+        await chunks.aclose()
+
+    reader = asyncio.create_task(read_one())
+    await asyncio.sleep(0.01)
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    await asyncio.sleep(0.1)
+    assert len(ends) == 1

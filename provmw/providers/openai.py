@@ -232,7 +232,7 @@ class OpenAIAdapter:
                     yield self._last(config, last, calls)
                     return
                 data = self._event(config, event.data)
-                if "error" in data:
+                if data.get("error") is not None:
                     raise InBandError(event.data)
                 chunk = self._stream_chunk(config, data, calls)
                 if chunk.finish_reason is None and chunk.usage is None:
