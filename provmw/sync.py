@@ -53,7 +53,8 @@ def _blocking_stream(
                 except StopAsyncIteration:
                     return
         finally:
-            self._wait(chunks.aclose())
+            if not self._closed:  # closing the manager already ended the stream
+                self._wait(chunks.aclose())
 
     stream.__doc__ = f"Blocking ``ServiceManager.{method.__name__}``: yields chunks as they arrive."
     return stream

@@ -109,3 +109,26 @@ async def test_the_twin_builds_from_a_settings_file(fake: FakeProvider, tmp_path
 
     assert await asyncio.to_thread(use) == "echo: hi"
     assert fake.received[0].body["temperature"] == 0.2
+
+
+async def test_a_stream_left_open_when_the_twin_closes_is_recorded_and_closes_quietly(
+        fake: FakeProvider, tmp_path: Path) -> None:
+    import asyncio
+
+    from provmw.stores.usage import SqliteUsageStore
+
+    path = tmp_path / "ledger.sqlite3"
+    settings = Settings(configurations={"oa": openai_config(fake)}, middleware={"usage": {"path": str(path)}})
+
+    def use() -> None:
+        twin = SyncServiceManager(settings, host=PluginHost(PluginPolicy(autoload=False), environ={}))
+        chunks = twin.stream_chat("one two three", user="ada")
+        next(chunks)
+        twin.close()
+        chunks.close()
+
+    await asyncio.to_thread(use)
+    store = SqliteUsageStore(path)
+    records = await store.records()
+    await store.aclose()
+    assert [(r.user, r.billed) for r in records] == [("ada", "estimated")]
