@@ -10,7 +10,7 @@ import asyncio
 import functools
 import os
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Generator, Iterable
 from concurrent.futures import Future
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -41,9 +41,9 @@ def _blocking(
 
 def _blocking_stream(
     method: Callable[Concatenate[ServiceManager, P], AsyncGenerator[ChatChunk, None]],
-) -> Callable[Concatenate[SyncServiceManager, P], Iterator[ChatChunk]]:
+) -> Callable[Concatenate[SyncServiceManager, P], Generator[ChatChunk, None, None]]:
     @functools.wraps(method)
-    def stream(self: SyncServiceManager, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[ChatChunk]:
+    def stream(self: SyncServiceManager, /, *args: P.args, **kwargs: P.kwargs) -> Generator[ChatChunk, None, None]:
         self._check_open()
         chunks = method(self.manager, *args, **kwargs)
         try:
