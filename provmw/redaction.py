@@ -27,6 +27,10 @@ _PHONE_OR_DATE = re.compile(rf"(?<![\w.])(?=[+(\d])(?:(?P<date>{_DATE})|{_PHONE}
 
 def redact(text: str) -> str:
     """Replace e-mail addresses with ``[email]`` and phone numbers with ``[phone]``; dates stay."""
+    if text.isalnum() and not text.isdecimal():
+        # One word (an id, a name) with a letter in it: an address needs "@", a date a separator,
+        # and a phone would have to be the whole word, all digits. Nothing to replace.
+        return text
     # Without "@" there is no address, and the e-mail pattern's cost grows with the square of a long word.
     unmailed = _EMAIL.sub("[email]", text) if "@" in text else text
     return _PHONE_OR_DATE.sub(lambda m: m.group() if m.group("date") else "[phone]", unmailed)
