@@ -150,15 +150,17 @@ def attempt_attributes(ctx: ProviderCallContext, config: ProviderConfig) -> Attr
     return {**call_attributes(ctx, config), SYSTEM: config.provider, **_server(config), **_request_options(asked)}
 
 
-def _usage(response: ProviderResponse) -> Attributes:
+def _add_usage(found: Attributes, response: ProviderResponse) -> None:
     usage = response.usage
-    found = {INPUT_TOKENS: usage.input_tokens}
+    found[INPUT_TOKENS] = usage.input_tokens
     if not isinstance(response, EmbeddingResponse):
         found[OUTPUT_TOKENS] = usage.output_tokens
-    parts = {CACHE_READ_TOKENS: usage.cached_input_tokens,
-             CACHE_CREATION_TOKENS: usage.cache_write_5m_tokens + usage.cache_write_1h_tokens,
-             REASONING_TOKENS: usage.reasoning_tokens}
-    return found | {name: count for name, count in parts.items() if count}
+    if usage.cached_input_tokens:
+        found[CACHE_READ_TOKENS] = usage.cached_input_tokens
+    if written := usage.cache_write_5m_tokens + usage.cache_write_1h_tokens:
+        found[CACHE_CREATION_TOKENS] = written
+    if usage.reasoning_tokens:
+        found[REASONING_TOKENS] = usage.reasoning_tokens
 
 
 def response_attributes(response: ProviderResponse, *, usage: bool = True) -> Attributes:
@@ -167,13 +169,16 @@ def response_attributes(response: ProviderResponse, *, usage: bool = True) -> At
                          "provmw.cached": response.cached}
     if response.response_id is not None:
         found[RESPONSE_ID] = response.response_id
-    if isinstance(response, CompletionResponse) and response.finish_reason is not None:
-        found[FINISH_REASONS] = [response.finish_reason]
-    if isinstance(response, EmbeddingResponse) and response.vectors:
+    if isinstance(response, CompletionResponse):
+        if response.finish_reason is not None:
+            found[FINISH_REASONS] = [response.finish_reason]
+    elif isinstance(response, EmbeddingResponse) and response.vectors:
         found[DIMENSION_COUNT] = len(response.vectors[0])
     if response.usage.cost_usd is not None:
         found["provmw.cost_usd"] = response.usage.cost_usd
-    return found if response.cached or not usage else found | _usage(response)
+    if usage and not response.cached:
+        _add_usage(found, response)
+    return found
 
 
 def stream_end_attributes(end: StreamEnd) -> Attributes:
