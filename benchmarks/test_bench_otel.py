@@ -111,7 +111,7 @@ def test_sdk_floor(benchmark: Any, loop: Any, exemplars: bool) -> None:
     tracer, meter = tracer_provider.get_tracer("floor"), meter_provider.get_meter("floor")
     duration, tokens = meter.create_histogram("duration"), meter.create_histogram("tokens")
     shape = Shapes()(CTX, CONFIG)
-    call_end = attr.response_attributes(RESPONSE) | attr.caller_attributes(CTX)
+    call_end = attr.response_attributes(RESPONSE) | attr.served_attributes(RESPONSE) | attr.caller_attributes(CTX)
     attempt_end = attr.response_attributes(RESPONSE)
     labels = shape.labels(RESPONSE.model, None)
 

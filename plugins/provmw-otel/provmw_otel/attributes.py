@@ -31,6 +31,7 @@ __all__ = [
     "operation_name",
     "output_messages",
     "response_attributes",
+    "served_attributes",
     "span_name",
     "stream_end_attributes",
 ]
@@ -165,8 +166,7 @@ def _add_usage(found: Attributes, response: ProviderResponse) -> None:
 
 def response_attributes(response: ProviderResponse, *, usage: bool = True) -> Attributes:
     """What the answer says: its model, id, finish reason, and (unless cached) the tokens it took."""
-    found: Attributes = {RESPONSE_MODEL: response.model, "provmw.served_by": response.served_by,
-                         "provmw.cached": response.cached}
+    found: Attributes = {RESPONSE_MODEL: response.model}
     if response.response_id is not None:
         found[RESPONSE_ID] = response.response_id
     if isinstance(response, CompletionResponse):
@@ -179,6 +179,12 @@ def response_attributes(response: ProviderResponse, *, usage: bool = True) -> At
     if usage and not response.cached:
         _add_usage(found, response)
     return found
+
+
+def served_attributes(response: ProviderResponse) -> Attributes:
+    """Who served the call and whether from the cache: the call span's (an attempt is never
+    cached, and what served it is its own configuration)."""
+    return {"provmw.served_by": response.served_by, "provmw.cached": response.cached}
 
 
 def stream_end_attributes(end: StreamEnd) -> Attributes:

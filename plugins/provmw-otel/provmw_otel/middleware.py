@@ -120,7 +120,9 @@ class OtelCallMiddleware:
         return attr.caller_attributes(ctx) if span.is_recording() else {}
 
     def _ended(self, ctx: ProviderCallContext, found: attr.Attributes, response: ProviderResponse) -> attr.Attributes:
-        """``found`` (the answer's attributes), with who asked and, when captured, the answer's text."""
+        """``found`` (the answer's attributes), with who served and who asked and, when captured,
+        the answer's text."""
+        found.update(attr.served_attributes(response))
         found.update(attr.caller_attributes(ctx))
         if self.options.capture_content and (messages := attr.output_messages(response)) is not None:
             found[attr.OUTPUT_MESSAGES] = messages
