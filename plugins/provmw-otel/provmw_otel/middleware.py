@@ -108,7 +108,7 @@ class OtelCallMiddleware:
             response.on_end(end_span)
             return response
         if span.is_recording():
-            _settle(span, self._ended(ctx, attr.response_attributes(response), response), None)
+            span.set_attributes(self._ended(ctx, attr.response_attributes(response), response))
             if response.cached:
                 span.add_event("provmw.cache_hit", {"provmw.served_by": response.served_by})
         span.end()
@@ -116,7 +116,7 @@ class OtelCallMiddleware:
 
     @staticmethod
     def _caller(span: Span, ctx: ProviderCallContext) -> attr.Attributes:
-        # Redacting costs more than the rest: not for a span nobody keeps.
+        # Who asked is redacted first: work not done for a span nobody keeps.
         return attr.caller_attributes(ctx) if span.is_recording() else {}
 
     def _ended(self, ctx: ProviderCallContext, found: attr.Attributes, response: ProviderResponse) -> attr.Attributes:
