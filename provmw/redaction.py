@@ -20,9 +20,17 @@ _MONTH, _DAY = r"(?:0[1-9]|1[0-2])", r"(?:0[1-9]|[12]\d|3[01])"
 _TIME = r"(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
 _DATE = (rf"(?<![\w.])(?:\d{{4}}-{_MONTH}-{_DAY}{_TIME}|\d{{4}}/{_MONTH}/{_DAY}"
          rf"|\d{{1,2}}(?P<sep>[/.])\d{{1,2}}(?P=sep)\d{{4}})(?!\w|\.\d)")
-_PHONE_OR_DATE = re.compile(rf"(?P<date>{_DATE})|{_PHONE}")
+# Both start where no word character or dot precedes, on a digit, "+" or "(": tested once, up front,
+# so most positions of an identifier fail at once.
+_PHONE_OR_DATE = re.compile(rf"(?<![\w.])(?=[+(\d])(?:(?P<date>{_DATE})|{_PHONE})")
 
 
 def redact(text: str) -> str:
     """Replace e-mail addresses with ``[email]`` and phone numbers with ``[phone]``; dates stay."""
-    return _PHONE_OR_DATE.sub(lambda m: m.group() if m.group("date") else "[phone]", _EMAIL.sub("[email]", text))
+    if text.isalnum() and not text.isdecimal():
+        # One word (an id, a name) with a letter in it: an address needs "@", a date a separator,
+        # and a phone would have to be the whole word, all digits. Nothing to replace.
+        return text
+    # Without "@" there is no address, and the e-mail pattern's cost grows with the square of a long word.
+    unmailed = _EMAIL.sub("[email]", text) if "@" in text else text
+    return _PHONE_OR_DATE.sub(lambda m: m.group() if m.group("date") else "[phone]", unmailed)

@@ -23,14 +23,15 @@ from provmw.streams import StreamEnd
 
 __all__ = [
     "Attributes",
-    "StartAttributes",
     "attempt_attributes",
+    "call_attributes",
     "caller_attributes",
     "error_attributes",
     "metric_attributes",
     "operation_name",
     "output_messages",
     "response_attributes",
+    "served_attributes",
     "span_name",
     "stream_end_attributes",
 ]
@@ -106,11 +107,6 @@ def _server(config: ProviderConfig) -> Attributes:
     return found | ({SERVER_PORT: port} if port else {})
 
 
-def _common(ctx: ProviderCallContext, config: ProviderConfig) -> Attributes:
-    return {OPERATION_NAME: _OPERATIONS[ctx.operation], PROVIDER_NAME: config.provider, SYSTEM: config.provider,
-            REQUEST_MODEL: config.model, **_server(config)}
-
-
 def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -127,7 +123,8 @@ def _request_options(options: Mapping[str, Any]) -> Attributes:
     return found
 
 
-def _caller(ctx: ProviderCallContext) -> Attributes:
+def caller_attributes(ctx: ProviderCallContext) -> Attributes:
+    """Who the call is for: the call span's, set only when the span is recorded."""
     # Redacted as the call-log plugin's line shows them: an e-mail or phone never leaves.
     found = {"provmw.correlation_id": redact(ctx.correlation_id)}
     if ctx.facts.tenant is not None:
@@ -137,64 +134,57 @@ def _caller(ctx: ProviderCallContext) -> Attributes:
     return found
 
 
+def call_attributes(ctx: ProviderCallContext, config: ProviderConfig) -> Attributes:
+    """A call span's attributes at its start: the operation, and the configuration asked.
+
+    The server, the request parameters and the deprecated ``gen_ai.system`` are each attempt's
+    only: a failover's call has no one server, and a backend finds them on the attempt spans."""
+    return {OPERATION_NAME: _OPERATIONS[ctx.operation], PROVIDER_NAME: config.provider, REQUEST_MODEL: config.model,
+            "provmw.configuration": config.identifier}
+
+
 def attempt_attributes(ctx: ProviderCallContext, config: ProviderConfig) -> Attributes:
-    """An attempt span's attributes at its start: the configuration this request is made from."""
+    """An attempt span's attributes at its start: the call span's, with the server this request
+    goes to and the generation options it asks with."""
     # An embedding sends no generation options, whatever its configuration holds.
     asked = {} if ctx.operation is ProviderOperation.EMBEDDING else merged_options(config, ctx.facts.options)
-    return {**_common(ctx, config), **_request_options(asked), "provmw.configuration": config.identifier}
+    return {**call_attributes(ctx, config), SYSTEM: config.provider, **_server(config), **_request_options(asked)}
 
 
-def caller_attributes(ctx: ProviderCallContext) -> Attributes:
-    """Who the call is for, redacted: the call span's, set only when the span is recorded."""
-    return _caller(ctx)
-
-
-class StartAttributes:
-    """:func:`attempt_attributes`, kept per configuration object and operation: a call that gives
-    no options of its own asks the same of a configuration every time."""
-
-    def __init__(self, limit: int = 1024) -> None:
-        self._limit = limit
-        self._kept: dict[tuple[int, ProviderOperation], tuple[ProviderConfig, Attributes]] = {}
-
-    def __call__(self, ctx: ProviderCallContext, config: ProviderConfig) -> Attributes:
-        if ctx.facts.options:
-            return attempt_attributes(ctx, config)
-        key = (id(config), ctx.operation)
-        kept = self._kept.get(key)
-        if kept is not None and kept[0] is config:  # the object itself: an id may be reused
-            return kept[1]
-        if len(self._kept) >= self._limit:  # ad-hoc and evolved configurations are new objects each call
-            self._kept.clear()
-        found = attempt_attributes(ctx, config)
-        self._kept[key] = (config, found)
-        return found
-
-
-def _usage(response: ProviderResponse) -> Attributes:
+def _add_usage(found: Attributes, response: ProviderResponse) -> None:
     usage = response.usage
-    found = {INPUT_TOKENS: usage.input_tokens}
+    found[INPUT_TOKENS] = usage.input_tokens
     if not isinstance(response, EmbeddingResponse):
         found[OUTPUT_TOKENS] = usage.output_tokens
-    parts = {CACHE_READ_TOKENS: usage.cached_input_tokens,
-             CACHE_CREATION_TOKENS: usage.cache_write_5m_tokens + usage.cache_write_1h_tokens,
-             REASONING_TOKENS: usage.reasoning_tokens}
-    return found | {name: count for name, count in parts.items() if count}
+    if usage.cached_input_tokens:
+        found[CACHE_READ_TOKENS] = usage.cached_input_tokens
+    if written := usage.cache_write_5m_tokens + usage.cache_write_1h_tokens:
+        found[CACHE_CREATION_TOKENS] = written
+    if usage.reasoning_tokens:
+        found[REASONING_TOKENS] = usage.reasoning_tokens
 
 
 def response_attributes(response: ProviderResponse, *, usage: bool = True) -> Attributes:
     """What the answer says: its model, id, finish reason, and (unless cached) the tokens it took."""
-    found: Attributes = {RESPONSE_MODEL: response.model, "provmw.served_by": response.served_by,
-                         "provmw.cached": response.cached}
+    found: Attributes = {RESPONSE_MODEL: response.model}
     if response.response_id is not None:
         found[RESPONSE_ID] = response.response_id
-    if isinstance(response, CompletionResponse) and response.finish_reason is not None:
-        found[FINISH_REASONS] = [response.finish_reason]
-    if isinstance(response, EmbeddingResponse) and response.vectors:
+    if isinstance(response, CompletionResponse):
+        if response.finish_reason is not None:
+            found[FINISH_REASONS] = [response.finish_reason]
+    elif isinstance(response, EmbeddingResponse) and response.vectors:
         found[DIMENSION_COUNT] = len(response.vectors[0])
     if response.usage.cost_usd is not None:
         found["provmw.cost_usd"] = response.usage.cost_usd
-    return found if response.cached or not usage else found | _usage(response)
+    if usage and not response.cached:
+        _add_usage(found, response)
+    return found
+
+
+def served_attributes(response: ProviderResponse) -> Attributes:
+    """Who served the call and whether from the cache: the call span's (an attempt is never
+    cached, and what served it is its own configuration)."""
+    return {"provmw.served_by": response.served_by, "provmw.cached": response.cached}
 
 
 def stream_end_attributes(end: StreamEnd) -> Attributes:

@@ -24,6 +24,7 @@ from provmw.responses import EmbeddingResponse, ProviderResponse
 from provmw.streams import OpenedStream, StreamEnd
 from provmw_otel import attributes as attr
 from provmw_otel.options import OtelOptions
+from provmw_otel.shapes import Labels, Shape, Shapes
 
 __all__ = ["OtelAttemptMiddleware", "OtelCallMiddleware", "Telemetry"]
 
@@ -42,7 +43,7 @@ class Telemetry:
     def __init__(self, tracer_provider: trace.TracerProvider | None = None,
                  meter_provider: metrics.MeterProvider | None = None) -> None:
         self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
-        self.attributes = attr.StartAttributes()
+        self.shapes = Shapes()
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
         self.duration = meter.create_histogram(
             "gen_ai.client.operation.duration", unit="s", description="GenAI operation duration",
@@ -60,19 +61,18 @@ class Telemetry:
         return self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
 
 
-def _failed(span: Span, error: BaseException) -> attr.Attributes:
+def _settle(span: Span, found: attr.Attributes, error: BaseException | None) -> str | None:
+    """Put ``found`` and what ``error`` says on ``span`` in one call (the SDK validates per call,
+    so one call costs less than two); the error's type, or None when there was none."""
+    if error is None:
+        span.set_attributes(found)
+        return None
     # The exception itself is not recorded: its message may quote a provider's body.
-    found = attr.error_attributes(error)
+    failure = attr.error_attributes(error)
+    found.update(failure)
     span.set_attributes(found)
-    span.set_status(Status(StatusCode.ERROR, found[attr.ERROR_TYPE]))
-    return found
-
-
-def _stream_ended(span: Span, end: StreamEnd) -> attr.Attributes:
-    """Set what the stream's end says on ``span``: its answer, and its error if it failed midway."""
-    found = attr.stream_end_attributes(end)
-    span.set_attributes(found)
-    return found | (_failed(span, end.error) if end.error is not None else {})
+    span.set_status(Status(StatusCode.ERROR, failure[attr.ERROR_TYPE]))
+    return str(failure[attr.ERROR_TYPE])
 
 
 class OtelCallMiddleware:
@@ -88,14 +88,13 @@ class OtelCallMiddleware:
         self._telemetry = telemetry
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
-        span = self._telemetry.start(attr.span_name(ctx, config), self._telemetry.attributes(ctx, config))
-        if span.is_recording():  # redacting costs more than the rest: not for a span nobody keeps
-            span.set_attributes(attr.caller_attributes(ctx))
+        shape = self._telemetry.shapes(ctx, config)
+        span = self._telemetry.start(shape.name, shape.call)
         token = context.attach(trace.set_span_in_context(span))
         try:
             response = await next(config)
         except BaseException as exc:
-            _failed(span, exc)
+            _settle(span, self._caller(span, ctx), exc)
             span.end()
             raise
         finally:
@@ -103,26 +102,31 @@ class OtelCallMiddleware:
         if isinstance(response, OpenedStream):
             async def end_span(end: StreamEnd) -> None:
                 if span.is_recording():
-                    _stream_ended(span, end)
-                    self._content(span, end.response)
+                    _settle(span, self._ended(ctx, attr.stream_end_attributes(end), end.response), end.error)
                 span.end()
 
             response.on_end(end_span)
             return response
         if span.is_recording():
-            self._answered(span, response)
+            span.set_attributes(self._ended(ctx, attr.response_attributes(response), response))
+            if response.cached:
+                span.add_event("provmw.cache_hit", {"provmw.served_by": response.served_by})
         span.end()
         return response
 
-    def _answered(self, span: Span, response: ProviderResponse) -> None:
-        span.set_attributes(attr.response_attributes(response))
-        if response.cached:
-            span.add_event("provmw.cache_hit", {"provmw.served_by": response.served_by})
-        self._content(span, response)
+    @staticmethod
+    def _caller(span: Span, ctx: ProviderCallContext) -> attr.Attributes:
+        # Who asked is redacted first: work not done for a span nobody keeps.
+        return attr.caller_attributes(ctx) if span.is_recording() else {}
 
-    def _content(self, span: Span, response: ProviderResponse) -> None:
+    def _ended(self, ctx: ProviderCallContext, found: attr.Attributes, response: ProviderResponse) -> attr.Attributes:
+        """``found`` (the answer's attributes), with who served and who asked and, when captured,
+        the answer's text."""
+        found.update(attr.served_attributes(response))
+        found.update(attr.caller_attributes(ctx))
         if self.options.capture_content and (messages := attr.output_messages(response)) is not None:
-            span.set_attribute(attr.OUTPUT_MESSAGES, messages)
+            found[attr.OUTPUT_MESSAGES] = messages
+        return found
 
 
 class OtelAttemptMiddleware:
@@ -141,35 +145,34 @@ class OtelAttemptMiddleware:
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         started = self._clock()
-        asked = self._telemetry.attributes(ctx, config)
-        span = self._telemetry.start(attr.span_name(ctx, config), asked)
+        shape = self._telemetry.shapes(ctx, config)
+        span = self._telemetry.start(shape.name, shape.attempt_attributes(ctx))
         token = context.attach(trace.set_span_in_context(span))
         try:
             response = await next(self._carrying_traceparent(config))
         except BaseException as exc:
-            self._measure(started, attr.metric_attributes(asked | _failed(span, exc)))
+            self._measure(started, shape.labels(None, _settle(span, {}, exc)))
             span.end()
             raise
         finally:
             context.detach(token)
-        labels = attr.metric_attributes(asked) | {attr.RESPONSE_MODEL: response.model}
         if isinstance(response, OpenedStream):
-            self._opened(span, started, asked, labels, response)
+            self._opened(span, started, shape, response)
             return response
         if span.is_recording():
             span.set_attributes(attr.response_attributes(response))
-        self._measure(started, labels, response)
+        self._measure(started, shape.labels(response.model, None), response)
         span.end()
         return response
 
-    def _opened(self, span: Span, started: float, asked: attr.Attributes, labels: attr.Attributes,
-                opened: OpenedStream) -> None:
+    def _opened(self, span: Span, started: float, shape: Shape, opened: OpenedStream) -> None:
         """Time to the first chunk now; the duration and the tokens when the stream ends."""
-        self._telemetry.first_chunk.record(self._clock() - started, labels)
+        self._telemetry.first_chunk.record(self._clock() - started, shape.labels(opened.model, None).duration)
 
         async def end_span(end: StreamEnd) -> None:
-            found = attr.metric_attributes(asked | _stream_ended(span, end))
-            self._measure(started, found, None if end.usage_estimated else end.response)
+            failed = _settle(span, attr.stream_end_attributes(end), end.error)
+            answered = None if end.usage_estimated else end.response
+            self._measure(started, shape.labels(end.response.model, failed), answered)
             span.end()
 
         opened.on_end(end_span)
@@ -181,11 +184,11 @@ class OtelAttemptMiddleware:
         _TRACEPARENT.inject(headers)
         return attrs.evolve(config, headers={**config.headers, **headers}) if headers else config
 
-    def _measure(self, started: float, labels: attr.Attributes, response: ProviderResponse | None = None) -> None:
+    def _measure(self, started: float, labels: Labels, response: ProviderResponse | None = None) -> None:
         """The attempt's duration and, when it answered, its tokens (output ones unless an embedding)."""
-        self._telemetry.duration.record(self._clock() - started, labels)
+        self._telemetry.duration.record(self._clock() - started, labels.duration)
         if response is None:
             return
-        self._telemetry.tokens.record(response.usage.input_tokens, labels | {attr.TOKEN_TYPE: "input"})
+        self._telemetry.tokens.record(response.usage.input_tokens, labels.input_tokens)
         if not isinstance(response, EmbeddingResponse):
-            self._telemetry.tokens.record(response.usage.output_tokens, labels | {attr.TOKEN_TYPE: "output"})
+            self._telemetry.tokens.record(response.usage.output_tokens, labels.output_tokens)
