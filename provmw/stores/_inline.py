@@ -6,8 +6,10 @@ less inside SQLite than the two thread switches of a hand-off to the database's 
 step can run where it is awaited. This connection has ``busy_timeout = 0``: a file another
 connection or process has locked makes the step give the loop back and try again a little
 later (as SQLite's own busy handler would, but sleeping on the loop instead of in a
-thread), until ``busy_timeout_s`` has passed. It never checkpoints (a checkpoint can sync
-the database file): every few hundred commits it asks the worker thread for a passive one.
+thread), until ``busy_timeout_s`` has passed. It never checkpoints (a checkpoint syncs the
+database file): every few hundred commits it asks the worker thread for one, which holds
+the inline steps back (they wait as for a locked file) so that it completes and the WAL
+starts over instead of growing.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ def _pauses() -> Iterator[float]:
     return itertools.chain((0.0, 0.0, 0.001, 0.002, 0.005, 0.01, 0.02), itertools.repeat(0.05))
 
 
+class _Busy(Exception):
+    """The file (or the inline connection) is taken: try again later."""
+
+
 class InlineConnection:
     """A second connection to an open database, used on whichever thread awaits a step."""
 
@@ -48,11 +54,15 @@ class InlineConnection:
         for pause in _pauses():
             try:
                 return self._try(work)
-            except sqlite3.OperationalError as exc:
-                if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _BUSY or loop.time() + pause > give_up:
-                    raise
+            except _Busy as exc:
+                if loop.time() + pause > give_up:
+                    raise sqlite3.OperationalError(str(exc)) from None
             await asyncio.sleep(pause)
         raise AssertionError("unreachable: the pauses never end")
+
+    def paused(self) -> threading.Lock:
+        """Held (``with``), no step runs inline: steps meanwhile wait as for a locked file."""
+        return self._lock
 
     def close(self) -> None:
         with self._lock:
@@ -62,14 +72,16 @@ class InlineConnection:
 
     def _try(self, work: Callable[[sqlite3.Connection], T]) -> T:
         if not self._lock.acquire(blocking=False):
-            raise sqlite3.OperationalError("database is locked (by another thread of this process)")
+            raise _Busy("database is locked (by another thread of this process, or its checkpoint)")
         try:
             connection = self._connection if self._connection is not None else self._open()
             try:
                 result = work(connection)
-            except sqlite3.OperationalError:
+            except sqlite3.OperationalError as exc:
                 if connection.in_transaction:  # a COMMIT can meet a lock: never keep half a step
                     connection.execute("ROLLBACK")
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY:
+                    raise _Busy(str(exc)) from None
                 raise
         finally:
             self._lock.release()

@@ -55,7 +55,7 @@ class SqliteDatabase:
         self._migrate = migrate
         self._connection: sqlite3.Connection | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"provmw-sqlite-{self.path.name}")
-        self._inline = InlineConnection(self.path, busy_timeout_s, lambda: self._executor.submit(self._checkpoint))
+        self._inline = InlineConnection(self.path, busy_timeout_s, self._checkpoint_soon)
 
     async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work(connection)`` on the database's thread."""
@@ -99,9 +99,14 @@ class SqliteDatabase:
             raise
         return connection
 
+    def _checkpoint_soon(self) -> None:
+        with contextlib.suppress(RuntimeError):  # closed meanwhile: closing the last connection checkpoints
+            self._executor.submit(self._checkpoint)
+
     def _checkpoint(self) -> None:
         try:
-            self._call(lambda connection: connection.execute("PRAGMA wal_checkpoint(PASSIVE)"))
+            with self._inline.paused():
+                self._call(lambda connection: connection.execute("PRAGMA wal_checkpoint(PASSIVE)"))
         except sqlite3.Error as exc:  # the next one tries again; the WAL only grows meanwhile
             log.warning("sqlite %s: background checkpoint failed: %s", self.path, exc)
 

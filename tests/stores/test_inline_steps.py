@@ -64,3 +64,27 @@ async def test_a_file_locked_past_busy_timeout_is_an_error_as_before(tmp_path: P
     holder.close()
     await store.aclose()
 
+
+
+async def test_steps_on_the_loop_leave_checkpoints_to_the_worker_and_the_wal_starts_over(tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
+    commits = 2_000  # each writes at least two 4 KiB pages to the WAL: 16 MB if it never started over
+    for i in range(commits // 2):
+        await store.reserve(f"r{i}", [CHARGE], now=0, lease_s=60)
+        await store.settle(f"r{i}", Amounts(1, 0, 1))
+    assert (tmp_path / "b.db-wal").stat().st_size < commits * 2 * 4096 / 2
+    await store.aclose()
+
+
+async def test_a_step_waits_while_the_worker_holds_the_inline_connection_for_a_checkpoint(tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
+    await store.settle("nothing", Amounts())  # opens the file
+    held = store.db._inline.paused()  # what the worker holds while it checkpoints
+    held.acquire()
+    waiting = asyncio.ensure_future(store.reserve("r", [CHARGE], now=0, lease_s=60))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not waiting.done()
+    held.release()
+    assert await waiting is None
+    await store.aclose()
