@@ -7,7 +7,7 @@ step can run where it is awaited. This connection has ``busy_timeout = 0``: a fi
 connection or process has locked makes the step give the loop back and try again a little
 later (as SQLite's own busy handler would, but sleeping on the loop instead of in a
 thread), until ``busy_timeout_s`` has passed. It never checkpoints (a checkpoint syncs the
-database file): every few hundred commits it asks the worker thread for one, which holds
+database file): every thousand or so commits it asks the worker thread for one, which holds
 the inline steps back (they wait as for a locked file) so that it completes and the WAL
 starts over instead of growing.
 """
@@ -26,7 +26,7 @@ __all__ = ["InlineConnection"]
 
 T = TypeVar("T")
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-_CHECKPOINT_EVERY = 256  # commits of a few pages each between two background checkpoints
+_CHECKPOINT_EVERY = 1024  # commits between two checkpoints: each syncs the file, and the WAL grows to about 15 MB
 
 
 def _pauses() -> Iterator[float]:

@@ -68,7 +68,7 @@ async def test_a_file_locked_past_busy_timeout_is_an_error_as_before(tmp_path: P
 
 async def test_steps_on_the_loop_leave_checkpoints_to_the_worker_and_the_wal_starts_over(tmp_path: Path) -> None:
     store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
-    commits = 2_000  # each writes at least two 4 KiB pages to the WAL: 16 MB if it never started over
+    commits = 6_000  # each writes at least two 4 KiB pages to the WAL: 49 MB if it never started over
     for i in range(commits // 2):
         await store.reserve(f"r{i}", [CHARGE], now=0, lease_s=60)
         await store.settle(f"r{i}", Amounts(1, 0, 1))
