@@ -15,6 +15,7 @@ starts over instead of growing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import sqlite3
 import threading
@@ -46,6 +47,7 @@ class InlineConnection:
         self._connection: sqlite3.Connection | None = None
         self._lock = threading.Lock()  # one thread at a time; another finds it busy and tries again
         self._commits = 0
+        self._pausing = False
 
     async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` (one transaction, safe to redo after a rollback) here, as soon as the file is free."""
@@ -60,9 +62,15 @@ class InlineConnection:
             await asyncio.sleep(pause)
         raise AssertionError("unreachable: the pauses never end")
 
-    def paused(self) -> threading.Lock:
-        """Held (``with``), no step runs inline: steps meanwhile wait as for a locked file."""
-        return self._lock
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """While held, no step runs inline: steps wait as for a locked file."""
+        self._pausing = True  # steps back off at once, or the loop's thread would starve this one
+        try:
+            with self._lock:
+                yield
+        finally:
+            self._pausing = False
 
     def close(self) -> None:
         with self._lock:
@@ -71,7 +79,7 @@ class InlineConnection:
                 self._connection = None
 
     def _try(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        if not self._lock.acquire(blocking=False):
+        if self._pausing or not self._lock.acquire(blocking=False):
             raise _Busy("database is locked (by another thread of this process, or its checkpoint)")
         try:
             connection = self._connection if self._connection is not None else self._open()

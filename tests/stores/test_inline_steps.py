@@ -79,12 +79,10 @@ async def test_steps_on_the_loop_leave_checkpoints_to_the_worker_and_the_wal_sta
 async def test_a_step_waits_while_the_worker_holds_the_inline_connection_for_a_checkpoint(tmp_path: Path) -> None:
     store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
     await store.settle("nothing", Amounts())  # opens the file
-    held = store.db._inline.paused()  # what the worker holds while it checkpoints
-    held.acquire()
-    waiting = asyncio.ensure_future(store.reserve("r", [CHARGE], now=0, lease_s=60))
-    for _ in range(5):
-        await asyncio.sleep(0)
-    assert not waiting.done()
-    held.release()
+    with store.db._inline.paused():  # what the worker holds while it checkpoints
+        waiting = asyncio.ensure_future(store.reserve("r", [CHARGE], now=0, lease_s=60))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not waiting.done()
     assert await waiting is None
     await store.aclose()
