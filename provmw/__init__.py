@@ -1,8 +1,8 @@
 """provmw: one ordered, pluggable middleware stack for every LLM provider call.
 
 The light, always-needed names are imported eagerly; the manager, the plugin host and
-``hookimpl`` load on first use so that ``import provmw`` stays fast (aiohttp and pluggy
-are only imported when a manager or plugin needs them).
+``hookimpl`` load on first use so that ``import provmw`` stays fast (pluggy is imported
+when a manager or plugin needs it, aiohttp when the first request is made).
 """
 
 from __future__ import annotations

@@ -29,15 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import aiohttp
 import attrs
-from aiohttp.abc import AbstractResolver
-from yarl import URL
 
 from provmw._reads import ERROR_BODY_BYTES, ReadLimits, ReadRefused, read_capped
 from provmw._redact import masked_url
@@ -49,7 +47,6 @@ from provmw.errors import (
     ContextLengthExceededError,
     InvalidRequestError,
     MalformedResponseError,
-    ProviderConnectionError,
     ProviderError,
     ProviderTimeoutError,
     ProviderUnavailableError,
@@ -57,6 +54,14 @@ from provmw.errors import (
 )
 from provmw.providers._retry_hints import retry_hints
 from provmw.providers._sse import SSEDecoder, SSEEvent
+
+if TYPE_CHECKING:
+    import aiohttp
+    from aiohttp.abc import AbstractResolver
+    from yarl import URL
+
+    EXCEPTION_ERRORS: Mapping[type[BaseException], tuple[type[ProviderError], str]]
+    NEVER_SENT: tuple[type[BaseException], ...]
 
 __all__ = [
     "Body",
@@ -106,52 +111,25 @@ COMMON_CODES: Mapping[str, type[ProviderError]] = {
     "rate_limit_exceeded": RateLimitError,
 }
 
-# Searched along the exception's MRO; bare aiohttp.ClientError is deliberately absent so
-# that a new aiohttp exception fails the completeness test instead of passing silently.
-EXCEPTION_ERRORS: Mapping[type[BaseException], tuple[type[ProviderError], str]] = {
-    aiohttp.ClientConnectorDNSError: (ProviderConnectionError, "host name did not resolve"),
-    aiohttp.ClientSSLError: (ProviderConnectionError, "TLS handshake failed"),
-    aiohttp.ClientProxyConnectionError: (ProviderConnectionError, "proxy refused the connection"),
-    aiohttp.ClientConnectorError: (ProviderConnectionError, "connection refused"),
-    aiohttp.ClientConnectionResetError: (ProviderConnectionError, "connection reset"),
-    aiohttp.ClientOSError: (ProviderConnectionError, "connection failed"),
-    aiohttp.ServerTimeoutError: (ProviderTimeoutError, "read timed out"),
-    aiohttp.ServerDisconnectedError: (ProviderConnectionError, "server disconnected"),
-    aiohttp.ServerFingerprintMismatch: (ProviderConnectionError, "certificate fingerprint mismatch"),
-    aiohttp.ServerConnectionError: (ProviderConnectionError, "server connection failed"),
-    aiohttp.ClientConnectionError: (ProviderConnectionError, "connection failed"),
-    aiohttp.ClientPayloadError: (ProviderConnectionError, "connection dropped mid-body"),
-    aiohttp.UploadAbortedError: (ProviderConnectionError, "upload aborted"),
-    aiohttp.ContentTypeError: (MalformedResponseError, "unexpected content type"),
-    aiohttp.TooManyRedirects: (InvalidRequestError, "too many redirects"),
-    aiohttp.WSServerHandshakeError: (InvalidRequestError, "websocket handshake refused"),
-    aiohttp.ClientHttpProxyError: (ProviderConnectionError, "proxy returned an error"),
-    aiohttp.ClientResponseError: (ProviderUnavailableError, "bad response"),
-    aiohttp.InvalidURL: (InvalidRequestError, "invalid URL"),
-    aiohttp.NonHttpUrlClientError: (InvalidRequestError, "not an http(s) URL"),
-    aiohttp.RedirectClientError: (InvalidRequestError, "bad redirect"),
-    asyncio.TimeoutError: (ProviderTimeoutError, "timed out"),
-    ConnectionError: (ProviderConnectionError, "connection failed"),
-}
-
-# Failures to open a connection (DNS, refused, TLS handshake, proxy): the request never
-# left, so the provider cannot have billed it. A pooled connection that breaks later is
-# not here, since the request may already have been written to it.
-NEVER_SENT: tuple[type[BaseException], ...] = (aiohttp.ClientConnectorError,)
-
-_MAPPED = tuple(EXCEPTION_ERRORS)
 _EVENT_MESSAGE_CHARS = 2_000
 # Events that only say "still here" (Anthropic's ``ping``): like comments, they do not reset
 # the idle limit, or a server could hold a stream open for ever without an answer.
 KEEPALIVE_EVENTS = frozenset({"ping"})
 # A ``yarl.URL(..., encoded=True)`` is sent exactly as written, where a string's path is
 # normalised first (``%3A`` becomes ``:``): an adapter that signs its path needs the former.
-Url = str | URL
+Url: TypeAlias = "str | URL"
 # ``bytes`` are sent as they are: an adapter that signs its body sends the bytes it signed.
 Body = Mapping[str, Any] | bytes
 _URL_QUERY = re.compile(r"(https?://[^\s?'\"]+)\?[^\s'\"]*")
-# The manager bounds each attempt; aiohttp's own default (300 s total) must not cut one short.
-_NO_TIMER = aiohttp.ClientTimeout(total=None)
+
+
+def __getattr__(name: str) -> Any:
+    # The tables name aiohttp's exceptions: they load with aiohttp, at the first request.
+    if name in ("EXCEPTION_ERRORS", "NEVER_SENT"):
+        from provmw import _foreign_errors
+
+        return getattr(_foreign_errors, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class HttpStatusError(Exception):
@@ -206,7 +184,11 @@ def wire_errors(codes: ErrorCodes, *, provider: str, model: str) -> Iterator[Non
                                      provider=provider, model=model, status=exc.status) from None
     except ReadRefused as exc:
         raise exc.error(provider, model) from None
-    except _MAPPED as exc:
+    except Exception as exc:
+        from provmw._foreign_errors import MAPPED  # loaded already once a request was made
+
+        if not isinstance(exc, MAPPED):
+            raise
         raise _foreign_error(exc, provider, model) from None
 
 
@@ -256,6 +238,8 @@ def _text_or_none(value: object) -> str | None:
 
 
 def _foreign_error(exc: BaseException, provider: str, model: str) -> ProviderError:
+    from provmw._foreign_errors import EXCEPTION_ERRORS, NEVER_SENT
+
     error_cls, what = next(EXCEPTION_ERRORS[cls] for cls in type(exc).__mro__ if cls in EXCEPTION_ERRORS)
     detail = _URL_QUERY.sub(r"\1?…", str(exc))  # never echo query strings
     message = f"{what} ({type(exc).__name__}: {detail})" if detail else what
@@ -326,10 +310,12 @@ class HttpClient:
     def session(self) -> aiohttp.ClientSession:
         """The open session; the first use opens it in the running loop."""
         if self._session is None or self._session.closed:
+            import aiohttp  # about 90 ms: paid by the first request, not by import provmw
+
             connector = aiohttp.TCPConnector(limit=self._connector_limit, resolver=self._resolver,
                                              use_dns_cache=self._resolver is None)
             self._session = aiohttp.ClientSession(connector=connector, raise_for_status=False,
-                                                  timeout=_NO_TIMER)
+                                                  timeout=_no_timer())
         return self._session
 
     async def aclose(self) -> None:
@@ -341,7 +327,7 @@ class HttpClient:
     async def post_json(self, url: Url, body: Body, headers: Mapping[str, str]) -> Any:
         """POST ``body`` as JSON and return the decoded 2xx answer, else raise ``HttpStatusError``."""
         async with self.session.post(url, data=_payload(body), headers=headers, allow_redirects=False,
-                                     timeout=_NO_TIMER) as response:
+                                     timeout=_no_timer()) as response:
             if response.status >= 300:
                 raise await _status_of(response, self.limits)
             raw = await read_capped(response.content, response.content_length, self.limits.max_body_bytes)
@@ -379,10 +365,20 @@ class HttpClient:
                 yield chunk
 
 
+@functools.cache
+def _no_timer() -> aiohttp.ClientTimeout:
+    """The manager bounds each attempt; aiohttp's own default (300 s total) must not cut one short."""
+    import aiohttp
+
+    return aiohttp.ClientTimeout(total=None)
+
+
 def _read_timer(read_timeout_s: float | None) -> aiohttp.ClientTimeout:
     """No timer (the manager bounds streams), or one on the connect and each socket read."""
     if read_timeout_s is None:
-        return _NO_TIMER
+        return _no_timer()
+    import aiohttp
+
     return aiohttp.ClientTimeout(total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s)
 
 

@@ -13,6 +13,7 @@ import attrs
 
 from provmw import _attempt_log as attempt_log
 from provmw._checks import did_you_mean
+from provmw._deadlines import Deadlines
 from provmw._redact import Scrubber
 from provmw.config import KNOWN_OPTIONS, GenerationOptions, ProviderConfig, Secret, check_options, fallback_chain
 from provmw.context import FrozenMap, ProviderCallContext, ProviderOperation
@@ -21,7 +22,6 @@ from provmw.errors import AttemptTimeoutError, ConfigurationError, UnknownArgume
 from provmw.facts import call_facts
 from provmw.http import HttpClient
 from provmw.messages import ContentPart, ImagePart, Message, TextPart, ToolSpec, messages_from
-from provmw.middleware._common import run_within
 from provmw.pipeline import Middleware, MiddlewarePipeline
 from provmw.plugins import PluginHost
 from provmw.pricing import PriceTable
@@ -115,6 +115,7 @@ class ServiceManager:
         # Ad-hoc base_urls go through a client of their own, whose resolver checks (ADR 0018).
         self.destinations = DestinationGuard(self.settings.destinations, limits=self.settings.http)
         self._streams: dict[int, OpenedStream] = {}  # opened and not yet ended, by their state's id
+        self._attempt_limits = Deadlines()
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str] | None = None, *, host: PluginHost | None = None,
@@ -323,6 +324,7 @@ class ServiceManager:
         await self.destinations.check(config)
         method = _METHODS[operation]
         adapters, http, prices, attempts = self.providers, self.http, self.prices, ctx.attempts
+        attempt_limits = self._attempt_limits
         client_for, check_destination = self.destinations.client_for, self.destinations.check
         credentials, capabilities, needs = self.settings.with_credentials, self.capabilities, ctx.facts.needs
         estimated_input_tokens, max_output_tokens = ctx.facts.estimated_input_tokens, ctx.facts.max_output_tokens
@@ -340,9 +342,9 @@ class ServiceManager:
                 streams.append(opened)
                 return opened
             call_adapter: Callable[..., Awaitable[ProviderResponse]] = getattr(adapters[chosen.provider], method)
-            return await run_within(chosen.timeout_s,
-                                    call_adapter(client_for(chosen, http), chosen, _with_repair(request, ctx)),
-                                    lambda: _attempt_timeout(chosen))
+            return await attempt_limits.run(chosen.timeout_s,
+                                            call_adapter(client_for(chosen, http), chosen, _with_repair(request, ctx)),
+                                            lambda: _attempt_timeout(chosen))
 
         # The terminal is the one place that sees every request that reached a provider: it
         # enforces the attempt's time limit, scrubs the credentials the request carried out of

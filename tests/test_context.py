@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pickle
+import uuid
 
 import attrs
 import pytest
@@ -14,6 +15,13 @@ def test_correlation_id_is_uuid4_hex_unless_given() -> None:
     assert len(ctx.correlation_id) == 32
     assert int(ctx.correlation_id, 16) >= 0
     assert ProviderCallContext(ProviderOperation.CHAT, "given").correlation_id == "given"
+
+
+def test_correlation_and_call_ids_are_version_4_uuids() -> None:
+    ctx = ProviderCallContext(ProviderOperation.CHAT)
+    for made in (uuid.UUID(hex=ctx.correlation_id), uuid.UUID(hex=ctx.call_id)):
+        assert (made.version, made.variant) == (4, uuid.RFC_4122)
+        assert made.hex in (ctx.correlation_id, ctx.call_id)
 
 
 def test_each_context_gets_its_own_correlation_id() -> None:

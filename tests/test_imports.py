@@ -85,3 +85,13 @@ def test_a_manager_without_the_otel_plugin_imports_no_opentelemetry() -> None:
 def test_a_manager_without_state_settings_imports_no_redis_or_postgres_driver() -> None:
     modules = _modules_after("import provmw\nprovmw.ServiceManager()", autoload=True)
     assert "provmw_redis" in modules and not {"redis", "psycopg"} & modules
+
+
+def test_a_manager_imports_aiohttp_only_when_it_makes_a_request() -> None:
+    modules = _modules_after("import provmw\nprovmw.ServiceManager()", autoload=True)
+    assert "provmw_azure" in modules and "aiohttp" not in modules
+
+
+def test_the_exception_table_loads_aiohttp_when_asked_for() -> None:
+    modules = _modules_after("import provmw.http\nprovmw.http.EXCEPTION_ERRORS")
+    assert "aiohttp" in modules

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -16,7 +15,7 @@ from provmw.context import ProviderCallContext
 from provmw.errors import ConfigurationError
 from provmw.pipeline import R
 
-__all__ = ["Clock", "Sleep", "as_hit", "endpoint_key", "monotonic", "run_within", "seconds_control"]
+__all__ = ["Clock", "Sleep", "as_hit", "endpoint_key", "monotonic", "seconds_control"]
 
 T = TypeVar("T")
 
@@ -43,22 +42,6 @@ def seconds_control(ctx: ProviderCallContext, name: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise ConfigurationError(f"controls[{name!r}] must be a positive number of seconds, got {value!r}")
     return float(value)
-
-
-async def run_within(limit_s: float, call: Awaitable[T], expired: Callable[[], Exception]) -> T:
-    """Await ``call`` for at most ``limit_s``; past it, raise ``expired()`` instead.
-
-    A ``TimeoutError`` raised by something inside (another layer's own limit) is not
-    mistaken for this one: it propagates unchanged.
-    """
-    scope = asyncio.timeout(limit_s)
-    try:
-        async with scope:
-            return await call
-    except TimeoutError:
-        if not scope.expired():
-            raise
-        raise expired() from None
 
 
 def endpoint_key(config: ProviderConfig) -> str:

@@ -195,7 +195,8 @@ class CacheMiddleware:
         known = self._decoded.get(key)
         if known is not None and known[0] == text:
             self._decoded.move_to_end(key)
-            return known[1]
+            # A miss keeps its answer as fetched: it becomes a hit (two evolves) when first read.
+            return known[1] if known[1].cached else self._remember(key, text, known[1])
         try:
             response = response_from_dict(json.loads(text))
             if type(response) is not _TYPES.get(operation, CompletionResponse):
@@ -209,15 +210,18 @@ class CacheMiddleware:
     async def _write(self, key: str, response: ProviderResponse, ttl_s: float) -> None:
         text = json.dumps(response.to_dict(), separators=(",", ":"))
         await self.store.set(key, text, ttl_s)
-        self._remember(key, text, response)
+        self._keep(key, text, response)
 
     def _remember(self, key: str, text: str, response: ProviderResponse) -> ProviderResponse:
         hit = as_hit(response)
-        self._decoded[key] = (text, hit)
+        self._keep(key, text, hit)
+        return hit
+
+    def _keep(self, key: str, text: str, response: ProviderResponse) -> None:
+        self._decoded[key] = (text, response)
         self._decoded.move_to_end(key)
         if len(self._decoded) > _DECODED_MAX:
             self._decoded.popitem(last=False)
-        return hit
 
 
 _TYPES: dict[ProviderOperation, type[ProviderResponse]] = {

@@ -5,10 +5,11 @@ from __future__ import annotations
 import attrs
 
 from provmw._checks import number
+from provmw._deadlines import Deadlines
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.errors import DeadlineExceededError
-from provmw.middleware._common import Clock, monotonic, run_within, seconds_control
+from provmw.middleware._common import Clock, monotonic, seconds_control
 from provmw.pipeline import Next, R
 
 __all__ = ["DeadlineMiddleware", "DeadlineOptions"]
@@ -38,11 +39,12 @@ class DeadlineMiddleware:
     def __init__(self, options: DeadlineOptions | None = None, *, clock: Clock = monotonic) -> None:
         self.options = options or DeadlineOptions()
         self._clock = clock
+        self._limits = Deadlines()
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         limit_s = seconds_control(ctx, "deadline_s") or self.options.default_s
         if limit_s is None:
             return await next(config)
         started = self._clock()
-        return await run_within(limit_s, next(config),
-                                lambda: DeadlineExceededError(limit_s, self._clock() - started))
+        return await self._limits.run(limit_s, next(config),
+                                      lambda: DeadlineExceededError(limit_s, self._clock() - started))

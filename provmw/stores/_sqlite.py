@@ -5,23 +5,29 @@ and the connection is never shared between threads. ``synchronous`` is per conne
 ``FULL`` (the default, budgets) syncs the WAL at every commit, so a committed transaction
 survives power loss; ``NORMAL`` (the usage ledger's default) writes it to the WAL without
 a sync, so it survives the death of the process (kill -9) but maybe not of the machine.
-A ``migrate`` step, if given, runs before the schema on every open.
+A ``migrate`` step, if given, runs before the schema on every open. Short steps on the
+call path may run on the caller's thread instead (``run_inline``, ``provmw.stores._inline``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from provmw.stores._inline import InlineConnection
+
 __all__ = ["SqliteDatabase", "Synchronous", "transaction"]
 
 T = TypeVar("T")
 Synchronous = Literal["NORMAL", "FULL"]
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -49,10 +55,19 @@ class SqliteDatabase:
         self._migrate = migrate
         self._connection: sqlite3.Connection | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"provmw-sqlite-{self.path.name}")
+        self._inline = InlineConnection(self.path, busy_timeout_s, self._checkpoint_soon)
 
     async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work(connection)`` on the database's thread."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._call, work)
+
+    async def run_inline(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work(connection)`` (one short transaction, safe to redo after a rollback) on the calling
+        thread, without ever blocking it on a lock; ``FULL`` goes to the database's thread, since a sync
+        would block the caller for the disk's latency (and so does the first step, which opens the file)."""
+        if self._synchronous != "NORMAL" or self._connection is None:
+            return await self.run(work)
+        return await self._inline.run(work)
 
     def run_sync(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work(connection)`` from synchronous code (the CLI), on the same thread."""
@@ -63,6 +78,7 @@ class SqliteDatabase:
         if self._connection is not None:
             self._executor.submit(self._close).result()
         self._executor.shutdown()
+        self._inline.close()
 
     def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
         if self._connection is None:
@@ -82,6 +98,17 @@ class SqliteDatabase:
             connection.close()
             raise
         return connection
+
+    def _checkpoint_soon(self) -> None:
+        with contextlib.suppress(RuntimeError):  # closed meanwhile: closing the last connection checkpoints
+            self._executor.submit(self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        try:
+            with self._inline.paused():
+                self._call(lambda connection: connection.execute("PRAGMA wal_checkpoint(PASSIVE)"))
+        except sqlite3.Error as exc:  # the next one tries again; the WAL only grows meanwhile
+            log.warning("sqlite %s: background checkpoint failed: %s", self.path, exc)
 
     def _close(self) -> None:
         if self._connection is not None:

@@ -10,6 +10,7 @@ An expired reservation can still be settled, and counts once.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -206,34 +207,45 @@ CREATE TABLE IF NOT EXISTS budget_reservations (
 );
 CREATE INDEX IF NOT EXISTS budget_reservations_live ON budget_reservations (key, expires_at);
 """
-_SUMS = ", ".join(f"COALESCE(SUM({d}), 0)" for d in DIMENSIONS)
+# The bucket's spend and the sum of its live reservations in one statement (NULL spend: no bucket yet).
+_HELD = (f"SELECT {', '.join(f'b.{d}' for d in DIMENSIONS)}, "
+         f"{', '.join(f'COALESCE(SUM(r.{d}), 0)' for d in DIMENSIONS)} "
+         "FROM (SELECT ? AS key) AS k LEFT JOIN budget_buckets AS b ON b.key = k.key "
+         "LEFT JOIN budget_reservations AS r ON r.key = k.key AND r.expires_at > ?")
+_PURGE_EVERY_S = 3_600.0  # expired reservations are dropped a day late, so an hour late more changes nothing
 
 
 class SqliteBudgetStore:
-    """Budgets in a SQLite file shared by every process that opens it; one transaction per step."""
+    """Budgets in a SQLite file shared by every process that opens it; one transaction per step, on
+    the caller's thread when the file is free (ADR 0030)."""
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0, synchronous: Synchronous = "FULL") -> None:
         self.db = SqliteDatabase(path, _SCHEMA, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
+        self._purged_at = -math.inf
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None:
+        purge = now - self._purged_at >= _PURGE_EVERY_S
+
         def work(connection: sqlite3.Connection) -> Refusal | None:
             with transaction(connection):
-                connection.execute("DELETE FROM budget_reservations WHERE expires_at < ?", (now - _KEEP_EXPIRED_S,))
+                if purge:
+                    connection.execute("DELETE FROM budget_reservations WHERE expires_at < ?", (now - _KEEP_EXPIRED_S,))
+                known = []
                 for charge in charges:
-                    refusal = check(charge, *self._held(connection, charge.bucket.key, now))
+                    spent, reserved, exists = self._held(connection, charge.bucket.key, now)
+                    refusal = check(charge, spent, reserved)
                     if refusal is not None:
                         return refusal
-                for charge in charges:
-                    b = charge.bucket
-                    connection.execute(
-                        "INSERT OR IGNORE INTO budget_buckets (key, scope, subject, period, window, resets_at) "
-                        "VALUES (?, ?, ?, ?, ?, ?)", (b.key, b.scope, b.subject, b.period, b.window, b.resets_at))
-                    connection.execute("INSERT OR REPLACE INTO budget_reservations VALUES (?, ?, ?, ?, ?, ?)",
-                                       (reservation_id, b.key, *attrs.astuple(charge.amount), now + lease_s))
+                    known.append(exists)
+                for charge, exists in zip(charges, known, strict=True):
+                    self._hold(connection, reservation_id, charge, exists, now + lease_s)
                 return None
 
-        return await self.db.run(work)
+        refusal = await self.db.run_inline(work)
+        if purge:
+            self._purged_at = now
+        return refusal
 
     async def renew(self, reservation_id: str, *, now: float, lease_s: float) -> None:
         def work(connection: sqlite3.Connection) -> None:
@@ -245,20 +257,18 @@ class SqliteBudgetStore:
     async def settle(self, reservation_id: str, actual: Amounts) -> None:
         def work(connection: sqlite3.Connection) -> None:
             with transaction(connection):
-                keys = [k for (k,) in connection.execute(
-                    "SELECT key FROM budget_reservations WHERE id = ?", (reservation_id,))]
-                for key in keys:
-                    connection.execute(
-                        "UPDATE budget_buckets SET cost_micro_usd = cost_micro_usd + ?, tokens = tokens + ?, "
-                        "requests = requests + ? WHERE key = ?", (*attrs.astuple(actual), key))
+                connection.execute(
+                    "UPDATE budget_buckets SET cost_micro_usd = cost_micro_usd + ?, tokens = tokens + ?, "
+                    "requests = requests + ? WHERE key IN (SELECT key FROM budget_reservations WHERE id = ?)",
+                    (actual.cost_micro_usd, actual.tokens, actual.requests, reservation_id))
                 connection.execute("DELETE FROM budget_reservations WHERE id = ?", (reservation_id,))
 
-        await self.db.run(work)
+        await self.db.run_inline(work)
 
     async def states(self, *, now: float) -> list[BucketState]:
         def select(connection: sqlite3.Connection) -> list[BucketState]:
             rows = connection.execute("SELECT key, scope, subject, period, window, resets_at FROM budget_buckets")
-            return [BucketState(BucketId(*row[1:]), *self._held(connection, row[0], now)) for row in list(rows)]
+            return [BucketState(BucketId(*row[1:]), *self._held(connection, row[0], now)[:2]) for row in list(rows)]
 
         return await self.db.run(select)
 
@@ -266,9 +276,19 @@ class SqliteBudgetStore:
         self.db.close()
 
     @staticmethod
-    def _held(connection: sqlite3.Connection, key: str, now: float) -> tuple[Amounts, Amounts]:
-        spent = connection.execute(
-            f"SELECT {', '.join(DIMENSIONS)} FROM budget_buckets WHERE key = ?", (key,)).fetchone()
-        reserved = connection.execute(
-            f"SELECT {_SUMS} FROM budget_reservations WHERE key = ? AND expires_at > ?", (key, now)).fetchone()
-        return Amounts(*(spent or (0, 0, 0))), Amounts(*reserved)
+    def _hold(connection: sqlite3.Connection, reservation_id: str, charge: Charge, exists: bool,
+              expires_at: float) -> None:
+        b, a = charge.bucket, charge.amount
+        if not exists:
+            connection.execute("INSERT INTO budget_buckets (key, scope, subject, period, window, resets_at) "
+                               "VALUES (?, ?, ?, ?, ?, ?)",
+                               (b.key, b.scope, b.subject, b.period, b.window, b.resets_at))
+        connection.execute("INSERT OR REPLACE INTO budget_reservations VALUES (?, ?, ?, ?, ?, ?)",
+                           (reservation_id, b.key, a.cost_micro_usd, a.tokens, a.requests, expires_at))
+
+    @staticmethod
+    def _held(connection: sqlite3.Connection, key: str, now: float) -> tuple[Amounts, Amounts, bool]:
+        """What the bucket has spent and holds in live reservations (one statement), and whether it exists."""
+        row = connection.execute(_HELD, (key, now)).fetchone()
+        known = row[0] is not None
+        return Amounts(*row[:3]) if known else Amounts(), Amounts(*row[3:]), known

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
+from provmw._deadlines import Deadlines
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.errors import AttemptTimeoutError, ConfigurationError, DeadlineExceededError, disposition
 from provmw.manager import ServiceManager
-from provmw.middleware._common import run_within
 from provmw.middleware.deadline import DeadlineMiddleware, DeadlineOptions
 from provmw.middleware.retry import RetryMiddleware
 from provmw.middleware.timeout import TimeoutMiddleware
@@ -86,7 +86,7 @@ async def test_an_inner_timeout_error_is_not_mistaken_for_the_limits_own() -> No
         raise TimeoutError("some inner limit")
 
     with pytest.raises(TimeoutError) as caught:
-        await run_within(5, inner_limit(), lambda: AttemptTimeoutError("mine", limit_s=5))
+        await Deadlines().run(5, inner_limit(), lambda: AttemptTimeoutError("mine", limit_s=5))
     assert not isinstance(caught.value, AttemptTimeoutError)
 
 

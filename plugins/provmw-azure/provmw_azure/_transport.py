@@ -10,13 +10,14 @@ the manager's own client: it opens no session and closes nothing.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from provmw.http import Body, HttpClient, HttpStatusError, SSEEvent, Url, decode_json
 from provmw_azure._deployment import Deployment
 from provmw_azure._wire import filtered_answer, openai_error
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = ["AzureTransport"]
 

@@ -1,0 +1,88 @@
+"""Budget steps at ``synchronous = NORMAL`` run on the loop's thread and never block it on a lock."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from provmw.stores._sqlite import SqliteDatabase
+from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, SqliteBudgetStore
+
+CHARGE = Charge(BucketId("global", "*", "total", "total"), Limits(cost_micro_usd=1_000_000), Amounts(900_000, 0, 1))
+SCHEMA = "CREATE TABLE IF NOT EXISTS t (x INTEGER);"
+
+
+def locked(path: Path) -> sqlite3.Connection:
+    """Another connection (as another process would) holding the file's write lock."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    return holder
+
+
+async def thread_of_a_step(path: Path, synchronous: str) -> int:
+    db = SqliteDatabase(path, SCHEMA, synchronous=synchronous)  # type: ignore[arg-type]
+    await db.run(lambda c: None)  # the worker opens the file and writes the schema
+    ident = await db.run_inline(lambda c: threading.get_ident())
+    db.close()
+    return ident
+
+
+async def test_a_step_at_normal_runs_on_the_loops_thread(tmp_path: Path) -> None:
+    assert await thread_of_a_step(tmp_path / "n.db", "NORMAL") == threading.get_ident()
+
+
+async def test_a_step_at_full_goes_to_the_worker_so_its_sync_never_blocks_the_loop(tmp_path: Path) -> None:
+    assert await thread_of_a_step(tmp_path / "f.db", "FULL") != threading.get_ident()
+
+
+async def test_a_locked_file_leaves_the_loop_free_and_the_step_goes_through_once_it_is_released(
+        tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
+    await store.reserve("first", [CHARGE], now=0, lease_s=60)
+    await store.settle("first", Amounts(1, 0, 1))
+    holder = locked(tmp_path / "b.db")
+    waiting = asyncio.ensure_future(store.reserve("second", [CHARGE], now=0, lease_s=60))
+    for _ in range(5):  # the loop keeps turning while the step waits for the lock
+        await asyncio.sleep(0)
+    assert not waiting.done()
+    holder.execute("ROLLBACK")
+    assert await waiting is None
+    holder.close()
+    await store.aclose()
+
+
+async def test_a_file_locked_past_busy_timeout_is_an_error_as_before(tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL", busy_timeout_s=0)
+    await store.settle("nothing", Amounts())  # opens the file
+    holder = locked(tmp_path / "b.db")
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        await store.reserve("r", [CHARGE], now=0, lease_s=60)
+    holder.close()
+    await store.aclose()
+
+
+
+async def test_steps_on_the_loop_leave_checkpoints_to_the_worker_and_the_wal_starts_over(tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
+    commits = 6_000  # each writes at least two 4 KiB pages to the WAL: 49 MB if it never started over
+    for i in range(commits // 2):
+        await store.reserve(f"r{i}", [CHARGE], now=0, lease_s=60)
+        await store.settle(f"r{i}", Amounts(1, 0, 1))
+    assert (tmp_path / "b.db-wal").stat().st_size < commits * 2 * 4096 / 2
+    await store.aclose()
+
+
+async def test_a_step_waits_while_the_worker_holds_the_inline_connection_for_a_checkpoint(tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
+    await store.settle("nothing", Amounts())  # opens the file
+    with store.db._inline.paused():  # what the worker holds while it checkpoints
+        waiting = asyncio.ensure_future(store.reserve("r", [CHARGE], now=0, lease_s=60))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+    assert await waiting is None
+    await store.aclose()
