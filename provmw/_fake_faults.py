@@ -129,7 +129,7 @@ def add_fault_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--code", help="the error code of the fault's body or in-band error event")
     group.add_argument("--times", metavar="N", type=int, help="only the next N requests (as STATUS:N does)")
     group.add_argument("--fail-rate", metavar="RATE", type=float, help="a share (0-1] of requests, at random")
-    group.add_argument("--seed", type=int, default=0, help="seed of --fail-rate (default 0: reproducible)")
+    group.add_argument("--seed", type=int, help="seed of --fail-rate (default 0: reproducible)")
     group.add_argument("--route", choices=ROUTES, help="only this route (default: all)")
     group.add_argument("--model", help="only requests for this model (default: all)")
 
@@ -139,7 +139,7 @@ def plans_from_arguments(args: argparse.Namespace) -> list[FaultPlan]:
     # 0 is a value here (``--stream-error-after 0``: before the first event); only unset is not.
     values = {key: value for key in _JSON_KEYS - {"header"}
               if (value := getattr(args, key, None)) is not None and value is not False}
-    if not values.keys() - {"seed"} and not args.header:  # the seed has a default: alone, it asks for nothing
+    if not values and not args.header:
         return []
     values["header"] = _headers(args.header)
     return [plan_from_mapping(values, where="fake-provider")]
