@@ -327,7 +327,6 @@ class ServiceManager:
         attempt_limits = self._attempt_limits
         client_for, check_destination = self.destinations.client_for, self.destinations.check
         credentials, capabilities, needs = self.settings.with_credentials, self.capabilities, ctx.facts.needs
-        estimated_input_tokens, max_output_tokens = ctx.facts.estimated_input_tokens, ctx.facts.max_output_tokens
 
         async def send(chosen: ProviderConfig) -> ProviderResponse:
             if streams is not None:
@@ -337,7 +336,8 @@ class ServiceManager:
                     provider=chosen.provider, model=chosen.model, served_by=chosen.identifier,
                     first_chunk_s=chosen.first_chunk_timeout_s or chosen.timeout_s,
                     idle_s=chosen.stream_idle_timeout_s or chosen.timeout_s, price=prices.price_for(chosen),
-                    estimated_input_tokens=estimated_input_tokens, max_output_tokens=max_output_tokens,
+                    estimated_input_tokens=ctx.facts.estimated_input_tokens,
+                    max_output_tokens=ctx.facts.max_output_tokens,
                     scrub=Scrubber.for_config(chosen).error)
                 streams.append(opened)
                 return opened
