@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -42,6 +42,7 @@ __all__ = ["BudgetLimit", "BudgetMiddleware", "BudgetOptions"]
 Scope = Literal["user", "tenant", "configuration", "global"]
 SCOPES: tuple[str, ...] = get_args(Scope)
 ANONYMOUS = "(none)"
+_BUCKETS_KEPT = 4096
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,8 @@ class BudgetMiddleware:
         self._zone = ZoneInfo(self.options.timezone)
         self._clock = wall_clock
         self._windows: dict[str, Window] = {}  # the current window of each period, until it ends
+        self._limits = {limit: limit.limits for limit in self.options.limits}
+        self._buckets: dict[tuple[str, str, str, str], BucketId] = {}  # the buckets of recent calls, made once
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         if not self.options.limits:
@@ -145,7 +148,7 @@ class BudgetMiddleware:
         charges = self.charges(ctx, config, now)
         if not charges:
             return await next(config)
-        reservation = uuid.uuid4().hex
+        reservation = os.urandom(16).hex()
         refusal = await self.store.reserve(reservation, charges, now=now, lease_s=self.options.lease_s)
         if refusal is not None:
             raise _error(refusal)
@@ -174,12 +177,17 @@ class BudgetMiddleware:
         if not touched:
             return []
         amount = self._worst_case(ctx, config, [limit for limit, _ in touched])
-        charges = []
-        for limit, subject in touched:
-            span = self._window(limit.period, now)
-            bucket = BucketId(limit.scope, subject, limit.period, span.label, span.resets_at)
-            charges.append(Charge(bucket, limit.limits, amount))
-        return charges
+        return [Charge(self._bucket(limit, subject, now), self._limits[limit], amount) for limit, subject in touched]
+
+    def _bucket(self, limit: BudgetLimit, subject: str, now: float) -> BucketId:
+        span = self._window(limit.period, now)
+        key = (limit.scope, subject, limit.period, span.label)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            if len(self._buckets) >= _BUCKETS_KEPT:
+                self._buckets.clear()
+            bucket = self._buckets[key] = BucketId(*key, span.resets_at)
+        return bucket
 
     def _window(self, period: Period, now: float) -> Window:
         span = self._windows.get(period)

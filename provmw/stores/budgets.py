@@ -10,6 +10,9 @@ An expired reservation can still be settled, and counts once.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
 import math
 import sqlite3
 import threading
@@ -19,6 +22,7 @@ from typing import Protocol
 
 import attrs
 
+from provmw.stores._settles import Orphans, Settle, SettleJournal
 from provmw.stores._sqlite import SqliteDatabase, Synchronous, transaction
 
 __all__ = [
@@ -34,6 +38,7 @@ __all__ = [
 ]
 
 DIMENSIONS = ("cost_micro_usd", "tokens", "requests")
+log = logging.getLogger(__name__)
 _KEEP_EXPIRED_S = 86_400.0  # an expired reservation may still be settled for a day
 
 
@@ -217,18 +222,31 @@ _PURGE_EVERY_S = 3_600.0  # expired reservations are dropped a day late, so an h
 
 class SqliteBudgetStore:
     """Budgets in a SQLite file shared by every process that opens it; one transaction per step, on
-    the caller's thread when the file is free (ADR 0030)."""
+    the caller's thread when the file is free (ADR 0030). At ``NORMAL`` a settle is written to this
+    process's settle journal and committed with the next step, or within ``settle_delay_s`` (ADR 0032)."""
 
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0, synchronous: Synchronous = "FULL") -> None:
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0, synchronous: Synchronous = "FULL",
+                 settle_delay_s: float = 0.02) -> None:
         self.db = SqliteDatabase(path, _SCHEMA, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
-        self._purged_at = -math.inf
+        self._purged_at = self._replayed_at = -math.inf
+        # At FULL a settle is committed (and synced) before it returns, as every step is.
+        self._journal = SettleJournal(self.db.path) if synchronous == "NORMAL" else None
+        self._settle_delay_s = settle_delay_s
+        self._pending: list[Settle] = []  # journaled, not yet committed, oldest first
+        self._lock = threading.Lock()  # the pending list, for a store shared by two threads' loops
+        self._flushing: asyncio.TimerHandle | None = None
+        self._flushes: set[asyncio.Task[None]] = set()
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None:
         purge = now - self._purged_at >= _PURGE_EVERY_S
+        # Dead processes' settles go in well before their reservations' leases run out.
+        orphans = self._orphans(now, lease_s)
 
         def work(connection: sqlite3.Connection) -> Refusal | None:
+            refusal = None
             with transaction(connection):
+                applied = self._apply_pending(connection, orphans)
                 if purge:
                     connection.execute("DELETE FROM budget_reservations WHERE expires_at < ?", (now - _KEEP_EXPIRED_S,))
                 known = []
@@ -236,13 +254,19 @@ class SqliteBudgetStore:
                     spent, reserved, exists = self._held(connection, charge.bucket.key, now)
                     refusal = check(charge, spent, reserved)
                     if refusal is not None:
-                        return refusal
+                        break
                     known.append(exists)
-                for charge, exists in zip(charges, known, strict=True):
-                    self._hold(connection, reservation_id, charge, exists, now + lease_s)
-                return None
+                else:
+                    for charge, exists in zip(charges, known, strict=True):
+                        self._hold(connection, reservation_id, charge, exists, now + lease_s)
+            self._committed(applied, orphans)
+            return refusal
 
-        refusal = await self.db.run_inline(work)
+        try:
+            refusal = await self.db.run_inline(work)
+        finally:
+            if orphans is not None:
+                orphans.release()  # a no-op once they are committed
         if purge:
             self._purged_at = now
         return refusal
@@ -255,17 +279,29 @@ class SqliteBudgetStore:
         await self.db.run(work)
 
     async def settle(self, reservation_id: str, actual: Amounts) -> None:
-        def work(connection: sqlite3.Connection) -> None:
-            with transaction(connection):
-                connection.execute(
-                    "UPDATE budget_buckets SET cost_micro_usd = cost_micro_usd + ?, tokens = tokens + ?, "
-                    "requests = requests + ? WHERE key IN (SELECT key FROM budget_reservations WHERE id = ?)",
-                    (actual.cost_micro_usd, actual.tokens, actual.requests, reservation_id))
-                connection.execute("DELETE FROM budget_reservations WHERE id = ?", (reservation_id,))
+        settle = (reservation_id, actual.cost_micro_usd, actual.tokens, actual.requests)
+        if self._journal is None:
+            await self.db.run_inline(functools.partial(self._commit_settles, [settle]))
+            return
+        try:
+            self._journal.append(*settle)
+        except OSError as exc:  # no room for a line: committed now instead, as at FULL
+            log.warning("budget %s: settle journal unwritable (%s); committing the settle now", self.db.path, exc)
+            await self.db.run_inline(functools.partial(self._commit_settles, [settle]))
+            return
+        with self._lock:
+            self._pending.append(settle)
+            if self._flushing is None:
+                self._flushing = asyncio.get_running_loop().call_later(self._settle_delay_s, self._flush_soon)
 
-        await self.db.run_inline(work)
+    async def flush(self) -> None:
+        """Commit the settles this process has journaled and not yet committed."""
+        if self._pending:
+            await self.db.run_inline(functools.partial(self._commit_settles, []))
 
     async def states(self, *, now: float) -> list[BucketState]:
+        await self.flush()
+
         def select(connection: sqlite3.Connection) -> list[BucketState]:
             rows = connection.execute("SELECT key, scope, subject, period, window, resets_at FROM budget_buckets")
             return [BucketState(BucketId(*row[1:]), *self._held(connection, row[0], now)[:2]) for row in list(rows)]
@@ -273,7 +309,73 @@ class SqliteBudgetStore:
         return await self.db.run(select)
 
     async def aclose(self) -> None:
-        self.db.close()
+        committed = False
+        try:
+            await self.flush()
+            await asyncio.gather(*self._flushes)
+            committed = not self._pending
+        finally:
+            if self._flushing is not None:
+                self._flushing.cancel()
+            if self._journal is not None:  # kept (and unlocked) if a settle is still in it: the next replay's
+                self._journal.close(committed=committed)
+            self.db.close()
+
+    def _commit_settles(self, settles: list[Settle], connection: sqlite3.Connection) -> None:
+        with transaction(connection):
+            applied = self._apply_pending(connection, None, settles)
+        self._committed(applied, None)
+
+    def _apply_pending(self, connection: sqlite3.Connection, orphans: Orphans | None,
+                       extra: Sequence[Settle] = ()) -> int:
+        """Run this process's pending settles (and the orphans', and ``extra``) in the open transaction;
+        how many pending ones it ran."""
+        with self._lock:
+            pending = list(self._pending)
+        # The first settle of a reservation counts; a second (in the same batch) finds it gone.
+        firsts: dict[str, Settle] = {}
+        for settle in (*(orphans.settles if orphans is not None else ()), *pending, *extra):
+            firsts.setdefault(settle[0], settle)
+        settles = list(firsts.values())
+        if settles:
+            connection.executemany(
+                "UPDATE budget_buckets SET cost_micro_usd = cost_micro_usd + ?, tokens = tokens + ?, "
+                "requests = requests + ? WHERE key IN (SELECT key FROM budget_reservations WHERE id = ?)",
+                [(cost, tokens, requests, rid) for rid, cost, tokens, requests in settles])
+            connection.executemany("DELETE FROM budget_reservations WHERE id = ?", [(s[0],) for s in settles])
+        return len(pending)
+
+    def _committed(self, applied: int, orphans: Orphans | None) -> None:
+        if orphans is not None:
+            orphans.done()
+        if not applied:
+            return
+        with self._lock:
+            del self._pending[:applied]
+            if not self._pending and self._journal is not None:
+                self._journal.committed()
+
+    def _orphans(self, now: float, lease_s: float) -> Orphans | None:
+        if self._journal is None or now - self._replayed_at < lease_s / 4:
+            return None
+        self._replayed_at = now
+        return self._journal.orphans()
+
+    def _flush_soon(self) -> None:
+        self._flushing = None
+        task = asyncio.get_running_loop().create_task(self._flush_later())
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+
+    async def _flush_later(self) -> None:
+        try:
+            await self.flush()
+        except sqlite3.Error as exc:  # journaled: the next step, or the next flush, commits them
+            log.warning("budget %s: committing %d settles failed (%s); they stay journaled",
+                        self.db.path, len(self._pending), exc)
+            with self._lock:
+                if self._flushing is None and self._pending:
+                    self._flushing = asyncio.get_running_loop().call_later(self._settle_delay_s, self._flush_soon)
 
     @staticmethod
     def _hold(connection: sqlite3.Connection, reservation_id: str, charge: Charge, exists: bool,

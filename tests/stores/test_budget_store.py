@@ -28,9 +28,11 @@ def charge(micro_usd: int, bucket: BucketId = DAY, limits: Limits = DOLLAR) -> C
     return Charge(bucket, limits, Amounts(micro_usd, 10, 1))
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite-normal"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BudgetStore]:
-    made: BudgetStore = MemoryBudgetStore() if request.param == "memory" else SqliteBudgetStore(tmp_path / "b.db")
+    # At NORMAL a settle goes to the settle journal and is committed by the next step (ADR 0032).
+    made: BudgetStore = MemoryBudgetStore() if request.param == "memory" else SqliteBudgetStore(
+        tmp_path / "b.db", synchronous="NORMAL" if request.param == "sqlite-normal" else "FULL")
     yield made
     await made.aclose()
 

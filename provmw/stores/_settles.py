@@ -1,0 +1,122 @@
+"""The budget's settle journal: where a settle is durable before it is committed (ADR 0032).
+
+A ``SqliteBudgetStore`` at ``synchronous = NORMAL`` commits a settle with the next step's
+transaction instead of one of its own. Until then the settle is a line in a file of this
+process's own beside the database (``<db>.settles.<id>``), one ``os.write``, no fsync: like
+a commit at ``NORMAL``, it survives the death of the process (kill -9), not of the machine.
+
+The file stays locked (``flock``) while its process lives. Any process opening the budget
+replays the files whose lock is free (their process died) inside its next step's
+transaction, then removes them; a settle is idempotent (it deletes its reservation, and a
+second one finds none), so a line replayed twice, or one already committed, counts once.
+The file is created under another name and renamed once locked, so no replay sees it unlocked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+
+__all__ = ["Orphans", "SettleJournal", "Settle"]
+
+Settle = tuple[str, int, int, int]  # reservation id, micro-dollars, tokens, requests
+_RESET_BYTES = 64 * 1024  # once everything in it is committed, a file this long starts over
+
+
+@attrs.define
+class Orphans:
+    """The settles of dead processes' journals, locked by this process until ``done`` or ``release``."""
+
+    settles: list[Settle]
+    files: list[tuple[Path, int]]
+
+    def done(self) -> None:
+        """Their settles are committed: remove the files."""
+        for path, fd in self.files:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            os.close(fd)
+        self.files = []
+
+    def release(self) -> None:
+        """Their settles went nowhere: unlock the files for the next replay."""
+        for _, fd in self.files:
+            os.close(fd)
+        self.files = []
+
+
+class SettleJournal:
+    """This process's settle journal beside the database at ``database``."""
+
+    def __init__(self, database: Path) -> None:
+        self._folder, self._prefix = database.parent, f"{database.name}.settles."
+        self._path: Path | None = None
+        self._fd = -1
+        self._size = 0
+
+    def append(self, reservation_id: str, cost_micro_usd: int, tokens: int, requests: int) -> None:
+        """Write one settle; it survives kill -9 once this returns. Raises ``OSError``."""
+        if self._fd < 0:
+            self._open()
+        line = f"{reservation_id} {cost_micro_usd} {tokens} {requests}\n".encode()
+        written = os.write(self._fd, line)
+        if written != len(line):  # a short write to a regular file: the disk is full
+            raise OSError(f"settle journal {self._path}: wrote {written} of {len(line)} bytes")
+        self._size += written
+
+    def committed(self) -> None:
+        """Every settle written so far is committed: a long file starts over."""
+        if self._size >= _RESET_BYTES:
+            os.ftruncate(self._fd, 0)
+            self._size = 0
+
+    def close(self, *, committed: bool) -> None:
+        """Close (and remove, when everything in it is committed) this process's file."""
+        if self._fd < 0:
+            return
+        if committed and self._path is not None:
+            os.unlink(self._path)
+        os.close(self._fd)
+        self._fd, self._path, self._size = -1, None, 0
+
+    def orphans(self) -> Orphans:
+        """The settles in the journals of processes that died, their files locked by this one."""
+        found = Orphans([], [])
+        for path in self._folder.glob(f"{self._prefix}*"):
+            if path == self._path or path.name.endswith(".opening"):
+                continue
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:  # another process replayed it meanwhile
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # its process lives, or another replays it now
+                os.close(fd)
+                continue
+            found.files.append((path, fd))
+            found.settles.extend(_read(fd))
+        return found
+
+    def _open(self) -> None:
+        opening = self._folder / f"{self._prefix}{uuid.uuid4().hex}.opening"
+        fd = os.open(opening, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        path = opening.with_suffix("")
+        os.rename(opening, path)
+        self._path, self._fd = path, fd
+
+
+def _read(fd: int) -> Iterator[Settle]:
+    with os.fdopen(os.dup(fd), "rb") as file:
+        for line in file:
+            parts = line.split()
+            # A line cut by the crash (no newline, or fewer fields) is skipped: its call never returned.
+            if len(parts) == 4 and line.endswith(b"\n") and all(p.isdigit() for p in parts[1:]):
+                yield parts[0].decode("ascii", "replace"), int(parts[1]), int(parts[2]), int(parts[3])
