@@ -206,10 +206,12 @@ CREATE TABLE IF NOT EXISTS budget_buckets (
     cost_micro_usd INTEGER NOT NULL DEFAULT 0, tokens INTEGER NOT NULL DEFAULT 0,
     requests INTEGER NOT NULL DEFAULT 0
 );
+-- WITHOUT ROWID: a reservation's row and its key are one b-tree, one page less in every commit's WAL
+-- frames (a file made before keeps its rowid table: the statements are the same).
 CREATE TABLE IF NOT EXISTS budget_reservations (
     id TEXT NOT NULL, key TEXT NOT NULL, cost_micro_usd INTEGER NOT NULL, tokens INTEGER NOT NULL,
     requests INTEGER NOT NULL, expires_at REAL NOT NULL, PRIMARY KEY (id, key)
-);
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS budget_reservations_live ON budget_reservations (key, expires_at);
 """
 # The bucket's spend and the sum of its live reservations in one statement (NULL spend: no bucket yet).

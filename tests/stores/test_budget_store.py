@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -133,3 +134,17 @@ async def test_a_budget_store_syncs_each_step_only_when_asked(tmp_path: Path) ->
         modes.append(await store.db.run(lambda c: c.execute("PRAGMA synchronous").fetchone()[0]))
         await store.aclose()
     assert modes == [1, 2]  # SQLite's numbers for NORMAL and FULL
+
+
+async def test_a_file_made_by_an_earlier_version_keeps_working(tmp_path: Path) -> None:
+    earlier = sqlite3.connect(tmp_path / "b.db")
+    earlier.executescript(
+        "CREATE TABLE budget_reservations (id TEXT NOT NULL, key TEXT NOT NULL, cost_micro_usd INTEGER NOT NULL, "
+        "tokens INTEGER NOT NULL, requests INTEGER NOT NULL, expires_at REAL NOT NULL, PRIMARY KEY (id, key));")
+    earlier.close()
+    store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
+    await store.reserve("r1", [charge(600_000)], now=0, lease_s=60)
+    await store.settle("r1", Amounts(100_000, 10, 1))
+    assert await store.reserve("r2", [charge(900_000)], now=0, lease_s=60) is None
+    assert await held(store) == (100_000, 900_000)
+    await store.aclose()
