@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import os
+import time
 import warnings
 from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import TYPE_CHECKING, Any
@@ -257,6 +258,16 @@ def _new_correlation_id() -> str:
     return raw.hex()
 
 
+def _new_call_id() -> str:
+    """A UUIDv7 in hex (RFC 9562): the milliseconds since the epoch, then 74 random bits. Ids made
+    later sort later, so the ledger's index on them grows at its end instead of at a random page
+    per record (ten times fewer pages written per batch of records, ADR 0033)."""
+    raw = bytearray((time.time_ns() // 1_000_000).to_bytes(6, "big") + os.urandom(10))
+    raw[6] = raw[6] & 0x0F | 0x70  # version 7
+    raw[8] = raw[8] & 0x3F | 0x80  # RFC 9562 variant
+    return raw.hex()
+
+
 @attrs.frozen
 class ProviderCallContext:
     """What one logical call is: its operation, correlation id, facts, attempts, repair turn and plugin metadata."""
@@ -266,7 +277,7 @@ class ProviderCallContext:
     metadata: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze)
     facts: CallFacts = attrs.field(factory=CallFacts, kw_only=True)
     # The ledger keys records by this, never by the caller's correlation id, which callers reuse.
-    call_id: str = attrs.field(factory=_new_correlation_id, kw_only=True, eq=False, repr=False)
+    call_id: str = attrs.field(factory=_new_call_id, kw_only=True, eq=False, repr=False)
     attempts: AttemptLog = attrs.field(factory=AttemptLog, kw_only=True, eq=False, repr=False)
     repair: RepairSlot = attrs.field(factory=RepairSlot, kw_only=True, eq=False, repr=False)
 

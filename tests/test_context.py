@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pickle
+import time
 import uuid
 
 import attrs
@@ -17,11 +18,28 @@ def test_correlation_id_is_uuid4_hex_unless_given() -> None:
     assert ProviderCallContext(ProviderOperation.CHAT, "given").correlation_id == "given"
 
 
-def test_correlation_and_call_ids_are_version_4_uuids() -> None:
+def test_a_correlation_id_is_a_version_4_uuid() -> None:
     ctx = ProviderCallContext(ProviderOperation.CHAT)
-    for made in (uuid.UUID(hex=ctx.correlation_id), uuid.UUID(hex=ctx.call_id)):
-        assert (made.version, made.variant) == (4, uuid.RFC_4122)
-        assert made.hex in (ctx.correlation_id, ctx.call_id)
+    made = uuid.UUID(hex=ctx.correlation_id)
+    assert (made.version, made.variant, made.hex) == (4, uuid.RFC_4122, ctx.correlation_id)
+
+
+def test_a_call_id_is_a_version_7_uuid_of_the_millisecond_it_was_made() -> None:
+    before = time.time_ns() // 1_000_000
+    ctx = ProviderCallContext(ProviderOperation.CHAT)
+    made = uuid.UUID(hex=ctx.call_id)
+    assert (made.version, made.variant, made.hex) == (7, uuid.RFC_4122, ctx.call_id)
+    assert before <= int(ctx.call_id[:12], 16) <= time.time_ns() // 1_000_000
+
+
+def test_call_ids_made_in_later_milliseconds_sort_later_and_never_repeat() -> None:
+    ids = []
+    for _ in range(5):
+        ids += [ProviderCallContext(ProviderOperation.CHAT).call_id for _ in range(200)]
+        time.sleep(0.002)
+    assert len(set(ids)) == len(ids)
+    firsts = [ids[i * 200] for i in range(5)]
+    assert firsts == sorted(firsts)  # the ledger's index on them grows at its end (ADR 0033)
 
 
 def test_each_context_gets_its_own_correlation_id() -> None:

@@ -195,9 +195,9 @@ class UsageJournal:
     async def _write_all(self) -> None:
         if not self._replayed:
             await self.replay()
-        if self._linger_s:
-            await self._sleep(self._linger_s)
         while self._queued:
+            if self._linger_s:  # before every batch: records that came during the last one wait for more
+                await self._sleep(self._linger_s)
             batch = self._take()  # everything queued: all that a segment sealed now holds
             sealed = self._seal() if self._ahead is not None and self._ahead.full else []
             kept = True

@@ -44,6 +44,24 @@ async def test_a_durable_record_is_journaled_before_the_store_has_it(tmp_path: P
     await ledger.aclose()
 
 
+async def test_records_that_come_while_a_batch_is_written_wait_for_the_linger_too(tmp_path: Path) -> None:
+    lingers = []
+
+    async def sleep(seconds: float) -> None:
+        lingers.append(seconds)
+        await asyncio.sleep(0.01)
+
+    ledger = UsageJournal(SqliteUsageStore(tmp_path / "u.db"), write_ahead=True, sleep=sleep, linger_s=0.01)
+    for i in range(100):  # one call after another, each a little while
+        await ledger.durable(record(f"c{i}"))
+        await asyncio.sleep(0.001)
+    await ledger.flush()
+    # Every batch waited for more first: a batch for each ten milliseconds or so, not one per record.
+    assert ledger.commits == len(lingers) <= 30
+    assert len(await ledger.store.records()) == 100
+    await ledger.aclose()
+
+
 async def test_a_live_process_file_is_not_replayed_by_another_journal(tmp_path: Path) -> None:
     gate, sleep = gated()
     live = journal(tmp_path / "u.db", sleep)
