@@ -18,6 +18,7 @@ import json
 import os
 import warnings
 from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
+from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -94,8 +95,14 @@ def scoped_key(digest: str, tenant: str | None, user: str | None) -> str:
 
     The scope is JSON, so no (tenant, user) pair can collide with another.
     """
-    scope = json.dumps([tenant, user])
+    scope = f"[{_json_string(tenant)}, {_json_string(user)}]"  # json.dumps([tenant, user]), without its setup
     return hashlib.sha256(f"{scope}\n{digest}".encode()).hexdigest()
+
+
+def _json_string(value: str | None) -> str:
+    if value is None:
+        return "null"
+    return encode_basestring_ascii(value) if type(value) is str else json.dumps(value)
 
 
 @attrs.frozen(kw_only=True)
