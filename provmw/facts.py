@@ -93,7 +93,7 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
     needs = call_needs(operation, config, request, streaming=stream)
     offered = capabilities or {}
     unmet = {c.identifier: lacking for c in chain
-             if (lacking := offered.get(c.provider, Capabilities()).lacking(needs))}
+             if (lacking := offered.get(c.provider, _DEFAULTS).lacking(needs))}
     return CallFacts(
         user=_text("user", user), tenant=_text("tenant", tenant),
         options=FrozenMap() if isinstance(request, EmbeddingRequest) else request.options,
@@ -105,6 +105,8 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
         digest=lambda: request_digest(operation, config, request),
     )
 
+
+_DEFAULTS = Capabilities()  # what an adapter that declares nothing offers
 
 _OPERATION_NEEDS = {ProviderOperation.COMPLETION: "completion", ProviderOperation.EMBEDDING: "embeddings"}
 
@@ -121,7 +123,7 @@ def call_needs(operation: ProviderOperation, config: ProviderConfig, request: Pr
         needs |= {need for need, wanted in (("tools", request.tools), ("schema", request.response_schema is not None),
                                             ("vision", any(m.images for m in request.messages))) if wanted}
     if not isinstance(request, EmbeddingRequest) and getattr(request, "response_schema", None) is None \
-            and "response_format" in merged_options(config, request.options):
+            and ("response_format" in request.options or "response_format" in config.options):
         needs.add("response_format")
     return frozenset(needs)
 
@@ -229,10 +231,14 @@ def _most_output_tokens(chain: Sequence[ProviderConfig], request: ProviderReques
 def _max_output_tokens(config: ProviderConfig, request: ProviderRequest) -> int | None:
     # Either name bounds the answer (max_completion_tokens is OpenAI's for reasoning models);
     # with both set, the larger, so that a reservation is never short of what may be billed.
-    options = {**config.options, **getattr(request, "options", {})}
+    # The call's option overrides the configuration's (merged_options), read without merging.
+    call, own = getattr(request, "options", _NO_OPTIONS), config.options
     bounds = [value for name in ("max_tokens", "max_completion_tokens")
-              if isinstance(value := options.get(name), int)]
+              if isinstance(value := call[name] if name in call else own.get(name), int)]
     return max(bounds) if bounds else None
+
+
+_NO_OPTIONS = FrozenMap()
 
 
 def _text(name: str, value: object) -> str | None:

@@ -212,8 +212,9 @@ def is_deterministic(config: ProviderConfig, request: ProviderRequest) -> bool:
     """Whether the same request should give the same answer: temperature 0 or a seed."""
     if isinstance(request, EmbeddingRequest):
         return True
-    options = merged_options(config, request.options)
-    return options.get("temperature") == 0 or options.get("seed") is not None
+    call, own = request.options, config.options  # merged_options, read without merging
+    temperature = call["temperature"] if "temperature" in call else own.get("temperature")
+    return temperature == 0 or (call["seed"] if "seed" in call else own.get("seed")) is not None
 
 
 def _plain(value: Any) -> Any:

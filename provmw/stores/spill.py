@@ -35,11 +35,12 @@ log = logging.getLogger(__name__)
 
 _FIELDS = tuple(a.name for a in attrs.fields(UsageRecord))
 _VALUES = operator.attrgetter(*_FIELDS)  # every field is a plain value: no attrs.asdict recursion
+_encode = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: json.dumps would build one per record
 
 
 def encode_record(record: UsageRecord) -> bytes:
     """One record as one JSON line."""
-    return json.dumps(dict(zip(_FIELDS, _VALUES(record), strict=True)), separators=(",", ":")).encode() + b"\n"
+    return _encode(dict(zip(_FIELDS, _VALUES(record), strict=True))).encode() + b"\n"
 
 
 def write_all(fd: int, data: bytes) -> None:
