@@ -13,12 +13,11 @@ with ``grants_every_claim = True``, and the middleware then never asks it for on
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
-
-import cachetools
 
 __all__ = ["CacheStore", "MemoryCacheStore"]
 
@@ -65,11 +64,13 @@ class MemoryCacheStore:
 
     def __init__(self, *, max_entries: int = 10_000, max_bytes: int = 64 * 1024 * 1024,
                  timer: Callable[[], float] = time.monotonic) -> None:
-        self.max_entries = max_entries
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self._timer = timer
         self._lock = threading.Lock()
-        # Each entry is (value, ttl_s, bytes).
-        self._entries: cachetools.TLRUCache[str, tuple[object, float, int]] = cachetools.TLRUCache(
-            maxsize=max_bytes, ttu=_expires, timer=timer, getsizeof=_size)
+        # key -> (value, expires at, bytes), least recently used first. An expired entry is
+        # dropped when read, when it reaches the front, or when the bounds push it out.
+        self._entries: collections.OrderedDict[str, tuple[object, float, int]] = collections.OrderedDict()
+        self._bytes = 0
 
     async def get(self, key: str) -> str | None:
         found = self.kept(key)
@@ -78,25 +79,42 @@ class MemoryCacheStore:
     async def set(self, key: str, value: str, ttl_s: float) -> None:
         self.keep(key, value, len(value), ttl_s)  # the middleware writes ASCII-only JSON: characters are bytes
 
+    async def delete(self, key: str) -> None:
+        with self._lock:
+            self._drop(key)
+
     def kept(self, key: str) -> object | None:
         """What ``key`` holds, text or a kept value, or None when absent or expired (not awaited)."""
         with self._lock:
-            found = self._entries.get(key)
-        return None if found is None else found[0]
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            if not self._timer() < entry[1]:
+                self._drop(key)
+                return None
+            self._entries.move_to_end(key)
+            return entry[0]
 
     def keep(self, key: str, value: object, size: int, ttl_s: float) -> None:
         """Hold ``value`` under ``key`` for ``ttl_s`` seconds, counted as ``size`` bytes (not awaited)."""
-        entry = (value, ttl_s, size + _ENTRY_OVERHEAD)
-        if entry[2] > self._entries.maxsize:
+        size += _ENTRY_OVERHEAD
+        if size > self.max_bytes:
             return  # larger than the whole cache: not worth evicting everything for
+        now = self._timer()
         with self._lock:
-            self._entries[key] = entry
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem()
+            self._drop(key)
+            self._entries[key] = (value, now + ttl_s, size)
+            self._bytes += size
+            entries = self._entries
+            # The bounds first, least recently used first; then whatever has expired at the front.
+            while entries and (len(entries) > self.max_entries or self._bytes > self.max_bytes
+                               or not now < next(iter(entries.values()))[1]):
+                self._bytes -= entries.popitem(last=False)[1][2]
 
-    async def delete(self, key: str) -> None:
-        with self._lock:
-            self._entries.pop(key, None)
+    def _drop(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._bytes -= entry[2]
 
     @property
     def grants_every_claim(self) -> bool:
@@ -111,23 +129,22 @@ class MemoryCacheStore:
 
     @property
     def entries(self) -> int:
+        """The entries not yet expired."""
         with self._lock:
-            self._entries.expire()
+            self._purge()
             return len(self._entries)
 
     @property
     def bytes(self) -> int:
+        """The bytes counted for the entries not yet expired."""
         with self._lock:
-            self._entries.expire()
-            return int(self._entries.currsize)
+            self._purge()
+            return self._bytes
 
-
-def _expires(key: str, value: tuple[object, float, int], now: float) -> float:
-    return now + value[1]
+    def _purge(self) -> None:
+        now = self._timer()
+        for key in [k for k, entry in self._entries.items() if not now < entry[1]]:
+            self._drop(key)
 
 
 _ENTRY_OVERHEAD = 128  # the key (a 64-character digest and a prefix) and bookkeeping
-
-
-def _size(value: tuple[object, float, int]) -> int:
-    return value[2]
