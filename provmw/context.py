@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import os
+import threading
 import warnings
 from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from json.encoder import encode_basestring_ascii
@@ -256,12 +257,39 @@ class _Metadata(FrozenMap):
         return getattr(self._facts, fact)
 
 
-def _new_correlation_id() -> str:
-    """A uuid4 in hex, made directly from 16 random bytes (``uuid.uuid4().hex`` costs three times as much)."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = raw[6] & 0x0F | 0x40  # version 4
-    raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122 variant
-    return raw.hex()
+class _RandomIds:
+    """uuid4 hex ids cut from one ``os.urandom`` read of 4 KiB (256 ids) rather than one read each.
+
+    Inside a running call path a ``getrandom`` system call cost about 1.7 µs, twice a call (the
+    call id and the correlation id); a slice of a pool costs a tenth of that. The bytes are
+    the kernel's all the same. A child process forgets the pool at fork (it would otherwise
+    hand out its parent's next ids), and a lock keeps two threads from taking one slice.
+    """
+
+    _POOL_BYTES = 4096
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool, self._at = b"", 0
+        os.register_at_fork(after_in_child=self._forget)
+
+    def __call__(self) -> str:
+        with self._lock:
+            if self._at >= len(self._pool):
+                self._pool, self._at = os.urandom(self._POOL_BYTES), 0
+            raw = bytearray(self._pool[self._at:self._at + 16])
+            self._at += 16
+        raw[6] = raw[6] & 0x0F | 0x40  # version 4
+        raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122 variant
+        return raw.hex()
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._pool, self._at = b"", 0
+
+
+# A uuid4 in hex (``uuid.uuid4().hex`` costs three times as much); the process's one pool of random bytes.
+_new_correlation_id = _RandomIds()
 
 
 @attrs.frozen
