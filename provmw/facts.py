@@ -93,10 +93,10 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
     needs = call_needs(operation, config, request, streaming=stream)
     offered = capabilities or {}
     unmet = {c.identifier: lacking for c in chain
-             if (lacking := offered.get(c.provider, _DEFAULTS).lacking(needs))}
+             if (lacking := offered.get(c.provider, _DEFAULTS).lacking(needs))} or _NO_OPTIONS
     return CallFacts(
         user=_text("user", user), tenant=_text("tenant", tenant),
-        options=FrozenMap() if isinstance(request, EmbeddingRequest) else request.options,
+        options=_NO_OPTIONS if isinstance(request, EmbeddingRequest) else request.options,
         controls=_controls(controls, known_controls),
         idempotency_key=_text("idempotency_key", idempotency_key),
         deterministic=is_deterministic(config, request),
@@ -238,7 +238,7 @@ def _max_output_tokens(config: ProviderConfig, request: ProviderRequest) -> int 
     return max(bounds) if bounds else None
 
 
-_NO_OPTIONS = FrozenMap()
+_NO_OPTIONS = FrozenMap()  # immutable, so every call without options (controls, unmet needs) shares it
 
 
 def _text(name: str, value: object) -> str | None:
@@ -251,7 +251,7 @@ def _text(name: str, value: object) -> str | None:
 
 def _controls(controls: Mapping[str, Any] | None, known: Collection[str]) -> FrozenMap:
     if controls is None:
-        return FrozenMap()
+        return _NO_OPTIONS
     if not isinstance(controls, Mapping):
         raise ConfigurationError(f"controls must be a mapping of control names to values, got {controls!r}")
     for name in controls:

@@ -429,6 +429,8 @@ def _attempt_timeout(config: ProviderConfig) -> AttemptTimeoutError:
 
 def _options(options: Mapping[str, Any] | None, option_args: Mapping[str, Any]) -> FrozenMap:
     """The call's options: ``options={...}`` and the option keyword arguments, each name given once."""
+    if options is None and not option_args:
+        return _NO_OPTIONS  # the common call: nothing to check, and an empty FrozenMap is immutable
     check_options(options or {})
     if not option_args:
         return FrozenMap(options)
@@ -436,6 +438,9 @@ def _options(options: Mapping[str, Any] | None, option_args: Mapping[str, Any]) 
         _check_option_argument(name, options or {})
     check_options(option_args)
     return FrozenMap({**(options or {}), **option_args})
+
+
+_NO_OPTIONS = FrozenMap()
 
 
 def _check_option_argument(name: str, options: Mapping[str, Any]) -> None:
