@@ -123,8 +123,9 @@ class CallFacts:
     ``estimated_cost_usd``: the same at the estimate and the input rate. ``shared_cache_key``
     (the canonical request digest) and ``cache_key`` (the digest bound to tenant and user)
     are computed on first read only, and so are the three bounds when the manager gives
-    ``bounds`` (what computes them). ``stream``: the call streams its answer (what the
-    pipeline returns is an ``OpenedStream``; the cache and idempotency keys pass it by).
+    ``bounds`` (what computes them), and the estimate, ``max_output_tokens`` and ``unmet``
+    when it gives ``sizes``. ``stream``: the call streams its answer (what the pipeline
+    returns is an ``OpenedStream``; the cache and idempotency keys pass it by).
 
     ``needs``: the capabilities the call needs (names of ``provmw.providers.Capabilities``
     fields: ``chat``, ``tools``, ``vision``, ``schema``, ``response_format``, ``streaming``...);
@@ -139,20 +140,46 @@ class CallFacts:
     controls: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze)
     idempotency_key: str | None = None
     deterministic: bool = False
-    estimated_input_tokens: int = 0
+    _estimated_input_tokens: int = attrs.field(default=0, alias="estimated_input_tokens")
     _max_input_tokens: int = attrs.field(default=0, alias="max_input_tokens")
-    max_output_tokens: int | None = None
+    _max_output_tokens: int | None = attrs.field(default=None, alias="max_output_tokens")
     _planned_cost_usd: float | None = attrs.field(default=None, alias="planned_cost_usd")
     _estimated_cost_usd: float | None = attrs.field(default=None, alias="estimated_cost_usd")
     stream: bool = False
     needs: frozenset[str] = frozenset()
-    unmet: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze)
+    _unmet: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze, alias="unmet")
     response_schema: FrozenMap | None = attrs.field(default=None, converter=attrs.converters.optional(_freeze))
     digest: Callable[[], str] | None = attrs.field(default=None, eq=False, repr=False)
     # Computes (max_input_tokens, planned_cost_usd, estimated_cost_usd) on first read: only budgets
     # read them, and over a fallback chain they cost more than every other fact together.
     bounds: Callable[[], tuple[int, float | None, float | None]] | None = attrs.field(
         default=None, eq=False, repr=False)
+    # Computes (estimated_input_tokens, max_output_tokens, unmet) on first read: a cache hit reads
+    # none of them (rate limits, budgets and the fallback layer do, on a miss).
+    sizes: Callable[[], tuple[int, int | None, Mapping[str, tuple[str, ...]]]] | None = attrs.field(
+        default=None, eq=False, repr=False)
+
+    @functools.cached_property
+    def _sizes(self) -> tuple[int, int | None, FrozenMap]:
+        if self.sizes is not None:
+            estimated, max_output, unmet = self.sizes()
+            return estimated, max_output, _freeze(unmet)
+        return self._estimated_input_tokens, self._max_output_tokens, self._unmet
+
+    @property
+    def estimated_input_tokens(self) -> int:
+        """The input tokens at 4 characters a token, for rate limits and estimates."""
+        return self._sizes[0]
+
+    @property
+    def max_output_tokens(self) -> int | None:
+        """The largest output bound over the fallback chain (None when one of them sets none)."""
+        return self._sizes[1]
+
+    @property
+    def unmet(self) -> FrozenMap:
+        """For each configuration of the fallback chain that cannot honour ``needs``: what it lacks."""
+        return self._sizes[2]
 
     @functools.cached_property
     def _bounds(self) -> tuple[int, float | None, float | None]:

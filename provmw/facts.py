@@ -83,25 +83,32 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
                stream: bool = False) -> CallFacts:
     """The facts of one call on ``config`` whose fallback chain is ``chain``; ``capabilities``
     are the installed adapters' by provider name (an adapter missing from it offers the defaults)."""
-    estimated = estimate_tokens(request)
-    max_output = _most_output_tokens(chain, request)
+    needs = call_needs(operation, config, request, streaming=stream)
+    sized: list[tuple[int, int | None]] = []  # both lazy computations below share the sizes
+
+    def sizes() -> tuple[int, int | None]:
+        if not sized:
+            sized.append((estimate_tokens(request), _most_output_tokens(chain, request)))
+        return sized[0]
+
+    def sizes_and_unmet() -> tuple[int, int | None, dict[str, tuple[str, ...]]]:
+        offered = capabilities or {}
+        unmet = {c.identifier: lacking for c in chain
+                 if (lacking := offered.get(c.provider, _DEFAULTS).lacking(needs))}
+        return (*sizes(), unmet)
 
     def bounds() -> tuple[int, float | None, float | None]:
         max_input, planned = _bound_over(chain, request, prices)
+        estimated, max_output = sizes()
         return max_input, planned, prices.planned_cost_usd(chain, estimated, max_output)
 
-    needs = call_needs(operation, config, request, streaming=stream)
-    offered = capabilities or {}
-    unmet = {c.identifier: lacking for c in chain
-             if (lacking := offered.get(c.provider, _DEFAULTS).lacking(needs))} or _NO_OPTIONS
     return CallFacts(
         user=_text("user", user), tenant=_text("tenant", tenant),
         options=_NO_OPTIONS if isinstance(request, EmbeddingRequest) else request.options,
         controls=_controls(controls, known_controls),
         idempotency_key=_text("idempotency_key", idempotency_key),
-        deterministic=is_deterministic(config, request),
-        estimated_input_tokens=estimated, max_output_tokens=max_output, bounds=bounds,
-        stream=stream, needs=needs, unmet=unmet, response_schema=getattr(request, "response_schema", None),
+        deterministic=is_deterministic(config, request), sizes=sizes_and_unmet, bounds=bounds,
+        stream=stream, needs=needs, response_schema=getattr(request, "response_schema", None),
         digest=lambda: request_digest(operation, config, request),
     )
 
