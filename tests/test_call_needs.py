@@ -71,7 +71,12 @@ def test_a_schema_raises_the_input_bound_by_its_bytes_and_a_tool() -> None:
 
 def test_the_sizes_and_unmet_needs_are_computed_on_first_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
     estimates: list[object] = []
-    monkeypatch.setattr("provmw.facts.estimate_tokens", lambda request: estimates.append(request) or 7)
+
+    def estimate(request: object) -> int:
+        estimates.append(request)
+        return 7
+
+    monkeypatch.setattr("provmw.facts.estimate_tokens", estimate)
     found = facts(ChatRequest(HI, options={"response_format": "json_object"}), capabilities=OFFERED)
     assert estimates == []  # a cache hit reads none of them
     assert (found.estimated_input_tokens, dict(found.unmet)) == (7, {"an": ("response_format",)})
