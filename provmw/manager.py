@@ -371,16 +371,21 @@ class ServiceManager:
                 attempt_log.log_attempt(chosen, started)
             if type(response) is not response_type:  # vision is a chat whose answer is typed apart
                 response = response_type(**{f.name: getattr(response, f.name) for f in attrs.fields(type(response))})
-            price = prices.price_for(chosen)
-            if price is None or response.usage.cost_usd is not None or stream:
+            if stream:
                 return response
-            return attrs.evolve(response, usage=attrs.evolve(response.usage, cost_usd=price.cost_usd(response.usage)))
+            # Priced, and carrying the call's attempts so far (this one last): one evolve, and the
+            # manager adds none after the pipeline unless a later attempt was made (a repair turn).
+            usage, price = response.usage, prices.price_for(chosen)
+            if price is not None and usage.cost_usd is None:
+                usage = attrs.evolve(usage, cost_usd=price.cost_usd(usage))
+            return attrs.evolve(response, usage=usage, attempts=tuple(attempts.recorded))
 
         response = await self.pipeline.run(ctx, config, terminal)
         schema = ctx.facts.response_schema
         if schema is not None and isinstance(response, CompletionResponse) and response.parsed is None:
             response = parsed_answer(response, schema)  # with the structured_output layer off: no repair
-        return attrs.evolve(response, attempts=tuple(attempts.recorded)) if attempts.recorded else response
+        recorded = tuple(attempts.recorded)
+        return attrs.evolve(response, attempts=recorded) if recorded and response.attempts != recorded else response
 
     def _adapter(self, provider: str, where: str = "provider") -> ProviderAdapter:
         try:

@@ -19,7 +19,7 @@ from provmw.manager import ServiceManager
 from provmw.messages import ToolCall
 from provmw.middleware.cache import CacheMiddleware, CacheOptions, _answer_bytes
 from provmw.plugins import PluginHost
-from provmw.responses import CompletionResponse, EmbeddingResponse, Usage
+from provmw.responses import Attempt, CompletionResponse, EmbeddingResponse, Usage
 from provmw.settings import Settings
 from provmw.stores.cache import MemoryCacheStore
 from provmw.stores.outage import GuardedCache
@@ -440,3 +440,11 @@ def _deep_size(value: object) -> int:
     if isinstance(value, list | tuple):
         return sys.getsizeof(value) + sum(_deep_size(v) for v in value)
     return sys.getsizeof(value)
+
+
+async def test_only_the_leader_of_a_stampede_reports_an_attempt(fake: FakeProvider, builtin_only: PluginHost) -> None:
+    fake.script(Fault(delay_s=0.05), route="embedding")
+    async with ServiceManager(_settings(fake), host=builtin_only) as manager:
+        results = await asyncio.gather(*(manager.embed("same text", tenant="acme") for _ in range(5)))
+    assert sorted(len(r.attempts) for r in results) == [0, 0, 0, 0, 1]
+    assert [r.attempts for r in results if not r.cached] == [(Attempt(config_id="oa"),)]
