@@ -321,7 +321,9 @@ class ServiceManager:
                    call: _Call, *, streams: list[OpenedStream] | None = None) -> R:
         stream = streams is not None
         config, ctx = self._facts(operation, request, call, stream=stream)
-        await self.destinations.check(config)
+        checks = self.destinations.applies_to  # named configurations are not checked: no await for them
+        if checks(config):
+            await self.destinations.check(config)
         method = _METHODS[operation]
         adapters, http, prices, attempts = self.providers, self.http, self.prices, ctx.attempts
         attempt_limits = self._attempt_limits
@@ -353,7 +355,8 @@ class ServiceManager:
             chosen = credentials(chosen)  # a plugin's layer may have swapped in a configuration as loaded
             # Again here: a layer may have swapped in another ad-hoc configuration, and aiohttp
             # never asks the checking resolver about an IP literal.
-            await check_destination(chosen)
+            if checks(chosen):
+                await check_destination(chosen)
             # Again here: a layer may have swapped in a configuration outside the fallback chain.
             capabilities[chosen.provider].require(needs, provider=chosen.provider, configuration=chosen.identifier)
             started = attempt_log.start()
