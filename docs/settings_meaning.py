@@ -104,7 +104,7 @@ MEANING: dict[str, dict[str, str]] = {
                       "`tools`. Chat-like ones only when deterministic (temperature 0 or a seed).",
         "ttl_s": "How long an answer is served from the cache.",
         "max_entries": "Entries the in-process cache keeps, at most.",
-        "max_bytes": "Bytes the in-process cache keeps, at most.",
+        "max_bytes": "Bytes the in-process cache keeps, at most (answers counted by what they hold in memory).",
         "shared_namespaces": "Cache namespaces whose entries every tenant may share.",
         "lock_s": "Across processes, how long one process's claim on a missed key holds.",
     },

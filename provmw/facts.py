@@ -83,28 +83,37 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
                stream: bool = False) -> CallFacts:
     """The facts of one call on ``config`` whose fallback chain is ``chain``; ``capabilities``
     are the installed adapters' by provider name (an adapter missing from it offers the defaults)."""
-    estimated = estimate_tokens(request)
-    max_output = _most_output_tokens(chain, request)
+    needs = call_needs(operation, config, request, streaming=stream)
+    sized: list[tuple[int, int | None]] = []  # both lazy computations below share the sizes
+
+    def sizes() -> tuple[int, int | None]:
+        if not sized:
+            sized.append((estimate_tokens(request), _most_output_tokens(chain, request)))
+        return sized[0]
+
+    def sizes_and_unmet() -> tuple[int, int | None, dict[str, tuple[str, ...]]]:
+        offered = capabilities or {}
+        unmet = {c.identifier: lacking for c in chain
+                 if (lacking := offered.get(c.provider, _DEFAULTS).lacking(needs))}
+        return (*sizes(), unmet)
 
     def bounds() -> tuple[int, float | None, float | None]:
         max_input, planned = _bound_over(chain, request, prices)
+        estimated, max_output = sizes()
         return max_input, planned, prices.planned_cost_usd(chain, estimated, max_output)
 
-    needs = call_needs(operation, config, request, streaming=stream)
-    offered = capabilities or {}
-    unmet = {c.identifier: lacking for c in chain
-             if (lacking := offered.get(c.provider, Capabilities()).lacking(needs))}
     return CallFacts(
         user=_text("user", user), tenant=_text("tenant", tenant),
-        options=FrozenMap() if isinstance(request, EmbeddingRequest) else request.options,
+        options=_NO_OPTIONS if isinstance(request, EmbeddingRequest) else request.options,
         controls=_controls(controls, known_controls),
         idempotency_key=_text("idempotency_key", idempotency_key),
-        deterministic=is_deterministic(config, request),
-        estimated_input_tokens=estimated, max_output_tokens=max_output, bounds=bounds,
-        stream=stream, needs=needs, unmet=unmet, response_schema=getattr(request, "response_schema", None),
+        deterministic=is_deterministic(config, request), sizes=sizes_and_unmet, bounds=bounds,
+        stream=stream, needs=needs, response_schema=getattr(request, "response_schema", None),
         digest=lambda: request_digest(operation, config, request),
     )
 
+
+_DEFAULTS = Capabilities()  # what an adapter that declares nothing offers
 
 _OPERATION_NEEDS = {ProviderOperation.COMPLETION: "completion", ProviderOperation.EMBEDDING: "embeddings"}
 
@@ -121,7 +130,7 @@ def call_needs(operation: ProviderOperation, config: ProviderConfig, request: Pr
         needs |= {need for need, wanted in (("tools", request.tools), ("schema", request.response_schema is not None),
                                             ("vision", any(m.images for m in request.messages))) if wanted}
     if not isinstance(request, EmbeddingRequest) and getattr(request, "response_schema", None) is None \
-            and "response_format" in merged_options(config, request.options):
+            and ("response_format" in request.options or "response_format" in config.options):
         needs.add("response_format")
     return frozenset(needs)
 
@@ -229,10 +238,14 @@ def _most_output_tokens(chain: Sequence[ProviderConfig], request: ProviderReques
 def _max_output_tokens(config: ProviderConfig, request: ProviderRequest) -> int | None:
     # Either name bounds the answer (max_completion_tokens is OpenAI's for reasoning models);
     # with both set, the larger, so that a reservation is never short of what may be billed.
-    options = {**config.options, **getattr(request, "options", {})}
+    # The call's option overrides the configuration's (merged_options), read without merging.
+    call, own = getattr(request, "options", _NO_OPTIONS), config.options
     bounds = [value for name in ("max_tokens", "max_completion_tokens")
-              if isinstance(value := options.get(name), int)]
+              if isinstance(value := call[name] if name in call else own.get(name), int)]
     return max(bounds) if bounds else None
+
+
+_NO_OPTIONS = FrozenMap()  # immutable, so every call without options (controls, unmet needs) shares it
 
 
 def _text(name: str, value: object) -> str | None:
@@ -245,7 +258,7 @@ def _text(name: str, value: object) -> str | None:
 
 def _controls(controls: Mapping[str, Any] | None, known: Collection[str]) -> FrozenMap:
     if controls is None:
-        return FrozenMap()
+        return _NO_OPTIONS
     if not isinstance(controls, Mapping):
         raise ConfigurationError(f"controls must be a mapping of control names to values, got {controls!r}")
     for name in controls:

@@ -281,6 +281,8 @@ def plain_json(value: Any) -> Any:
     """``value`` (frozen mappings included) as plain JSON types."""
     if type(value) in _SCALARS:  # most options: nothing to convert, and a round trip per option shows
         return value
+    if not value and isinstance(value, Mapping | list | tuple):  # no extra_body: every call asks for {}
+        return {} if isinstance(value, Mapping) else []
     return json.loads(json.dumps(value, default=dict))
 
 

@@ -321,7 +321,9 @@ class ServiceManager:
                    call: _Call, *, streams: list[OpenedStream] | None = None) -> R:
         stream = streams is not None
         config, ctx = self._facts(operation, request, call, stream=stream)
-        await self.destinations.check(config)
+        checks = self.destinations.applies_to  # named configurations are not checked: no await for them
+        if checks(config):
+            await self.destinations.check(config)
         method = _METHODS[operation]
         adapters, http, prices, attempts = self.providers, self.http, self.prices, ctx.attempts
         attempt_limits = self._attempt_limits
@@ -353,7 +355,8 @@ class ServiceManager:
             chosen = credentials(chosen)  # a plugin's layer may have swapped in a configuration as loaded
             # Again here: a layer may have swapped in another ad-hoc configuration, and aiohttp
             # never asks the checking resolver about an IP literal.
-            await check_destination(chosen)
+            if checks(chosen):
+                await check_destination(chosen)
             # Again here: a layer may have swapped in a configuration outside the fallback chain.
             capabilities[chosen.provider].require(needs, provider=chosen.provider, configuration=chosen.identifier)
             started = attempt_log.start()
@@ -371,16 +374,21 @@ class ServiceManager:
                 attempt_log.log_attempt(chosen, started)
             if type(response) is not response_type:  # vision is a chat whose answer is typed apart
                 response = response_type(**{f.name: getattr(response, f.name) for f in attrs.fields(type(response))})
-            price = prices.price_for(chosen)
-            if price is None or response.usage.cost_usd is not None or stream:
+            if stream:
                 return response
-            return attrs.evolve(response, usage=attrs.evolve(response.usage, cost_usd=price.cost_usd(response.usage)))
+            # Priced, and carrying the call's attempts so far (this one last): one evolve, and the
+            # manager adds none after the pipeline unless a later attempt was made (a repair turn).
+            usage, price = response.usage, prices.price_for(chosen)
+            if price is not None and usage.cost_usd is None:
+                usage = attrs.evolve(usage, cost_usd=price.cost_usd(usage))
+            return attrs.evolve(response, usage=usage, attempts=tuple(attempts.recorded))
 
         response = await self.pipeline.run(ctx, config, terminal)
         schema = ctx.facts.response_schema
         if schema is not None and isinstance(response, CompletionResponse) and response.parsed is None:
             response = parsed_answer(response, schema)  # with the structured_output layer off: no repair
-        return attrs.evolve(response, attempts=tuple(attempts.recorded)) if attempts.recorded else response
+        recorded = tuple(attempts.recorded)
+        return attrs.evolve(response, attempts=recorded) if recorded and response.attempts != recorded else response
 
     def _adapter(self, provider: str, where: str = "provider") -> ProviderAdapter:
         try:
@@ -429,6 +437,8 @@ def _attempt_timeout(config: ProviderConfig) -> AttemptTimeoutError:
 
 def _options(options: Mapping[str, Any] | None, option_args: Mapping[str, Any]) -> FrozenMap:
     """The call's options: ``options={...}`` and the option keyword arguments, each name given once."""
+    if options is None and not option_args:
+        return _NO_OPTIONS  # the common call: nothing to check, and an empty FrozenMap is immutable
     check_options(options or {})
     if not option_args:
         return FrozenMap(options)
@@ -436,6 +446,9 @@ def _options(options: Mapping[str, Any] | None, option_args: Mapping[str, Any]) 
         _check_option_argument(name, options or {})
     check_options(option_args)
     return FrozenMap({**(options or {}), **option_args})
+
+
+_NO_OPTIONS = FrozenMap()
 
 
 def _check_option_argument(name: str, options: Mapping[str, Any]) -> None:

@@ -223,7 +223,11 @@ class Settings:
         a variable that is not set names the file, the configuration and the variable."""
         if config.api_key_env is None and not config.headers_env:
             return config
-        values = tuple(self.environ.get(v) for v in (config.api_key_env, *config.headers_env.values()) if v)
+        variable = config.api_key_env
+        if not config.headers_env and variable is not None:  # the usual: one key variable, read three times a call
+            values: tuple[str | None, ...] = (self.environ.get(variable),)
+        else:
+            values = tuple(self.environ.get(v) for v in (config.api_key_env, *config.headers_env.values()) if v)
         kept = self._read.get(config.identifier)
         if kept is not None and kept[0] is config and kept[1] == values:
             return kept[2]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import attrs
@@ -12,11 +13,15 @@ from hypothesis import strategies as st
 
 from provmw.config import ProviderConfig
 from provmw.context import ProviderOperation, scoped_key
-from provmw.messages import ImagePart, Message, TextPart, ToolSpec
+from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
 from provmw.requests import (
     ChatRequest,
+    CompletionRequest,
     EmbeddingRequest,
+    _canonical_text,
+    _plain,
     is_deterministic,
+    merged_options,
     request_digest,
 )
 
@@ -125,3 +130,68 @@ def test_credentials_inside_the_base_url_are_part_of_the_fingerprint() -> None:
     one = ProviderConfig(identifier="a", provider="openai", model="m", base_url="https://h.test/v1?key=account-one")
     two = attrs.evolve(one, base_url="https://h.test/v1?key=account-two")
     assert one.credential_fingerprint != two.credential_fingerprint
+
+
+def _reference_text(operation: ProviderOperation, config: ProviderConfig, request: Any) -> str:
+    # The canonical form as first written: sorted-key JSON of the whole, through json.dumps.
+    body = request.to_dict()
+    if "options" in body:
+        body["options"] = _plain(merged_options(config, body["options"]))
+    canonical = {"operation": operation.value, "provider": config.provider, "model": config.model,
+                 "base_url": config.base_url, "credentials": config.credential_fingerprint, "request": body}
+    return json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8))
+json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8)
+finite_values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+                                       st.text(max_size=8)),
+                             lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                                          max_size=3), max_leaves=8)
+parts = st.one_of(st.builds(TextPart, st.text(max_size=20)), st.builds(ImagePart, url=st.just("https://x.test/a.png")),
+                  st.builds(ImagePart, data=st.binary(min_size=1, max_size=8)))
+calls = st.lists(st.builds(ToolCall, st.text(max_size=4), st.text(max_size=4), st.text(max_size=8)), max_size=2)
+messages = st.builds(Message, st.sampled_from(["system", "user", "assistant", "tool"]),
+                     st.lists(parts, max_size=3).map(tuple), calls.map(tuple), st.none() | st.text(max_size=4))
+chats = st.builds(ChatRequest, st.lists(messages, min_size=1, max_size=3).map(tuple),
+                  tools=st.lists(st.builds(ToolSpec, name=st.text(min_size=1, max_size=5)), max_size=2).map(tuple),
+                  options=st.dictionaries(st.text(max_size=8), json_values, max_size=4),
+                  response_schema=st.none() | st.dictionaries(st.text(max_size=5), json_values, max_size=2))
+config_options = st.sampled_from([{}, {"temperature": 0, "max_tokens": 512}, {"seed": 7, "top_p": 0.5},
+                                  {"stop": ["\n"], "extra_body": {"b": {"a": [1, 2.5, None]}}}])
+words = st.text("abcxyz-é", min_size=1, max_size=6)
+configs = st.builds(ProviderConfig, identifier=st.just("p"), provider=words, model=words,
+                    base_url=st.none() | st.just("https://api.test/v1"), options=config_options)
+
+
+@given(request=chats, config=configs, operation=st.sampled_from(list(ProviderOperation)))
+def test_the_canonical_text_is_the_sorted_json_of_the_whole_request(request: ChatRequest, config: ProviderConfig,
+                                                                      operation: ProviderOperation) -> None:
+    assert _canonical_text(operation, config, request) == _reference_text(operation, config, request)
+
+
+@given(inputs=st.lists(st.text(max_size=10), min_size=1, max_size=3), dimensions=st.none() | st.integers(1, 9),
+       prompt=st.text(max_size=20), options=config_options)
+def test_completions_and_embeddings_keep_their_canonical_text(inputs: list[str], dimensions: int | None,
+                                                             prompt: str, options: dict[str, Any]) -> None:
+    for request in (EmbeddingRequest(inputs, dimensions), CompletionRequest(prompt, options=options)):
+        assert _canonical_text(OP, CONFIG, request) == _reference_text(OP, CONFIG, request)
+
+
+@given(first=st.tuples(names, names), second=st.tuples(names, names))
+def test_the_scope_is_the_json_of_tenant_and_user(first: tuple[str | None, str | None],
+                                                  second: tuple[str | None, str | None]) -> None:
+    assert scoped_key("d", *first) == hashlib.sha256(f"{json.dumps(list(first))}\nd".encode()).hexdigest()
+    assert (scoped_key("d", *first) == scoped_key("d", *second)) == (first == second)
+
+
+@given(config=configs, options=st.dictionaries(st.text(max_size=8), finite_values, max_size=3),
+       other=st.dictionaries(st.text(max_size=8), finite_values, max_size=3), text=st.text(max_size=10))
+def test_requests_with_other_options_get_other_keys(config: ProviderConfig, options: dict[str, Any],
+                                                    other: dict[str, Any], text: str) -> None:
+    def digest(given: dict[str, Any]) -> str:
+        return request_digest(OP, config, ChatRequest((Message.user(text),), options=given))
+
+    same_json = _plain(merged_options(config, options)) == _plain(merged_options(config, other))
+    assert digest(options) != digest(other) or same_json

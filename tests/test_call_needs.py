@@ -67,3 +67,17 @@ def test_a_schema_raises_the_input_bound_by_its_bytes_and_a_tool() -> None:
     anthropic = ALLOWANCES["anthropic"]  # the larger allowance of the chain
     tool = anthropic.with_tools + anthropic.per_tool
     assert structured.max_input_tokens - plain.max_input_tokens == len(json.dumps(SCHEMA, separators=(",", ":"))) + tool
+
+
+def test_the_sizes_and_unmet_needs_are_computed_on_first_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    estimates: list[object] = []
+
+    def estimate(request: object) -> int:
+        estimates.append(request)
+        return 7
+
+    monkeypatch.setattr("provmw.facts.estimate_tokens", estimate)
+    found = facts(ChatRequest(HI, options={"response_format": "json_object"}), capabilities=OFFERED)
+    assert estimates == []  # a cache hit reads none of them
+    assert (found.estimated_input_tokens, dict(found.unmet)) == (7, {"an": ("response_format",)})
+    assert found.planned_cost_usd is None and len(estimates) == 1  # the bounds share the sizes

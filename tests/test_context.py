@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import pickle
 import time
 import uuid
@@ -94,3 +95,24 @@ def test_a_built_in_fact_read_as_metadata_still_answers_with_a_deprecation_warni
 def test_plugin_metadata_survives_with_metadata_and_keeps_the_facts() -> None:
     ctx = call_context(user="ada").with_metadata(mine=2)
     assert ctx.metadata["mine"] == 2 and ctx.facts.user == "ada"
+
+
+def test_correlation_ids_are_uuid4_and_never_repeat_across_pool_refills() -> None:
+    ids = [ProviderCallContext(ProviderOperation.CHAT).correlation_id for _ in range(1_000)]
+    assert len(set(ids)) == 1_000
+    assert all(uuid.UUID(i).version == 4 and uuid.UUID(i).hex == i for i in ids)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_does_not_hand_out_its_parents_next_ids() -> None:
+    ProviderCallContext(ProviderOperation.CHAT)  # the parent's pool holds ids not yet handed out
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(writer, ProviderCallContext(ProviderOperation.CHAT).correlation_id.encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(reader, 64).decode()
+    os.close(reader)
+    os.close(writer)
+    assert child != ProviderCallContext(ProviderOperation.CHAT).correlation_id

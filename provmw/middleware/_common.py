@@ -26,12 +26,12 @@ monotonic: Clock = time.monotonic
 
 
 def as_hit(response: R) -> R:
-    """An answer served again without a provider request: cached, costing nothing, and saving
-    what it cost when it was made (a cache hit, an idempotent repeat)."""
+    """An answer served again without a provider request: cached, costing nothing, saving what
+    it cost when it was made, and with no attempts of its own (a cache hit, an idempotent repeat)."""
     if response.cached:
         return response
     usage = attrs.evolve(response.usage, cost_usd=0.0, saved_cost_usd=response.usage.cost_usd)
-    return attrs.evolve(response, cached=True, usage=usage)
+    return attrs.evolve(response, cached=True, usage=usage, attempts=())
 
 
 def seconds_control(ctx: ProviderCallContext, name: str) -> float | None:

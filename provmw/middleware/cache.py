@@ -97,6 +97,8 @@ class CacheMiddleware:
         # A store that grants every claim (one process's memory) is not asked: the misses of one
         # process are coalesced here already, and two awaits per miss are saved.
         self._claims = not getattr(self.store, "grants_every_claim", False)
+        # A store of this process's memory keeps answers as they are: no JSON either way (ADR 0031).
+        self._keeps = getattr(self.store, "keeps_answers", False)
         self._in_flight: dict[str, asyncio.Future[Any]] = {}
         # Decoding a stored answer costs more than the rest of a hit; remember the last few
         # decodings, each valid only while the store returns the very same text.
@@ -110,7 +112,10 @@ class CacheMiddleware:
         if controls.get("no_cache"):
             return await self._fill(key, ctx, config, next, controls)
         while True:
-            hit = await self._read(key, ctx.operation)
+            # The memory store answers at once, with an answer it kept or text another writer left.
+            found = self.store.kept(key) if self._keeps else await self.store.get(key)  # type: ignore[attr-defined]
+            hit = found.hit() if type(found) is _Kept else \
+                None if found is None else await self._decode(key, found, ctx.operation)
             if hit is not None:
                 return hit  # type: ignore[return-value]
             leader = self._in_flight.get(key)
@@ -139,7 +144,7 @@ class CacheMiddleware:
         ttl_s = seconds_control(ctx, "ttl_s") or self.options.ttl_s
         leader: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._in_flight.setdefault(key, leader)
-        claim: str | None = None
+        claim = ""
         try:
             if self._claims and not controls.get("no_cache"):
                 claimed = await self._claim(key, ctx.operation)
@@ -151,7 +156,8 @@ class CacheMiddleware:
             response = await next(config)
         except BaseException as exc:
             self._done(key, leader)
-            await self._unclaim(key, claim)
+            if claim:
+                await self.store.unclaim(key, claim)
             if isinstance(exc, asyncio.CancelledError):
                 leader.cancel()  # waiters go again rather than fail with our cancellation
             else:
@@ -164,7 +170,8 @@ class CacheMiddleware:
                 await self._write(key, response, ttl_s)
         finally:  # stay joinable until the entry is written, so no newcomer goes upstream
             self._done(key, leader)
-            await self._unclaim(key, claim)
+            if claim:
+                await self.store.unclaim(key, claim)
         return response
 
     async def _claim(self, key: str, operation: ProviderOperation) -> str | ProviderResponse:
@@ -180,17 +187,15 @@ class CacheMiddleware:
             if hit is not None:
                 return hit
 
-    async def _unclaim(self, key: str, claim: str | None) -> None:
-        if claim:
-            await self.store.unclaim(key, claim)
-
     def _done(self, key: str, leader: asyncio.Future[Any]) -> None:
         if self._in_flight.get(key) is leader:
             del self._in_flight[key]
 
     async def _read(self, key: str, operation: ProviderOperation) -> ProviderResponse | None:
-        text = await self.store.get(key)
-        if text is None:
+        return await self._decode(key, await self.store.get(key), operation)
+
+    async def _decode(self, key: str, text: object, operation: ProviderOperation) -> ProviderResponse | None:
+        if not isinstance(text, str):
             return None
         known = self._decoded.get(key)
         if known is not None and known[0] == text:
@@ -208,6 +213,9 @@ class CacheMiddleware:
         return self._remember(key, text, response)
 
     async def _write(self, key: str, response: ProviderResponse, ttl_s: float) -> None:
+        if self._keeps:
+            self.store.keep(key, _Kept(response), _answer_bytes(response), ttl_s)  # type: ignore[attr-defined]
+            return
         text = json.dumps(response.to_dict(), separators=(",", ":"))
         await self.store.set(key, text, ttl_s)
         self._keep(key, text, response)
@@ -222,6 +230,38 @@ class CacheMiddleware:
         self._decoded.move_to_end(key)
         if len(self._decoded) > _DECODED_MAX:
             self._decoded.popitem(last=False)
+
+
+class _Kept:
+    """An answer kept in this process's memory store; its first reader makes it a hit, once."""
+
+    __slots__ = ("answer",)
+
+    def __init__(self, answer: ProviderResponse) -> None:
+        self.answer = answer
+
+    def hit(self) -> ProviderResponse:
+        if not self.answer.cached:  # a miss keeps its answer as fetched: a hit when first read
+            self.answer = as_hit(self.answer)
+        return self.answer
+
+
+# Counted from above: the response and its usage as objects, a string's or tuple's header, a
+# float (24 bytes) and its place in a tuple (8).
+_ANSWER_OVERHEAD, _OBJECT_OVERHEAD, _NUMBER_BYTES = 1024, 80, 32
+
+
+def _answer_bytes(response: ProviderResponse) -> int:
+    """What an answer holds in memory, counted from above: each string at 4 bytes a character
+    unless ASCII, each vector number at 32, and the objects that hold them."""
+    if isinstance(response, EmbeddingResponse):
+        vectors = response.vectors
+        return _ANSWER_OVERHEAD + _NUMBER_BYTES * sum(map(len, vectors)) + _OBJECT_OVERHEAD * len(vectors)
+    assert isinstance(response, CompletionResponse)  # only whole answers are kept (_whole)
+    strings = [response.text, *(s for c in response.tool_calls for s in (c.id, c.name, c.arguments))]
+    size = sum((len(t) if t.isascii() else 4 * len(t)) + _OBJECT_OVERHEAD for t in strings)
+    # The parsed JSON of a structured answer holds about what its text does, and its objects more.
+    return _ANSWER_OVERHEAD + (4 * size if response.parsed is not None else size)
 
 
 _TYPES: dict[ProviderOperation, type[ProviderResponse]] = {

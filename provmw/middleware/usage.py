@@ -146,8 +146,11 @@ def _answered(ctx: ProviderCallContext, config: ProviderConfig, attempt: int, st
 
 def _record(ctx: ProviderCallContext, config: ProviderConfig, attempt: int, started: float, latency_s: float,
             **fields: Any) -> UsageRecord:
-    values: dict[str, Any] = {"config_id": config.identifier, "provider": config.provider,
-                              "model": config.model, **fields}
+    # The configuration's names unless ``fields`` says otherwise (a hit: who served the answer).
+    fields.setdefault("config_id", config.identifier)
+    fields.setdefault("provider", config.provider)
+    fields.setdefault("model", config.model)
+    facts = ctx.facts
     return UsageRecord(call_id=ctx.call_id, correlation_id=ctx.correlation_id, attempt=attempt, timestamp=started,
-                       operation=ctx.operation.value, user=ctx.facts.user,
-                       tenant=ctx.facts.tenant, latency_s=latency_s, **values)
+                       operation=ctx.operation.value, user=facts.user, tenant=facts.tenant, latency_s=latency_s,
+                       **fields)

@@ -44,7 +44,8 @@ class Capabilities:
 
     def lacking(self, needs: Collection[str]) -> tuple[str, ...]:
         """The capabilities among ``needs`` (names of fields of this class) it does not offer, sorted."""
-        return tuple(sorted(need for need in needs if not getattr(self, need)))
+        missing = [need for need in needs if not getattr(self, need)]
+        return tuple(sorted(missing)) if missing else ()
 
     def require(self, needs: Collection[str], *, provider: str, configuration: str | None = None) -> None:
         """Raise ``UnsupportedOperationError`` naming what of ``needs`` is lacking, if anything is."""

@@ -88,9 +88,28 @@ class GuardedCache:
         self.store = store
         self._outage = _Outage("cache", "serving misses")
         self.grants_every_claim: bool = getattr(store, "grants_every_claim", False)
+        self.keeps_answers: bool = getattr(store, "keeps_answers", False)
 
     async def get(self, key: str) -> str | None:
         return await self._outage.call(self.store.get(key), None)
+
+    # The memory store's own (``keeps_answers``): passed on, failures are misses like the rest.
+    def kept(self, key: str) -> object | None:
+        try:
+            found = self.store.kept(key)  # type: ignore[attr-defined]
+        except Exception as exc:
+            self._outage.failed(exc)
+            return None
+        self._outage.ok()
+        return found  # type: ignore[no-any-return]
+
+    def keep(self, key: str, value: object, size: int, ttl_s: float) -> None:
+        try:
+            self.store.keep(key, value, size, ttl_s)  # type: ignore[attr-defined]
+        except Exception as exc:
+            self._outage.failed(exc)
+            return
+        self._outage.ok()
 
     async def set(self, key: str, value: str, ttl_s: float) -> None:
         await self._outage.call(self.store.set(key, value, ttl_s), None)

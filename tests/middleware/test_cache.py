@@ -6,17 +6,20 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 from typing import Any
 
+import attrs
 import pytest
 
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.errors import ConfigurationError, ContentPolicyError, ProviderError, ProviderUnavailableError
 from provmw.manager import ServiceManager
-from provmw.middleware.cache import CacheMiddleware, CacheOptions
+from provmw.messages import ToolCall
+from provmw.middleware.cache import CacheMiddleware, CacheOptions, _answer_bytes
 from provmw.plugins import PluginHost
-from provmw.responses import CompletionResponse, EmbeddingResponse, Usage
+from provmw.responses import Attempt, CompletionResponse, EmbeddingResponse, Usage
 from provmw.settings import Settings
 from provmw.stores.cache import MemoryCacheStore
 from provmw.stores.outage import GuardedCache
@@ -385,3 +388,63 @@ async def test_a_store_that_grants_every_claim_is_never_asked_for_one() -> None:
     middleware = CacheMiddleware(CacheOptions(operations=("chat",)), store=GuardedCache(store))
     response = await asyncio.wait_for(middleware.handle(ctx(), CONFIG, ScriptedNext(ANSWER)), 5)
     assert not response.cached and store.unclaimed == []
+
+
+async def test_the_memory_store_keeps_answers_without_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    middleware = cache()
+    first = await middleware.handle(ctx(), CONFIG, ScriptedNext(ANSWER))
+    monkeypatch.setattr("provmw.middleware.cache.response_from_dict", None)  # a decode would fail
+    second = await middleware.handle(ctx(), CONFIG, ScriptedNext())
+    assert not first.cached and second.cached and second.text == "42"
+    assert await middleware.store.get(stored_key()) is None  # no text was written
+
+
+async def test_a_store_that_keeps_answers_still_reads_text_another_writer_left() -> None:
+    middleware = cache()
+    await middleware.store.set(stored_key(), json.dumps(ANSWER.to_dict()), 60)
+    hit = await middleware.handle(ctx(), CONFIG, ScriptedNext())
+    assert hit.cached and hit.text == "42"
+
+
+@pytest.mark.parametrize("text", ["a" * 3_000, "é" * 3_000], ids=["ascii", "wider"])
+async def test_kept_answers_never_exceed_the_byte_bound(text: str) -> None:
+    middleware = cache(max_bytes=100_000)
+    store = middleware.store
+    assert isinstance(store, MemoryCacheStore)
+    for i in range(200):
+        answer = CompletionResponse(provider="openai", model="m", text=text, finish_reason="stop")
+        await middleware.handle(ctx(f"tenant-{i}{i % 10}"), CONFIG, ScriptedNext(answer))
+        assert store.bytes <= 100_000
+    assert 0 < store.entries < 200
+
+
+@pytest.mark.parametrize("answer", [
+    CompletionResponse(provider="openai", model="m", text="é" * 500 + "a", finish_reason="stop"),
+    CompletionResponse(provider="openai", model="m", text="{}", finish_reason="tool_calls",
+                       tool_calls=(ToolCall("c1", "weather", '{"city": "Zürich"}'),) * 20),
+    CompletionResponse(provider="openai", model="m", text='{"a": [1, 2, 3]}', finish_reason="stop",
+                       parsed={"a": [1, 2, 3]}),
+    EmbeddingResponse(provider="openai", model="m", vectors=[[0.1] * 1536] * 4),
+], ids=["wide-text", "tool-calls", "parsed", "vectors"])
+def test_an_answer_is_counted_at_no_less_than_it_holds(answer: CompletionResponse | EmbeddingResponse) -> None:
+    assert _answer_bytes(answer) >= _deep_size(answer)
+
+
+def _deep_size(value: object) -> int:
+    # Every object the answer holds, each counted once per place it occupies (so shared ones more than once).
+    if attrs.has(type(value)):
+        names = [f.name for f in attrs.fields(type(value))]  # type: ignore[arg-type]
+        return sys.getsizeof(value) + sum(_deep_size(getattr(value, name)) for name in names)
+    if isinstance(value, dict):
+        return sys.getsizeof(value) + sum(_deep_size(k) + _deep_size(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return sys.getsizeof(value) + sum(_deep_size(v) for v in value)
+    return sys.getsizeof(value)
+
+
+async def test_only_the_leader_of_a_stampede_reports_an_attempt(fake: FakeProvider, builtin_only: PluginHost) -> None:
+    fake.script(Fault(delay_s=0.05), route="embedding")
+    async with ServiceManager(_settings(fake), host=builtin_only) as manager:
+        results = await asyncio.gather(*(manager.embed("same text", tenant="acme") for _ in range(5)))
+    assert sorted(len(r.attempts) for r in results) == [0, 0, 0, 0, 1]
+    assert [r.attempts for r in results if not r.cached] == [(Attempt(config_id="oa"),)]

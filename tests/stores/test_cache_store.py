@@ -89,3 +89,38 @@ def test_the_memory_store_says_it_grants_every_claim_unless_a_subclass_hands_cla
 
     assert MemoryCacheStore().grants_every_claim
     assert not Claiming().grants_every_claim
+
+
+async def test_an_entry_with_no_time_left_is_not_kept() -> None:
+    store = MemoryCacheStore()
+    await store.set("k", "v", 0)
+    assert await store.get("k") is None and store.entries == 0 and store.bytes == 0
+
+
+async def test_expired_entries_make_room_before_live_ones_go() -> None:
+    now = [0.0]
+    store = MemoryCacheStore(max_entries=2, timer=lambda: now[0])
+    await store.set("old", "1", 5)
+    await store.set("live", "2", 60)
+    now[0] = 10.0
+    await store.set("new", "3", 60)
+    assert [await store.get(k) for k in ("old", "live", "new")] == [None, "2", "3"]
+
+
+@settings(max_examples=50)
+@given(writes=st.lists(st.tuples(st.integers(0, 20), st.integers(0, 3_000), st.floats(0.5, 50)), max_size=60),
+       max_bytes=st.integers(200, 8_000), max_entries=st.integers(1, 10))
+def test_the_bytes_counted_are_the_live_entries_bytes(writes: list[tuple[int, int, float]], max_bytes: int,
+                                                       max_entries: int) -> None:
+    now = [0.0]
+    store = MemoryCacheStore(max_entries=max_entries, max_bytes=max_bytes, timer=lambda: now[0])
+
+    async def check() -> None:
+        for key, length, ttl in writes:
+            await store.set(f"k{key}", "x" * length, ttl)
+            now[0] += 1.0
+            live = [v for k in range(21) if (v := await store.get(f"k{k}")) is not None]
+            assert store.bytes == sum(len(v) + 128 for v in live) <= max_bytes
+            assert store.entries == len(live) <= max_entries
+
+    asyncio.run(check())

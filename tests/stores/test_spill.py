@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from provmw.stores.spill import SpillFile
+from provmw.stores.spill import SpillFile, encode_record
 from provmw.stores.usage import UsageRecord
 from tests.stores.test_usage_store import record
 
@@ -26,6 +28,11 @@ def test_any_record_comes_back_from_the_spill_file_unchanged(tmp_path_factory: p
     spill.append(spilled)
     claimed = [r for claim in spill.claim() for r in claim.records]
     assert claimed == spilled
+
+
+@given(records)
+def test_a_record_is_written_as_json_dumps_writes_it(spilled: UsageRecord) -> None:
+    assert encode_record(spilled) == (json.dumps(attrs.asdict(spilled), separators=(",", ":")) + "\n").encode()
 
 
 def test_an_append_after_a_claim_goes_to_a_new_file(tmp_path: Path) -> None:
