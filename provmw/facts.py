@@ -25,7 +25,7 @@ from provmw._checks import did_you_mean
 from provmw.config import ProviderConfig
 from provmw.context import CallFacts, FrozenMap, ProviderOperation
 from provmw.errors import ConfigurationError
-from provmw.pricing import CacheTTL, PriceTable
+from provmw.pricing import CacheTTL, Price, PriceTable
 from provmw.providers import Capabilities
 from provmw.requests import (
     ChatRequest,
@@ -100,7 +100,7 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
     def bounds() -> tuple[int, float | None, float | None]:
         max_input, planned = _bound_over(chain, request, prices)
         estimated, max_output = sizes()
-        return max_input, planned, prices.planned_cost_usd(chain, estimated, max_output)
+        return max_input, planned, _planned_cost_usd(chain, request, prices, estimated, max_output)
 
     return CallFacts(
         user=_text("user", user), tenant=_text("tenant", tenant),
@@ -148,7 +148,7 @@ def estimate_tokens(request: ProviderRequest) -> int:
 
 def input_token_bound(provider: str, request: ProviderRequest, options: Mapping[str, Any]) -> int:
     """The most input tokens ``provider`` can count for ``request`` sent with ``options``."""
-    return _bound(_shape(request), ALLOWANCES.get(provider, _UNKNOWN), options)
+    return _bound(_shape(request), ALLOWANCES.get(provider, _UNKNOWN), _json_bytes(options))
 
 
 def cache_write_ttl(options: Mapping[str, Any]) -> CacheTTL | None:
@@ -177,20 +177,84 @@ def _bound_over(chain: Sequence[ProviderConfig], request: ProviderRequest,
     most = 0
     worst: float | None = 0.0
     for config in chain:
-        options = merged_options(config, getattr(request, "options", {}))
-        tokens = _bound(shape, ALLOWANCES.get(config.provider, _UNKNOWN), options)
+        fixed = _fixed(config, request, prices)
+        tokens = _bound(shape, fixed.allowance, fixed.option_bytes)
         most = max(most, tokens)
-        price = prices.price_for(config) if worst is not None else None
-        output = 0 if isinstance(request, EmbeddingRequest) else _max_output_tokens(config, request)
-        cost = None if price is None else price.worst_case_usd(tokens, output,
-                                                                cache_write_ttl=cache_write_ttl(options))
+        cost = None if worst is None else fixed.cost_usd(tokens, fixed.output, fixed.cache_ttl)
         worst = None if cost is None or worst is None else max(worst, cost)
     return most, worst
 
 
-def _bound(shape: _Shape, allowance: Allowance, options: Mapping[str, Any]) -> int:
+@attrs.frozen
+class _Fixed:
+    """What a configuration adds to a call's bound: the same for every call that gives no options."""
+
+    option_bytes: int
+    allowance: Allowance
+    price: Price | None
+    output: int | None  # the output bound: 0 for embeddings, None when nothing bounds it
+    cache_ttl: CacheTTL | None
+    # For a price without tiers: the highest input rate (with and without the cache writes the
+    # options ask for) and the output rate, so that a worst case is two products.
+    flat: tuple[float, float, float] | None
+
+    def cost_usd(self, input_tokens: int, output: int | None, cache_ttl: CacheTTL | None) -> float | None:
+        """``Price.worst_case_usd``, from the rates worked out once."""
+        price = self.price
+        if price is None:
+            return None
+        if output is None:
+            output = price.max_output_tokens
+        if self.flat is None or output is None:
+            return price.worst_case_usd(input_tokens, output, cache_write_ttl=cache_ttl)
+        input_rate = self.flat[0] if cache_ttl is None else self.flat[1]
+        return (input_tokens * input_rate + output * self.flat[2]) / 1e6
+
+
+_FIXED_KEPT = 256
+# (id(config), id(prices), embedding) -> (config, prices, fixed): both kept alive, so no id is reused meanwhile.
+_fixed_by_config: dict[tuple[int, int, bool], tuple[ProviderConfig, PriceTable, _Fixed]] = {}
+
+
+def _fixed(config: ProviderConfig, request: ProviderRequest, prices: PriceTable) -> _Fixed:
+    """``config``'s part of the bound of ``request``; computed once per configuration for requests without
+    options of their own (most calls: their options are the configuration's)."""
+    own = getattr(request, "options", _NO_OPTIONS)
+    embedding = isinstance(request, EmbeddingRequest)
+    key = (id(config), id(prices), embedding)
+    if not own:
+        kept = _fixed_by_config.get(key)
+        if kept is not None and kept[0] is config and kept[1] is prices:
+            return kept[2]
+    options = merged_options(config, own)
+    price = prices.price_for(config)
+    ttl = cache_write_ttl(options)
+    rates = price.rates() if price is not None and not price.tiers else None
+    flat = None if rates is None else (rates.highest_input(None), rates.highest_input(ttl), rates.output)
+    fixed = _Fixed(_json_bytes(options), ALLOWANCES.get(config.provider, _UNKNOWN), price,
+                   0 if embedding else _max_output_tokens(config, request), ttl, flat)
+    if not own:
+        if len(_fixed_by_config) >= _FIXED_KEPT:
+            _fixed_by_config.clear()
+        _fixed_by_config[key] = (config, prices, fixed)
+    return fixed
+
+
+def _planned_cost_usd(chain: Sequence[ProviderConfig], request: ProviderRequest, prices: PriceTable,
+                      input_tokens: int, max_output_tokens: int | None) -> float | None:
+    """``PriceTable.planned_cost_usd`` over the chain, from each configuration's fixed part."""
+    worst = 0.0
+    for config in chain:
+        cost = _fixed(config, request, prices).cost_usd(input_tokens, max_output_tokens, None)
+        if cost is None:
+            return None
+        worst = max(worst, cost)
+    return worst
+
+
+def _bound(shape: _Shape, allowance: Allowance, option_bytes: int) -> int:
     tools = allowance.with_tools + allowance.per_tool * shape.tools if shape.tools else 0
-    return (shape.text_bytes + _json_bytes(options) + allowance.per_request + allowance.per_message * shape.messages
+    return (shape.text_bytes + option_bytes + allowance.per_request + allowance.per_message * shape.messages
             + allowance.per_image * shape.images + tools)
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.errors import BudgetExceededError
-from provmw.facts import call_facts
+from provmw.facts import cache_write_ttl, call_facts, input_token_bound
 from provmw.manager import ServiceManager
 from provmw.messages import ImagePart, Message, TextPart, ToolSpec
 from provmw.middleware.budget import BudgetMiddleware, BudgetOptions
@@ -79,6 +79,51 @@ def test_estimates_stay_cheap_while_the_bound_counts_bytes() -> None:
                        prices=PriceTable(), known_controls=())
     assert facts.estimated_input_tokens == 10_001
     assert facts.max_input_tokens >= 3 * len(CJK)
+
+
+PRICES = st.one_of(st.none(), st.fixed_dictionaries({
+    "input_usd_per_mtok": st.sampled_from([0.15, 1.0, 3.0]), "output_usd_per_mtok": st.sampled_from([0.6, 15.0]),
+}, optional={
+    "max_output_tokens": st.sampled_from([1_000, 8_192]),
+    "tiers": st.just([{"above_input_tokens": 200, "input_usd_per_mtok": 6.0, "output_usd_per_mtok": 22.5}]),
+}))
+OPTIONS = st.fixed_dictionaries({}, optional={
+    "max_tokens": st.integers(1, 4_096), "temperature": st.just(0),
+    "extra_body": st.sampled_from([{"cache_control": {"type": "ephemeral"}},
+                                   {"cache_control": {"type": "ephemeral", "ttl": "1h"}}]),
+})
+
+
+def reference_bounds(chain: Sequence[ProviderConfig], request: ChatRequest,
+                     prices: PriceTable) -> tuple[int, float | None, float | None]:
+    """The bound and both worst cases, computed straight from each configuration's merged options and price."""
+    tokens, worst = [], []
+    for config in chain:
+        options = {**config.options, **request.options}
+        bound = input_token_bound(config.provider, request, options)
+        tokens.append(bound)
+        price = prices.price_for(config)
+        outputs = [v for k in ("max_tokens", "max_completion_tokens") if isinstance(v := options.get(k), int)]
+        worst.append(None if price is None else price.worst_case_usd(
+            bound, max(outputs) if outputs else None, cache_write_ttl=cache_write_ttl(options)))
+    facts = call_facts(ProviderOperation.CHAT, chain[0], request, chain=chain, prices=prices, known_controls=())
+    estimate = prices.planned_cost_usd(chain, facts.estimated_input_tokens, facts.max_output_tokens)
+    return max(tokens), None if None in worst else max(w for w in worst if w is not None), estimate
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["openai", "anthropic", "other"]), PRICES, OPTIONS), min_size=1,
+                max_size=3),
+       OPTIONS, st.text(max_size=60), st.integers(1, 3))
+def test_the_bounds_worked_out_once_per_configuration_equal_the_prices_own(
+        configs: list[tuple[str, Any, dict[str, Any]]], asked: dict[str, Any], text: str, repeat: int) -> None:
+    chain = tuple(ProviderConfig(identifier=f"c{i}", provider=provider, model="m", price=price, options=options)
+                  for i, (provider, price, options) in enumerate(configs))
+    request, prices = ChatRequest([Message.user(text or "hi")], options=asked), PriceTable()
+    for _ in range(repeat):  # the second time from what the first worked out
+        facts = call_facts(ProviderOperation.CHAT, chain[0], request, chain=chain, prices=prices, known_controls=())
+        expected = reference_bounds(chain, request, prices)
+        assert (facts.max_input_tokens, facts.planned_cost_usd, facts.estimated_cost_usd) == pytest.approx(expected)
 
 
 class Recording(MemoryBudgetStore):
