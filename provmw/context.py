@@ -88,6 +88,9 @@ class FrozenMap(Mapping[str, Any]):
         return f"FrozenMap({self._data!r})"
 
 
+_NO_METADATA = FrozenMap()  # immutable: every context without plugin metadata starts from this one
+
+
 def _freeze(value: Mapping[str, Any] | None) -> FrozenMap:
     return value if isinstance(value, FrozenMap) else FrozenMap(value)
 
@@ -263,8 +266,8 @@ class _Metadata(FrozenMap):
     __slots__ = ("_facts",)
     _facts: CallFacts
 
-    def __init__(self, data: Mapping[str, Any], facts: CallFacts) -> None:
-        super().__init__(data)
+    def __init__(self, data: FrozenMap, facts: CallFacts) -> None:
+        object.__setattr__(self, "_data", data._data)  # both immutable: one dict serves
         object.__setattr__(self, "_facts", facts)
 
     # Through __getitem__, so that the deprecated keys still answer.
@@ -342,7 +345,7 @@ class ProviderCallContext:
 
     operation: ProviderOperation = attrs.field(validator=attrs.validators.instance_of(ProviderOperation))
     correlation_id: str = attrs.field(factory=_new_correlation_id)
-    metadata: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze)
+    metadata: FrozenMap = attrs.field(default=_NO_METADATA, converter=_freeze)
     facts: CallFacts = attrs.field(factory=CallFacts, kw_only=True)
     # The ledger keys records by this, never by the caller's correlation id, which callers reuse.
     call_id: str = attrs.field(factory=_new_call_id, kw_only=True, eq=False, repr=False)

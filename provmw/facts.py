@@ -125,14 +125,25 @@ def call_needs(operation: ProviderOperation, config: ProviderConfig, request: Pr
     ``response_format`` counts when the call or the named configuration asks for it: a
     fallback that cannot honour it must be skipped, not sent the call without it.
     """
-    needs = {_OPERATION_NEEDS.get(operation, "chat")} | ({"streaming"} if streaming else set())
     if isinstance(request, ChatRequest):
-        needs |= {need for need, wanted in (("tools", request.tools), ("schema", request.response_schema is not None),
-                                            ("vision", any(m.images for m in request.messages))) if wanted}
-    if not isinstance(request, EmbeddingRequest) and getattr(request, "response_schema", None) is None \
-            and ("response_format" in request.options or "response_format" in config.options):
-        needs.add("response_format")
-    return frozenset(needs)
+        tools, schema = bool(request.tools), request.response_schema is not None
+        vision = any(m.images for m in request.messages)
+    else:
+        tools = schema = vision = False
+    asks_format = not schema and not isinstance(request, EmbeddingRequest) and (
+        "response_format" in request.options or "response_format" in config.options)
+    key = (operation, streaming, tools, schema, vision, asks_format)
+    needs = _NEEDS.get(key)
+    if needs is None:
+        needs = _NEEDS[key] = frozenset(
+            [_OPERATION_NEEDS.get(operation, "chat")]
+            + [need for need, wanted in zip(("streaming", "tools", "schema", "vision", "response_format"), key[1:],
+                                            strict=True) if wanted])
+    return needs
+
+
+# Each combination of what a call needs, made once: there are at most a few dozen.
+_NEEDS: dict[tuple[ProviderOperation, bool, bool, bool, bool, bool], frozenset[str]] = {}
 
 
 def estimate_tokens(request: ProviderRequest) -> int:
