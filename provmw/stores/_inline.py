@@ -2,12 +2,14 @@
 
 A budget step (one ``BEGIN IMMEDIATE`` transaction of two or three statements) costs
 less inside SQLite than the two thread switches of a hand-off to the database's worker
-(ADR 0030). At ``synchronous = NORMAL`` its commit is a write to the WAL, no sync, so the
+(ADR 0030), and so does a batch of the usage ledger (ADR 0034): the worker thread, when it
+ran them, took the GIL from the loop at every turn and held the file's lock against the
+budget's steps. At ``synchronous = NORMAL`` a commit is a write to the WAL, no sync, so the
 step can run where it is awaited. This connection has ``busy_timeout = 0``: a file another
 connection or process has locked makes the step give the loop back and try again a little
 later (as SQLite's own busy handler would, but sleeping on the loop instead of in a
 thread), until ``busy_timeout_s`` has passed. It never checkpoints (a checkpoint syncs the
-database file): every thousand or so commits it asks the worker thread for one, which holds
+database file): once the WAL passes 16 MB it asks the worker thread for one, which holds
 the inline steps back (they wait as for a locked file) so that it completes and the WAL
 starts over instead of growing.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -27,7 +30,10 @@ __all__ = ["InlineConnection"]
 
 T = TypeVar("T")
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-_CHECKPOINT_EVERY = 1024  # commits between two checkpoints: each syncs the file, and the WAL grows to about 15 MB
+# A checkpoint syncs the database file: one when the WAL passes 16 MB (a budget's 1,200 or so
+# commits, a ledger's few hundred batches), its size looked at every 64 commits.
+_CHECKPOINT_BYTES = 16 * 1024 * 1024
+_LOOK_EVERY = 64
 
 
 def _pauses() -> Iterator[float]:
@@ -94,9 +100,15 @@ class InlineConnection:
         finally:
             self._lock.release()
         self._commits += 1
-        if self._commits % _CHECKPOINT_EVERY == 0:
+        if self._commits % _LOOK_EVERY == 0 and self._wal_bytes() >= _CHECKPOINT_BYTES:
             self._checkpoint()
         return result
+
+    def _wal_bytes(self) -> int:
+        try:
+            return os.stat(f"{self._path}-wal").st_size
+        except FileNotFoundError:
+            return 0
 
     def _open(self) -> sqlite3.Connection:
         # The worker's connection has made the file WAL and written the schema before any inline step.

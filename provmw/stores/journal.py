@@ -61,7 +61,7 @@ class UsageJournal:
     ``usage_hits``."""
 
     def __init__(self, store: UsageStore, *, spill: SpillFile | None = None, max_records: int = 50_000,
-                 policy: FailurePolicy = "fail_open", batch_size: int = 5_000, retry_s: float = 0.05,
+                 policy: FailurePolicy = "fail_open", batch_size: int = 1_000, retry_s: float = 0.05,
                  max_retry_s: float = 5.0, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  write_ahead: bool = False, linger_s: float = 0.02) -> None:
         self.store = store

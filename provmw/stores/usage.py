@@ -200,8 +200,9 @@ class SqliteUsageStore:
         self.synchronous = synchronous
 
     async def write(self, records: Sequence[UsageRecord]) -> None:
-        """Insert ``records`` in one transaction. ``UsageLedgerUnavailableError`` means the file
-        cannot be written now (locked, unreadable, full); any other error comes from a record."""
+        """Insert ``records`` in one transaction, on the calling thread at ``NORMAL`` (ADR 0034: about
+        3.5 us a record, a journal's batch at most 1,000). ``UsageLedgerUnavailableError`` means the
+        file cannot be written now (locked, unreadable, full); any other error comes from a record."""
         values = [value for record in records for value in _VALUES(record)]
         step = _ROWS_PER_STATEMENT * len(_FIELDS)
 
@@ -212,7 +213,7 @@ class SqliteUsageStore:
                     connection.execute(_insert(len(chunk) // len(_FIELDS)), chunk)
 
         try:
-            await self.db.run(insert)
+            await self.db.run_inline(insert)
         except sqlite3.OperationalError as exc:
             raise UsageLedgerUnavailableError(f"usage ledger {self.db.path}: {exc}") from exc
 

@@ -71,6 +71,27 @@ async def test_a_locked_ledger_raises_the_typed_store_down_error(tmp_path: Path)
     await store.aclose()
 
 
+async def test_a_batch_at_normal_is_written_on_the_loops_thread_and_one_at_full_by_the_worker(
+        tmp_path: Path) -> None:
+    inline = []
+    for synchronous in ("NORMAL", "FULL"):
+        store = SqliteUsageStore(tmp_path / f"{synchronous}.db", synchronous=synchronous)  # type: ignore[arg-type]
+        for i in range(3):  # the first opens the file on the worker
+            await store.write([record(f"c{i}")])
+        inline.append(store.db._inline._commits)
+        await store.aclose()
+    assert inline == [2, 0]
+
+
+async def test_the_wal_of_a_ledger_written_on_the_loop_starts_over_past_16_mb(tmp_path: Path) -> None:
+    store = SqliteUsageStore(tmp_path / "u.db")
+    for batch in range(700):  # about 50 KB of WAL a batch: 35 MB if it never started over
+        await store.write([record(f"c{batch}-{i}", model="m" * 200) for i in range(100)])
+    assert (tmp_path / "u.db-wal").stat().st_size < 24 * 1024 * 1024
+    assert len(await store.records()) == 70_000
+    await store.aclose()
+
+
 OLD_SCHEMA = """
 CREATE TABLE usage (
     correlation_id TEXT NOT NULL, attempt INTEGER NOT NULL, timestamp REAL NOT NULL,
