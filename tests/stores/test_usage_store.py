@@ -75,7 +75,7 @@ async def test_a_batch_at_normal_is_written_on_the_loops_thread_and_one_at_full_
         tmp_path: Path) -> None:
     inline = []
     for synchronous in ("NORMAL", "FULL"):
-        store = SqliteUsageStore(tmp_path / f"{synchronous}.db", synchronous=synchronous)  # type: ignore[arg-type]
+        store = SqliteUsageStore(tmp_path / f"{synchronous}.db", synchronous=synchronous)
         for i in range(3):  # the first opens the file on the worker
             await store.write([record(f"c{i}")])
         inline.append(store.db._inline._commits)
