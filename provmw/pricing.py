@@ -219,18 +219,6 @@ class PriceTable:
                             "(set [configurations.%s.price])", config.provider, config.model, config.identifier)
         return self._found[key]
 
-    def planned_cost_usd(self, chain: Iterable[ProviderConfig], input_tokens: int,
-                         max_output_tokens: int | None) -> float | None:
-        """The worst case over a fallback chain, or None when any configuration in it is unpriced."""
-        worst = 0.0
-        for config in chain:
-            price = self.price_for(config)
-            cost = None if price is None else price.worst_case_usd(input_tokens, max_output_tokens)
-            if cost is None:
-                return None
-            worst = max(worst, cost)
-        return worst
-
     def _lookup(self, provider: str, model: str) -> Price | None:
         exact = self._prices.get((provider, model))
         if exact is not None:

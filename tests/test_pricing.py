@@ -8,10 +8,14 @@ import logging
 import pytest
 
 from provmw.config import ProviderConfig
+from provmw.context import ProviderOperation
 from provmw.errors import ConfigurationError
+from provmw.facts import call_facts
 from provmw.manager import ServiceManager
+from provmw.messages import Message
 from provmw.plugins import PluginHost
 from provmw.pricing import Price, PriceTable
+from provmw.requests import ChatRequest
 from provmw.responses import Usage
 from provmw.settings import Settings
 from provmw.testing import FakeProvider, Fault
@@ -76,15 +80,22 @@ def test_the_worst_case_uses_max_tokens_else_the_model_ceiling() -> None:
     assert Price(input_usd_per_mtok=1.0).worst_case_usd(100, None) is None
 
 
+def estimated_cost(chain: list[ProviderConfig]) -> float | None:
+    """A call of 100 estimated input tokens (396 characters) and at most 100 out, over ``chain``."""
+    request = ChatRequest([Message.user("x" * 396)], options={"max_tokens": 100})
+    return call_facts(ProviderOperation.CHAT, chain[0], request, chain=chain, prices=PriceTable(),
+                      known_controls=()).estimated_cost_usd
+
+
 def test_the_planned_cost_is_the_most_expensive_configuration_in_the_chain() -> None:
     cheap = config("a", price={"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 1.0})
     dear = config("b", price={"input_usd_per_mtok": 5.0, "output_usd_per_mtok": 5.0})
-    assert PriceTable().planned_cost_usd([cheap, dear], 100, 100) == pytest.approx((100 + 100) * 5.0 / 1e6)
+    assert estimated_cost([cheap, dear]) == pytest.approx((100 + 100) * 5.0 / 1e6)
 
 
 def test_one_unpriced_configuration_leaves_the_plan_unknown() -> None:
     cheap = config("a", price={"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 1.0})
-    assert PriceTable().planned_cost_usd([cheap, config("unknown-model")], 100, 100) is None
+    assert estimated_cost([cheap, config("unknown-model")]) is None
 
 
 async def test_a_response_carries_its_cost_over_real_http(fake: FakeProvider, builtin_only: PluginHost) -> None:

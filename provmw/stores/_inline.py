@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["InlineConnection"]
+__all__ = ["RESTART_BYTES", "InlineConnection"]
 
 T = TypeVar("T")
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -34,6 +34,7 @@ _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 # commits, a ledger's few hundred batches), its size looked at every 64 commits.
 _CHECKPOINT_BYTES = 16 * 1024 * 1024
 _LOOK_EVERY = 64
+RESTART_BYTES = 4 * 1024 * 1024  # a WAL that starts over is cut back to this (journal_size_limit)
 
 
 def _pauses() -> Iterator[float]:
@@ -115,5 +116,7 @@ class InlineConnection:
         connection = sqlite3.connect(self._path, timeout=0, isolation_level=None, check_same_thread=False)
         connection.execute("PRAGMA synchronous=NORMAL")
         connection.execute("PRAGMA wal_autocheckpoint=0")
+        # A WAL that starts over is cut back to this size, so that its size says again how much it holds.
+        connection.execute(f"PRAGMA journal_size_limit={RESTART_BYTES}")
         self._connection = connection
         return connection

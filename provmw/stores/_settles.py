@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import os
 import uuid
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,6 +60,13 @@ class SettleJournal:
         self._path: Path | None = None
         self._fd = -1
         self._size = 0
+        _journals.add(self)
+
+    def _forget(self) -> None:
+        """In a forked child: the parent's file (and its lock) stays the parent's; the child opens its own."""
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd, self._path, self._size = -1, None, 0
 
     def append(self, reservation_id: str, cost_micro_usd: int, tokens: int, requests: int) -> None:
         """Write one settle; it survives kill -9 once this returns. Raises ``OSError``."""
@@ -111,6 +119,19 @@ class SettleJournal:
         path = opening.with_suffix("")
         os.rename(opening, path)
         self._path, self._fd = path, fd
+
+
+# Every journal of this process, so that a forked child writes to files of its own (os.register_at_fork
+# cannot be undone, so one hook serves them all; the set holds them weakly).
+_journals: weakref.WeakSet[SettleJournal] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for journal in list(_journals):
+        journal._forget()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _read(fd: int) -> Iterator[Settle]:

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from provmw.stores._inline import InlineConnection
+from provmw.stores._inline import RESTART_BYTES, InlineConnection
 
 __all__ = ["SqliteDatabase", "Synchronous", "transaction"]
 
@@ -91,6 +91,7 @@ class SqliteDatabase:
         try:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute(f"PRAGMA synchronous={self._synchronous}")
+            connection.execute(f"PRAGMA journal_size_limit={RESTART_BYTES}")
             if self._migrate is not None:
                 self._migrate(connection)
             connection.executescript(self._schema)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import math
 import sqlite3
@@ -225,25 +226,33 @@ _PURGE_EVERY_S = 3_600.0  # expired reservations are dropped a day late, so an h
 class SqliteBudgetStore:
     """Budgets in a SQLite file shared by every process that opens it; one transaction per step, on
     the caller's thread when the file is free (ADR 0030). At ``NORMAL`` a settle is written to this
-    process's settle journal and committed with the next step, or within ``settle_delay_s`` (ADR 0032)."""
+    process's settle journal and committed with the next step, or within ``settle_delay_s`` (ADR 0032);
+    at either setting a step replays the journals dead processes left."""
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0, synchronous: Synchronous = "FULL",
                  settle_delay_s: float = 0.02) -> None:
         self.db = SqliteDatabase(path, _SCHEMA, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
         self._purged_at = self._replayed_at = -math.inf
+        self._journal = SettleJournal(self.db.path)
         # At FULL a settle is committed (and synced) before it returns, as every step is.
-        self._journal = SettleJournal(self.db.path) if synchronous == "NORMAL" else None
+        self._deferred = synchronous == "NORMAL"
         self._settle_delay_s = settle_delay_s
-        self._pending: list[Settle] = []  # journaled, not yet committed, oldest first
-        self._lock = threading.Lock()  # the pending list, for a store shared by two threads' loops
+        # Journaled, not yet committed, oldest first, numbered: a step commits those up to the
+        # number it ran, whichever thread another step runs on meanwhile.
+        self._pending: list[tuple[int, Settle]] = []
+        self._numbers = itertools.count(1)
+        self._lock = threading.Lock()  # the pending list and the journal, for steps on two threads
         self._flushing: asyncio.TimerHandle | None = None
+        self._flushing_loop: asyncio.AbstractEventLoop | None = None
         self._flushes: set[asyncio.Task[None]] = set()
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None:
         purge = now - self._purged_at >= _PURGE_EVERY_S
         # Dead processes' settles go in well before their reservations' leases run out.
-        orphans = self._orphans(now, lease_s)
+        orphans = self._journal.orphans() if now - self._replayed_at >= lease_s / 4 else None
+        if orphans is not None:
+            self._replayed_at = now
 
         def work(connection: sqlite3.Connection) -> Refusal | None:
             refusal = None
@@ -282,27 +291,30 @@ class SqliteBudgetStore:
 
     async def settle(self, reservation_id: str, actual: Amounts) -> None:
         settle = (reservation_id, actual.cost_micro_usd, actual.tokens, actual.requests)
-        if self._journal is None:
-            await self.db.run_inline(functools.partial(self._commit_settles, [settle]))
-            return
-        try:
-            self._journal.append(*settle)
-        except OSError as exc:  # no room for a line: committed now instead, as at FULL
-            log.warning("budget %s: settle journal unwritable (%s); committing the settle now", self.db.path, exc)
-            await self.db.run_inline(functools.partial(self._commit_settles, [settle]))
-            return
-        with self._lock:
-            self._pending.append(settle)
-            if self._flushing is None:
-                self._flushing = asyncio.get_running_loop().call_later(self._settle_delay_s, self._flush_soon)
+        if self._deferred:
+            try:
+                with self._lock:  # the line and its entry together: a step that commits both sees both
+                    self._journal.append(*settle)
+                    self._pending.append((next(self._numbers), settle))
+            except OSError as exc:  # no room for a line: committed now instead, as at FULL
+                log.warning("budget %s: settle journal unwritable (%s); committing the settle now", self.db.path, exc)
+            else:
+                self._flush_within(self._settle_delay_s)
+                return
+        await self.db.run_inline(functools.partial(self._commit_settles, [settle], None))
 
     async def flush(self) -> None:
         """Commit the settles this process has journaled and not yet committed."""
         if self._pending:
-            await self.db.run_inline(functools.partial(self._commit_settles, []))
+            await self.db.run_inline(functools.partial(self._commit_settles, [], None))
 
     async def states(self, *, now: float) -> list[BucketState]:
-        await self.flush()
+        orphans = self._journal.orphans()  # what dead processes spent counts in a report too
+        try:
+            if self._pending or orphans.settles:
+                await self.db.run_inline(functools.partial(self._commit_settles, [], orphans))
+        finally:
+            orphans.release()
 
         def select(connection: sqlite3.Connection) -> list[BucketState]:
             rows = connection.execute("SELECT key, scope, subject, period, window, resets_at FROM budget_buckets")
@@ -319,24 +331,24 @@ class SqliteBudgetStore:
         finally:
             if self._flushing is not None:
                 self._flushing.cancel()
-            if self._journal is not None:  # kept (and unlocked) if a settle is still in it: the next replay's
-                self._journal.close(committed=committed)
+            # Kept (and unlocked) if a settle is still in it: the next replay's.
+            self._journal.close(committed=committed)
             self.db.close()
 
-    def _commit_settles(self, settles: list[Settle], connection: sqlite3.Connection) -> None:
+    def _commit_settles(self, settles: list[Settle], orphans: Orphans | None, connection: sqlite3.Connection) -> None:
         with transaction(connection):
-            applied = self._apply_pending(connection, None, settles)
-        self._committed(applied, None)
+            applied = self._apply_pending(connection, orphans, settles)
+        self._committed(applied, orphans)
 
     def _apply_pending(self, connection: sqlite3.Connection, orphans: Orphans | None,
                        extra: Sequence[Settle] = ()) -> int:
         """Run this process's pending settles (and the orphans', and ``extra``) in the open transaction;
-        how many pending ones it ran."""
+        the number of the last pending one it ran (0: none)."""
         with self._lock:
             pending = list(self._pending)
         # The first settle of a reservation counts; a second (in the same batch) finds it gone.
         firsts: dict[str, Settle] = {}
-        for settle in (*(orphans.settles if orphans is not None else ()), *pending, *extra):
+        for settle in (*(orphans.settles if orphans is not None else ()), *(s for _, s in pending), *extra):
             firsts.setdefault(settle[0], settle)
         settles = list(firsts.values())
         if settles:
@@ -345,23 +357,27 @@ class SqliteBudgetStore:
                 "requests = requests + ? WHERE key IN (SELECT key FROM budget_reservations WHERE id = ?)",
                 [(cost, tokens, requests, rid) for rid, cost, tokens, requests in settles])
             connection.executemany("DELETE FROM budget_reservations WHERE id = ?", [(s[0],) for s in settles])
-        return len(pending)
+        return pending[-1][0] if pending else 0
 
     def _committed(self, applied: int, orphans: Orphans | None) -> None:
+        """The step that ran the pending settles up to number ``applied`` (and ``orphans``) has committed."""
         if orphans is not None:
             orphans.done()
         if not applied:
             return
         with self._lock:
-            del self._pending[:applied]
-            if not self._pending and self._journal is not None:
+            while self._pending and self._pending[0][0] <= applied:
+                self._pending.pop(0)
+            if not self._pending:  # every line in the journal is committed
                 self._journal.committed()
 
-    def _orphans(self, now: float, lease_s: float) -> Orphans | None:
-        if self._journal is None or now - self._replayed_at < lease_s / 4:
-            return None
-        self._replayed_at = now
-        return self._journal.orphans()
+    def _flush_within(self, delay_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            # A timer of a loop that has closed meanwhile never fires: this loop takes over.
+            stale = self._flushing_loop is not None and self._flushing_loop.is_closed()
+            if self._flushing is None or stale:
+                self._flushing, self._flushing_loop = loop.call_later(delay_s, self._flush_soon), loop
 
     def _flush_soon(self) -> None:
         self._flushing = None
@@ -375,9 +391,8 @@ class SqliteBudgetStore:
         except sqlite3.Error as exc:  # journaled: the next step, or the next flush, commits them
             log.warning("budget %s: committing %d settles failed (%s); they stay journaled",
                         self.db.path, len(self._pending), exc)
-            with self._lock:
-                if self._flushing is None and self._pending:
-                    self._flushing = asyncio.get_running_loop().call_later(self._settle_delay_s, self._flush_soon)
+            if self._pending:
+                self._flush_within(self._settle_delay_s)
 
     @staticmethod
     def _hold(connection: sqlite3.Connection, reservation_id: str, charge: Charge, exists: bool,

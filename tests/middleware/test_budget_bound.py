@@ -107,8 +107,10 @@ def reference_bounds(chain: Sequence[ProviderConfig], request: ChatRequest,
         worst.append(None if price is None else price.worst_case_usd(
             bound, max(outputs) if outputs else None, cache_write_ttl=cache_write_ttl(options)))
     facts = call_facts(ProviderOperation.CHAT, chain[0], request, chain=chain, prices=prices, known_controls=())
-    estimate = prices.planned_cost_usd(chain, facts.estimated_input_tokens, facts.max_output_tokens)
-    return max(tokens), None if None in worst else max(w for w in worst if w is not None), estimate
+    at_estimate = [None if (price := prices.price_for(config)) is None
+                   else price.worst_case_usd(facts.estimated_input_tokens, facts.max_output_tokens) for config in chain]
+    return (max(tokens), None if None in worst else max(w for w in worst if w is not None),
+            None if None in at_estimate else max(w for w in at_estimate if w is not None))
 
 
 @settings(max_examples=150, deadline=None)

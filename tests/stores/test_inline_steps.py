@@ -86,3 +86,21 @@ async def test_a_step_waits_while_the_worker_holds_the_inline_connection_for_a_c
         assert not waiting.done()
     assert await waiting is None
     await store.aclose()
+
+
+async def test_a_checkpoint_is_asked_for_once_per_16_mb_of_wal_not_at_every_look_after(tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL", settle_delay_s=60)
+    await store.reserve("open", [CHARGE], now=0, lease_s=60)
+    asked = []
+    checkpoint = store.db._inline._checkpoint
+
+    def counted() -> None:
+        asked.append(1)
+        checkpoint()
+
+    store.db._inline._checkpoint = counted
+    for i in range(6_000):  # about 13 KB of WAL a commit: 78 MB, five 16 MB stretches
+        await store.reserve(f"r{i}", [Charge(CHARGE.bucket, CHARGE.limits, Amounts(1, 0, 1))], now=0, lease_s=60)
+        await store.settle(f"r{i}", Amounts(1, 0, 1))
+    assert 2 <= len(asked) <= 8  # the WAL is cut back when it starts over, so it is not "big" ever after
+    await store.aclose()

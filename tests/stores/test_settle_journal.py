@@ -13,10 +13,12 @@ import textwrap
 from pathlib import Path
 
 from provmw.stores._settles import SettleJournal
+from provmw.stores._sqlite import transaction
 from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, SqliteBudgetStore
 
 BUCKET = BucketId("global", "*", "total", "total")
 CHARGE = Charge(BUCKET, Limits(cost_micro_usd=1_000_000), Amounts(900_000, 0, 1))
+SMALL = Charge(BUCKET, Limits(cost_micro_usd=1_000_000), Amounts(10_000, 0, 1))
 
 
 def committed(path: Path) -> tuple[int, int]:
@@ -128,3 +130,55 @@ async def test_kill_9_after_a_settle_returned_loses_nothing_and_counts_it_once(t
     assert committed(tmp_path / "b.db") == (2_000, 1)
     assert journals(tmp_path) == []  # the dead process's journal is gone once replayed
     await store.aclose()
+
+
+async def test_a_settle_journaled_while_steps_on_two_threads_commit_is_committed_too(tmp_path: Path) -> None:
+    # The worker runs a store's first steps, the loop the later ones: two steps can run the same
+    # pending settles, and a settle can be journaled between their commits.
+    store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL", settle_delay_s=60)
+    await store.reserve("one", [SMALL], now=0, lease_s=60)
+    await store.reserve("two", [SMALL], now=0, lease_s=60)
+    await store.settle("one", Amounts(1_000, 0, 1))
+    worker = sqlite3.connect(tmp_path / "b.db", isolation_level=None)
+    loop = sqlite3.connect(tmp_path / "b.db", isolation_level=None)
+    with transaction(worker):
+        first = store._apply_pending(worker, None)
+    with transaction(loop):
+        second = store._apply_pending(loop, None)
+    await store.settle("two", Amounts(2_000, 0, 1))
+    store._committed(first, None)
+    store._committed(second, None)
+    worker.close()
+    loop.close()
+    await store.aclose()
+    assert committed(tmp_path / "b.db") == (3_000, 0)
+
+
+async def test_a_dead_processs_journal_is_replayed_by_a_store_at_full_too(tmp_path: Path) -> None:
+    settle_and_die(tmp_path / "b.db")
+    store = SqliteBudgetStore(tmp_path / "b.db")  # restarted with synchronous = "full"
+    await store.reserve("next", [SMALL], now=0, lease_s=60)
+    assert committed(tmp_path / "b.db")[0] == 2_000
+    await store.aclose()
+    assert journals(tmp_path) == []
+
+
+async def test_a_report_counts_what_a_dead_process_journaled(tmp_path: Path) -> None:
+    settle_and_die(tmp_path / "b.db")
+    store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
+    [state] = await store.states(now=0)
+    assert state.spent.cost_micro_usd == 2_000
+    await store.aclose()
+
+
+def test_a_forked_child_journals_in_a_file_of_its_own(tmp_path: Path) -> None:
+    journal = SettleJournal(tmp_path / "b.db")
+    journal.append("parent", 1, 0, 1)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        journal.append("child", 2, 0, 1)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    contents = sorted(path.read_bytes() for path in journals(tmp_path))
+    journal.close(committed=True)
+    assert contents == [b"child 2 0 1\n", b"parent 1 0 1\n"]
