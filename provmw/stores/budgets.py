@@ -311,7 +311,7 @@ class SqliteBudgetStore:
     async def states(self, *, now: float) -> list[BucketState]:
         orphans = self._journal.orphans()  # what dead processes spent counts in a report too
         try:
-            if self._pending or orphans.settles:
+            if self._pending or orphans.files:  # an empty dead journal is removed too
                 await self.db.run_inline(functools.partial(self._commit_settles, [], orphans))
         finally:
             orphans.release()

@@ -182,3 +182,11 @@ def test_a_forked_child_journals_in_a_file_of_its_own(tmp_path: Path) -> None:
     contents = sorted(path.read_bytes() for path in journals(tmp_path))
     journal.close(committed=True)
     assert contents == [b"child 2 0 1\n", b"parent 1 0 1\n"]
+
+
+async def test_a_report_removes_an_empty_journal_a_dead_process_left(tmp_path: Path) -> None:
+    (tmp_path / "b.db.settles.dead").write_bytes(b"")
+    store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
+    await store.states(now=0)
+    assert journals(tmp_path) == []
+    await store.aclose()
