@@ -120,6 +120,9 @@ MEANING: dict[str, dict[str, str]] = {
         "busy_timeout_s": "How long a write waits for another process's lock on the file.",
         "synchronous": "`\"full\"`: each reservation and settle is on disk before the call goes on "
                        "(survives power loss; slower); `\"normal\"` survives a crash of the process.",
+        "calls_per_block": "At `\"normal\"`: how many calls' worth of room a process reserves in one "
+                           "transaction (a block never holds more than 1/16 of a limit); `1` reserves each call "
+                           "on its own.",
         "failure_policy": "When the store fails: `fail_closed` refuses calls before sending, `fail_open` "
                           "lets them go uncounted.",
     },

@@ -145,7 +145,8 @@ def open_state(settings: Settings, shared: StateBackend | None = None, *, ledger
         raise ConfigurationError(f"{settings.source}: [middleware.usage] store: {masked_url(usage.store)} is a "
                                  "ledger a plugin serves; open the state with PluginHost.collect_ledger(settings)")
     embedded = EmbeddedState(
-        budgets=SqliteFile(budget.path, budget.busy_timeout_s, "FULL" if budget.synchronous == "full" else "NORMAL")
+        budgets=SqliteFile(budget.path, budget.busy_timeout_s, "FULL" if budget.synchronous == "full" else "NORMAL",
+                           budget.calls_per_block)
         if budget.store == "sqlite" else None,
         ledger=SqliteFile(usage.path, usage.busy_timeout_s, "FULL" if usage.synchronous == "full" else "NORMAL")
         if usage.store == "sqlite" else None,

@@ -8,6 +8,7 @@ from typing import Any
 from provmw.settings import Settings
 from provmw.state import State, open_state
 from provmw.stores.breakers import MemoryBreakerStore
+from provmw.stores.budget_blocks import BudgetBlocks
 from provmw.stores.budgets import MemoryBudgetStore, SqliteBudgetStore
 from provmw.stores.cache import MemoryCacheStore
 from provmw.stores.outage import GuardedBreakers, GuardedBudgets, GuardedCache
@@ -39,8 +40,15 @@ def test_without_shared_state_budgets_live_in_the_settings_sqlite_file(tmp_path:
     (tmp_path / "provmw.toml").write_text("")
     settings = Settings(source=str(tmp_path / "provmw.toml"), middleware={"budget": {"path": "b.db"}})
     budgets = open_state(settings).budget_store()
-    assert isinstance(budgets, GuardedBudgets) and isinstance(budgets.store, SqliteBudgetStore)
-    assert budgets.store.db.path == tmp_path / "b.db"
+    assert isinstance(budgets, GuardedBudgets) and isinstance(budgets.store, BudgetBlocks)
+    assert budgets.store.store.db.path == tmp_path / "b.db"
+
+
+def test_budgets_at_full_or_one_call_per_block_reserve_each_call_on_its_own(tmp_path: Path) -> None:
+    for options in ({"synchronous": "full"}, {"calls_per_block": 1}):
+        settings = Settings(source=str(tmp_path / "provmw.toml"), middleware={"budget": {"path": "b.db", **options}})
+        budgets = open_state(settings).budget_store()
+        assert isinstance(budgets, GuardedBudgets) and isinstance(budgets.store, SqliteBudgetStore), options
 
 
 def test_only_the_shared_concerns_come_from_the_shared_backend() -> None:

@@ -96,8 +96,8 @@ def _zone(instance: object, attribute: attrs.Attribute[Any], value: object) -> N
 @attrs.frozen(kw_only=True)
 class BudgetOptions:
     """``[middleware.budget]``: the limits and how to reserve; ``store``, ``path``, ``busy_timeout_s``,
-    ``synchronous`` and ``failure_policy`` say where spend is kept and what an outage means (the manager's
-    state reads them, ADR 0013)."""
+    ``synchronous``, ``calls_per_block`` and ``failure_policy`` say where spend is kept and what an
+    outage means (the manager's state reads them, ADR 0013)."""
 
     limits: tuple[BudgetLimit, ...] = attrs.field(default=(), converter=_limits)
     mode: Literal["strict", "estimate"] = attrs.field(default="strict", validator=one_of(("strict", "estimate")))
@@ -108,6 +108,8 @@ class BudgetOptions:
     busy_timeout_s: float = attrs.field(default=5.0, validator=number(ge=0))
     # "normal": a committed step survives kill -9 without an fsync; "full" waits for the disk (ADR 0028).
     synchronous: Literal["normal", "full"] = attrs.field(default="normal", validator=one_of(("normal", "full")))
+    # At "normal", one transaction reserves room for this many calls of a process (ADR 0035); 1: one each.
+    calls_per_block: int = attrs.field(default=16, validator=number(ge=1, integer=True))
     failure_policy: Literal["fail_closed", "fail_open"] = attrs.field(
         default="fail_closed", validator=one_of(("fail_closed", "fail_open")))
 

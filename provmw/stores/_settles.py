@@ -10,6 +10,12 @@ replays the files whose lock is free (their process died) inside its next step's
 transaction, then removes them; a settle is idempotent (it deletes its reservation, and a
 second one finds none), so a line replayed twice, or one already committed, counts once.
 The file is created under another name and renamed once locked, so no replay sees it unlocked.
+
+A block of budget (ADR 0035: room for many calls, reserved at once) writes its running total
+after each of its calls: a line per call under the block's id, each total the last one plus
+that call. A replay counts the largest total of each block (every figure only grows), so the
+lines before it, a line replayed twice and one already committed all count once; while
+the block lives, a file that starts over begins with its total.
 """
 
 from __future__ import annotations
@@ -19,14 +25,15 @@ import fcntl
 import os
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import attrs
 
-__all__ = ["Orphans", "SettleJournal", "Settle"]
+__all__ = ["BLOCK", "Orphans", "SettleJournal", "Settle", "merged"]
 
 Settle = tuple[str, int, int, int]  # reservation id, micro-dollars, tokens, requests
+BLOCK = "block-"  # the reservation ids of blocks, whose lines are running totals
 _RESET_BYTES = 64 * 1024  # once everything in it is committed, a file this long starts over
 
 
@@ -60,6 +67,7 @@ class SettleJournal:
         self._path: Path | None = None
         self._fd = -1
         self._size = 0
+        self._running: dict[str, Settle] = {}  # the live blocks' totals, written again when the file starts over
         _journals.add(self)
 
     def _forget(self) -> None:
@@ -67,28 +75,42 @@ class SettleJournal:
         if self._fd >= 0:
             os.close(self._fd)
         self._fd, self._path, self._size = -1, None, 0
+        self._running.clear()
 
     def append(self, reservation_id: str, cost_micro_usd: int, tokens: int, requests: int) -> None:
-        """Write one settle; it survives kill -9 once this returns. Raises ``OSError``."""
-        if self._fd < 0:
-            self._open()
-        line = f"{reservation_id} {cost_micro_usd} {tokens} {requests}\n".encode()
-        written = os.write(self._fd, line)
-        if written != len(line):  # a short write to a regular file: the disk is full
-            raise OSError(f"settle journal {self._path}: wrote {written} of {len(line)} bytes")
-        self._size += written
+        """Write one settle (a block's last total, when it is one); it survives kill -9 once this
+        returns. Raises ``OSError``."""
+        self._write(f"{reservation_id} {cost_micro_usd} {tokens} {requests}\n".encode())
+        self._running.pop(reservation_id, None)
+
+    def running(self, block_id: str, cost_micro_usd: int, tokens: int, requests: int) -> None:
+        """Write a live block's total so far; it survives kill -9 once this returns. Raises ``OSError``."""
+        self._write(f"{block_id} {cost_micro_usd} {tokens} {requests}\n".encode())
+        self._running[block_id] = (block_id, cost_micro_usd, tokens, requests)
 
     def committed(self) -> None:
-        """Every settle written so far is committed: a long file starts over."""
-        if self._size >= _RESET_BYTES:
+        """Every settle written so far is committed: a long file starts over, with the live blocks' totals."""
+        if self._size < _RESET_BYTES:
+            return
+        if not self._running:
             os.ftruncate(self._fd, 0)
             self._size = 0
+            return
+        # A new file with the totals, then the old one goes: a crash between leaves both, each total
+        # in both, and a replay counts a block's largest total once.
+        old_path, old_fd = self._path, self._fd
+        self._fd, self._path, self._size = -1, None, 0
+        for total in self._running.values():
+            self._write(" ".join(map(str, total)).encode() + b"\n")
+        if old_path is not None:
+            os.unlink(old_path)
+        os.close(old_fd)
 
     def close(self, *, committed: bool) -> None:
         """Close (and remove, when everything in it is committed) this process's file."""
         if self._fd < 0:
             return
-        if committed and self._path is not None:
+        if committed and not self._running and self._path is not None:
             os.unlink(self._path)
         os.close(self._fd)
         self._fd, self._path, self._size = -1, None, 0
@@ -112,6 +134,15 @@ class SettleJournal:
             found.settles.extend(_read(fd))
         return found
 
+    def _write(self, line: bytes) -> None:
+        if self._fd < 0:
+            self._open()
+        written = os.write(self._fd, line)
+        if written != len(line):  # a short write to a regular file: the disk is full
+            os.ftruncate(self._fd, self._size)  # no half line for the next one to be glued to
+            raise OSError(f"settle journal {self._path}: wrote {written} of {len(line)} bytes")
+        self._size += written
+
     def _open(self) -> None:
         opening = self._folder / f"{self._prefix}{uuid.uuid4().hex}.opening"
         fd = os.open(opening, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
@@ -132,6 +163,20 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def merged(settles: Iterable[Settle]) -> list[Settle]:
+    """One settle per reservation: the first of each (a second finds it gone), and of each block
+    its largest total."""
+    found: dict[str, Settle] = {}
+    for settle in settles:
+        rid = settle[0]
+        seen = found.get(rid)
+        if seen is None:
+            found[rid] = settle
+        elif rid.startswith(BLOCK):
+            found[rid] = (rid, max(seen[1], settle[1]), max(seen[2], settle[2]), max(seen[3], settle[3]))
+    return list(found.values())
 
 
 def _read(fd: int) -> Iterator[Settle]:

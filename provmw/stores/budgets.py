@@ -23,7 +23,7 @@ from typing import Protocol
 
 import attrs
 
-from provmw.stores._settles import Orphans, Settle, SettleJournal
+from provmw.stores._settles import Orphans, Settle, SettleJournal, merged
 from provmw.stores._sqlite import SqliteDatabase, Synchronous, transaction
 
 __all__ = [
@@ -303,6 +303,27 @@ class SqliteBudgetStore:
                 return
         await self.db.run_inline(functools.partial(self._commit_settles, [settle], None))
 
+    def running(self, block_id: str, total: Amounts) -> None:
+        """Journal what a live block's calls have spent so far (ADR 0035): the block's settle, should this
+        process die before it settles the block itself. Raises ``OSError`` (the disk is full)."""
+        with self._lock:
+            self._journal.running(block_id, total.cost_micro_usd, total.tokens, total.requests)
+
+    async def settle_part(self, block_id: str, reserved: Amounts, actual: Amounts) -> None:
+        """Commit one call of a live block on its own: ``actual`` spent, the block ``reserved`` smaller."""
+        def work(connection: sqlite3.Connection) -> None:
+            with transaction(connection):
+                connection.execute(
+                    "UPDATE budget_buckets SET cost_micro_usd = cost_micro_usd + ?, tokens = tokens + ?, "
+                    "requests = requests + ? WHERE key IN (SELECT key FROM budget_reservations WHERE id = ?)",
+                    (actual.cost_micro_usd, actual.tokens, actual.requests, block_id))
+                connection.execute(
+                    "UPDATE budget_reservations SET cost_micro_usd = MAX(cost_micro_usd - ?, 0), "
+                    "tokens = MAX(tokens - ?, 0), requests = MAX(requests - ?, 0) WHERE id = ?",
+                    (reserved.cost_micro_usd, reserved.tokens, reserved.requests, block_id))
+
+        await self.db.run_inline(work)
+
     async def flush(self) -> None:
         """Commit the settles this process has journaled and not yet committed."""
         if self._pending:
@@ -346,11 +367,8 @@ class SqliteBudgetStore:
         the number of the last pending one it ran (0: none)."""
         with self._lock:
             pending = list(self._pending)
-        # The first settle of a reservation counts; a second (in the same batch) finds it gone.
-        firsts: dict[str, Settle] = {}
-        for settle in (*(orphans.settles if orphans is not None else ()), *(s for _, s in pending), *extra):
-            firsts.setdefault(settle[0], settle)
-        settles = list(firsts.values())
+        # The first settle of a reservation counts (a second, in the same batch, finds it gone); of a block, its total.
+        settles = merged((*(orphans.settles if orphans is not None else ()), *(s for _, s in pending), *extra))
         if settles:
             connection.executemany(
                 "UPDATE budget_buckets SET cost_micro_usd = cost_micro_usd + ?, tokens = tokens + ?, "

@@ -7,6 +7,7 @@ import attrs
 
 from provmw.stores._sqlite import Synchronous
 from provmw.stores.breakers import MemoryBreakerStore
+from provmw.stores.budget_blocks import BudgetBlocks
 from provmw.stores.budgets import BudgetStore, MemoryBudgetStore, SqliteBudgetStore
 from provmw.stores.cache import MemoryCacheStore
 from provmw.stores.rate_limits import MemoryRateLimiter
@@ -23,6 +24,7 @@ class SqliteFile:
     path: str
     busy_timeout_s: float = 5.0
     synchronous: Synchronous = "NORMAL"
+    calls_per_block: int = 1  # budgets: calls a process reserves room for at once (ADR 0035); 1: one by one
 
 
 @attrs.frozen(kw_only=True)
@@ -45,8 +47,12 @@ class EmbeddedState:
     def budget_store(self) -> BudgetStore:
         if self.budgets is None:
             return MemoryBudgetStore()
-        return SqliteBudgetStore(self.budgets.path, busy_timeout_s=self.budgets.busy_timeout_s,
-                                 synchronous=self.budgets.synchronous)
+        store = SqliteBudgetStore(self.budgets.path, busy_timeout_s=self.budgets.busy_timeout_s,
+                                  synchronous=self.budgets.synchronous)
+        # At FULL every settle is on disk before the call goes on: a block's running total would need the same.
+        if self.budgets.calls_per_block > 1 and self.budgets.synchronous == "NORMAL":
+            return BudgetBlocks(store, calls_per_block=self.budgets.calls_per_block)
+        return store
 
     def breaker_store(self) -> MemoryBreakerStore:
         return MemoryBreakerStore()

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from provmw.stores.budget_blocks import BudgetBlocks
 from provmw.stores.budgets import (
     Amounts,
     BucketId,
@@ -29,11 +30,14 @@ def charge(micro_usd: int, bucket: BucketId = DAY, limits: Limits = DOLLAR) -> C
     return Charge(bucket, limits, Amounts(micro_usd, 10, 1))
 
 
-@pytest.fixture(params=["memory", "sqlite", "sqlite-normal"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite-normal", "sqlite-blocks"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BudgetStore]:
-    # At NORMAL a settle goes to the settle journal and is committed by the next step (ADR 0032).
+    # At NORMAL a settle goes to the settle journal and is committed by the next step (ADR 0032);
+    # blocks reserve room for many calls at once (ADR 0035).
     made: BudgetStore = MemoryBudgetStore() if request.param == "memory" else SqliteBudgetStore(
-        tmp_path / "b.db", synchronous="NORMAL" if request.param == "sqlite-normal" else "FULL")
+        tmp_path / "b.db", synchronous="FULL" if request.param == "sqlite" else "NORMAL")
+    if request.param == "sqlite-blocks":
+        made = BudgetBlocks(made)  # type: ignore[arg-type]
     yield made
     await made.aclose()
 

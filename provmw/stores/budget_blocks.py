@@ -1,0 +1,335 @@
+"""Blocks of budget: one transaction reserves room for many calls of this process (ADR 0035).
+
+A ``SqliteBudgetStore`` at ``NORMAL`` commits one transaction per budgeted call (ADR 0032).
+``BudgetBlocks`` in front of it reserves, per bucket, a block: room for ``calls_per_block``
+calls like the one asking, as one reservation in the file under a ``block-`` id, which every
+other process sees as held. The calls that follow take their share of the block in memory
+while it has room. A block holds at most 1/16 of any of its bucket's limits, and no call
+enters it after ``max_age_s`` (nor after a quarter of its lease): it then settles, with what
+its calls spent, once its last call has settled. Until that commit, each call's settle
+writes the block's running total to the settle journal (one ``os.write``, as a settle at
+``NORMAL`` does), so a process killed with blocks open loses nothing: the next replay
+counts each block's total.
+
+Where blocks do not pay, calls reserve one by one as before: a call larger than a
+sixteenth of a limit, and, for ``tight_s`` after a bucket refused a block, every call on
+that bucket. Near a limit, the room other processes' blocks hold is refused to this one
+until those blocks settle, within ``max_age_s``: a strict budget is never overspent, and a
+call may be refused up to a sixteenth of a limit early meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+
+import attrs
+
+from provmw.stores._settles import BLOCK
+from provmw.stores.budgets import DIMENSIONS, Amounts, BucketId, BucketState, Charge, Limits, Refusal, SqliteBudgetStore
+
+__all__ = ["BudgetBlocks"]
+
+log = logging.getLogger(__name__)
+_MAX_SHARE = 16  # a block holds at most this fraction (1/16) of each of its bucket's limits
+
+
+@attrs.define(eq=False)
+class _Block:
+    id: str
+    bucket: BucketId
+    limits: Limits
+    held: list[int]  # reserved in the file, per dimension
+    expires_at: float  # the block's lease in the file
+    closes_at: float  # no call enters after this
+    taken: list[int] = attrs.Factory(lambda: [0, 0, 0])  # the calls in flight hold this much of it
+    spent: list[int] = attrs.Factory(lambda: [0, 0, 0])  # the settled calls spent this
+    calls: int = 0  # in flight
+    closed: bool = False
+    settled: bool = False
+
+    def fits(self, amount: Amounts) -> bool:
+        limits, held, taken, spent = self.limits, self.held, self.taken, self.spent
+        return ((limits.cost_micro_usd is None or taken[0] + spent[0] + amount.cost_micro_usd <= held[0])
+                and (limits.tokens is None or taken[1] + spent[1] + amount.tokens <= held[1])
+                and (limits.requests is None or taken[2] + spent[2] + amount.requests <= held[2]))
+
+    def enter(self, amount: Amounts) -> None:
+        self.taken[0] += amount.cost_micro_usd
+        self.taken[1] += amount.tokens
+        self.taken[2] += amount.requests
+        self.calls += 1
+
+    def account(self, amount: Amounts, actual: Amounts) -> None:
+        """A call's share is free again, and what it spent (nothing when released) is the block's."""
+        self.taken[0] -= amount.cost_micro_usd
+        self.taken[1] -= amount.tokens
+        self.taken[2] -= amount.requests
+        self.spent[0] += actual.cost_micro_usd
+        self.spent[1] += actual.tokens
+        self.spent[2] += actual.requests
+
+    def take_back(self, amount: Amounts, actual: Amounts) -> None:
+        """A call accounted for is committed on its own: out of the block's total and of what it holds."""
+        for i, (held, spent) in enumerate(zip(attrs.astuple(amount), attrs.astuple(actual), strict=True)):
+            self.spent[i] -= spent
+            self.held[i] = max(self.held[i] - held, 0)
+
+    def leave(self) -> bool:
+        """A call is out; whether the block is now to settle."""
+        self.calls -= 1
+        return self._done()
+
+    def close(self) -> bool:
+        """No call enters any more; whether the block is now to settle."""
+        self.closed = True
+        return self._done()
+
+    def _done(self) -> bool:
+        if self.closed and not self.calls and not self.settled:
+            self.settled = True
+            return True
+        return False
+
+    @property
+    def total(self) -> Amounts:
+        return Amounts(*self.spent)
+
+
+@attrs.define(eq=False)
+class _Call:
+    parts: list[tuple[_Block, Amounts]]  # its share of each block it entered
+    own: list[str]  # its reservations of its own in the file
+
+
+class BudgetBlocks:
+    """A ``BudgetStore`` that reserves this process's calls in blocks over a ``SqliteBudgetStore``."""
+
+    def __init__(self, store: SqliteBudgetStore, *, calls_per_block: int = 16, max_age_s: float = 1.0,
+                 tight_s: float = 1.0) -> None:
+        self.store = store
+        self._calls_per_block, self._max_age_s, self._tight_s = calls_per_block, max_age_s, tight_s
+        self._blocks: dict[str, _Block] = {}  # bucket key -> the block calls enter now
+        self._open: set[_Block] = set()  # every block not yet settled, closed ones included
+        self._calls: dict[str, _Call] = {}  # reservation id -> what it holds
+        self._tight: dict[str, float] = {}  # bucket key -> until when its calls reserve one by one
+        self._lock = threading.Lock()  # for steps on two threads; never held across an await
+        self._tasks: set[asyncio.Task[None]] = set()
+        _all.add(self)
+
+    def _forget(self) -> None:
+        """In a forked child: the parent's blocks are the parent's."""
+        self._blocks.clear()
+        self._open.clear()
+        self._calls.clear()
+        self._tight.clear()
+
+    async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
+                      lease_s: float) -> Refusal | None:
+        parts: list[tuple[_Block, Amounts]] = []
+        one_by_one: list[Charge] = []
+        wanting: list[tuple[Charge, int]] = []
+        to_settle: list[_Block] = []
+        with self._lock:
+            for charge in charges:
+                key = charge.bucket.key
+                calls = self._calls_per(charge)
+                if calls < 2 or self._tight.get(key, -1.0) > now:
+                    one_by_one.append(charge)
+                    continue
+                block = self._blocks.get(key)
+                if block is not None and now < block.closes_at and block.fits(charge.amount):
+                    block.enter(charge.amount)
+                    parts.append((block, charge.amount))
+                    continue
+                if block is not None:  # full or old: closed, so that its room left is free for the next
+                    del self._blocks[key]
+                    if block.close():
+                        to_settle.append(block)
+                wanting.append((charge, calls))
+        call = _Call(parts, [])
+        try:
+            await self._settle_blocks(to_settle)
+            # A call refused by the buckets it reserves on its own takes no block first.
+            if one_by_one:
+                refusal = await self.store.reserve(reservation_id, one_by_one, now=now, lease_s=lease_s)
+                if refusal is not None:
+                    await self._release(call)
+                    return refusal
+                call.own.append(reservation_id)
+            refused = [charge for charge, calls in wanting
+                       if not await self._enter_new_block(call, charge, calls, now, lease_s)]
+            if refused:
+                refusal = await self.store.reserve(f"{reservation_id}+", refused, now=now, lease_s=lease_s)
+                if refusal is not None:
+                    await self._release(call)
+                    return refusal
+                call.own.append(f"{reservation_id}+")
+        except BaseException:
+            await self._release(call)
+            raise
+        with self._lock:
+            self._calls[reservation_id] = call
+        return None
+
+    async def renew(self, reservation_id: str, *, now: float, lease_s: float) -> None:
+        call = self._calls.get(reservation_id)
+        if call is None:
+            await self.store.renew(reservation_id, now=now, lease_s=lease_s)
+            return
+        for block, _ in call.parts:
+            block.expires_at = max(block.expires_at, now + lease_s)
+            await self.store.renew(block.id, now=now, lease_s=lease_s)
+        for own in call.own:
+            await self.store.renew(own, now=now, lease_s=lease_s)
+
+    async def settle(self, reservation_id: str, actual: Amounts) -> None:
+        with self._lock:
+            call = self._calls.pop(reservation_id, None)
+        if call is None:  # reserved by another handle, settled already, or unknown: the store decides
+            await self.store.settle(reservation_id, actual)
+            return
+        await self._leave(call, actual)
+
+    async def states(self, *, now: float) -> list[BucketState]:
+        """The file's figures, every block closed first; those still in flight count as their calls."""
+        with self._lock:
+            to_settle = [block for block in self._blocks.values() if block.close()]
+            self._blocks.clear()
+        await self._settle_blocks(to_settle)
+        states = await self.store.states(now=now)
+        with self._lock:
+            live = [block for block in self._open if now < block.expires_at]
+        for block in live:
+            states = [_as_calls(state, block) if state.bucket == block.bucket else state for state in states]
+        return states
+
+    async def aclose(self) -> None:
+        try:
+            with self._lock:
+                # Calls still in flight count as released.
+                to_settle = [block for call in self._calls.values() for block, amount in call.parts
+                             if _released(block, amount)]
+                self._calls.clear()
+                to_settle += [block for block in self._open if block.close()]
+                self._blocks.clear()
+            await self._settle_blocks(to_settle)
+            await asyncio.gather(*self._tasks)
+        finally:
+            await self.store.aclose()
+
+    def _calls_per(self, charge: Charge) -> int:
+        """How many calls like this one a block of its bucket holds (under 2: it reserves on its own)."""
+        calls = self._calls_per_block
+        for dimension in DIMENSIONS:
+            limit, amount = getattr(charge.limits, dimension), getattr(charge.amount, dimension)
+            if limit is not None and amount > 0:
+                calls = min(calls, limit // (_MAX_SHARE * amount))
+        return calls
+
+    async def _enter_new_block(self, call: _Call, charge: Charge, calls: int, now: float, lease_s: float) -> bool:
+        """Reserve a block for ``calls`` calls like ``charge`` and enter it; False when the bucket refuses it."""
+        a = charge.amount
+        held = Amounts(a.cost_micro_usd * calls, a.tokens * calls, a.requests * calls)
+        block_id = f"{BLOCK}{os.urandom(12).hex()}"
+        if await self.store.reserve(block_id, [Charge(charge.bucket, charge.limits, held)], now=now,
+                                    lease_s=lease_s) is not None:
+            with self._lock:
+                self._tight[charge.bucket.key] = now + self._tight_s
+            return False
+        open_s = min(self._max_age_s, lease_s / 4)
+        block = _Block(block_id, charge.bucket, charge.limits, [held.cost_micro_usd, held.tokens, held.requests],
+                       now + lease_s, now + open_s)
+        with self._lock:
+            block.enter(a)
+            call.parts.append((block, a))
+            self._open.add(block)
+            replaced = self._blocks.get(charge.bucket.key)  # another call's, taken meanwhile
+            self._blocks[charge.bucket.key] = block
+            to_settle = [replaced] if replaced is not None and replaced.close() else []
+        self._close_later(block, open_s)
+        await self._settle_blocks(to_settle)
+        return True
+
+    async def _leave(self, call: _Call, actual: Amounts) -> None:
+        to_settle: list[_Block] = []
+        on_their_own: list[tuple[_Block, Amounts]] = []
+        with self._lock:
+            for block, amount in call.parts:
+                block.account(amount, actual)
+                if not (block.closed and block.calls == 1):  # the block goes on: its total, journaled
+                    try:  # durable before the settle returns; under the lock, so totals are written in order
+                        self.store.running(block.id, block.total)
+                    except OSError as exc:
+                        log.warning("budget %s: settle journal unwritable (%s); committing the settle now",
+                                    self.store.db.path, exc)
+                        block.take_back(amount, actual)
+                        on_their_own.append((block, amount))  # still in the block until committed
+                        continue
+                if block.leave():
+                    to_settle.append(block)
+        for block, amount in on_their_own:
+            try:
+                await self.store.settle_part(block.id, amount, actual)
+            finally:
+                with self._lock:
+                    if block.leave():
+                        to_settle.append(block)
+        for own in call.own:
+            await self.store.settle(own, actual)
+        await self._settle_blocks(to_settle)
+
+    async def _release(self, call: _Call) -> None:
+        """Undo what a refused (or failed) reserve took."""
+        with self._lock:
+            to_settle = [block for block, amount in call.parts if _released(block, amount)]
+        for own in call.own:
+            await self.store.settle(own, Amounts())
+        await self._settle_blocks(to_settle)
+
+    async def _settle_blocks(self, blocks: Sequence[_Block]) -> None:
+        for block in blocks:
+            with self._lock:
+                self._open.discard(block)
+            await self.store.settle(block.id, block.total)
+
+    def _close_later(self, block: _Block, after_s: float) -> None:
+        asyncio.get_running_loop().call_later(after_s, self._close_idle, block)
+
+    def _close_idle(self, block: _Block) -> None:
+        with self._lock:
+            if self._blocks.get(block.bucket.key) is block:
+                del self._blocks[block.bucket.key]
+            settle = block.close()
+        if settle:
+            task = asyncio.get_running_loop().create_task(self._settle_blocks([block]))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+
+def _released(block: _Block, amount: Amounts) -> bool:
+    block.account(amount, Amounts())
+    return block.leave()
+
+
+def _as_calls(state: BucketState, block: _Block) -> BucketState:
+    """``state`` with ``block`` counted as its calls: what they spent, what those in flight hold."""
+    spent = [getattr(state.spent, d) + block.spent[i] for i, d in enumerate(DIMENSIONS)]
+    reserved = [max(getattr(state.reserved, d) - block.held[i] + block.taken[i], 0) for i, d in enumerate(DIMENSIONS)]
+    return BucketState(state.bucket, Amounts(*spent), Amounts(*reserved))
+
+
+# Every instance, so that a forked child forgets its parent's blocks (see _settles: one hook for all).
+_all: weakref.WeakSet[BudgetBlocks] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for blocks in list(_all):
+        blocks._forget()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
