@@ -249,3 +249,13 @@ async def test_spent_plus_held_in_the_file_never_passes_the_limit(steps: list[tu
         for handle in handles:
             await handle.aclose()
         assert not steps or in_file(path)[0] == settled
+
+
+async def test_an_idle_block_settles_within_its_age(tmp_path: Path) -> None:
+    store = BudgetBlocks(SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL", settle_delay_s=0.01),
+                         max_age_s=0.02)
+    await store.reserve("r", [small(1_000)], now=0, lease_s=60)
+    await store.settle("r", Amounts(400, 5, 1))
+    await asyncio.sleep(0.2)
+    assert in_file(tmp_path / "b.db") == (400, 0)
+    await store.aclose()
