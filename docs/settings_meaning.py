@@ -122,7 +122,7 @@ MEANING: dict[str, dict[str, str]] = {
                        "(survives power loss; slower); `\"normal\"` survives a crash of the process.",
         "calls_per_block": "At `\"normal\"`: how many calls' worth of room a process reserves in one "
                            "transaction (a block never holds more than 1/16 of a limit); `1` reserves each call "
-                           "on its own.",
+                           "on its own (as at `\"full\"` and on a shared store).",
         "failure_policy": "When the store fails: `fail_closed` refuses calls before sending, `fail_open` "
                           "lets them go uncounted.",
     },

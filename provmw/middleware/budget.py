@@ -34,7 +34,16 @@ from provmw.errors import BudgetExceededError, ConfigurationError
 from provmw.middleware._common import Clock
 from provmw.periods import PERIODS, Period, Window, window
 from provmw.pipeline import Next, R
-from provmw.stores.budgets import Amounts, BucketId, BudgetStore, Charge, Limits, MemoryBudgetStore, Refusal
+from provmw.stores.budgets import (
+    Amounts,
+    BucketId,
+    BudgetStore,
+    Charge,
+    Limits,
+    MemoryBudgetStore,
+    Refusal,
+    one_per_bucket,
+)
 from provmw.streams import OpenedStream, StreamEnd
 
 __all__ = ["BudgetLimit", "BudgetMiddleware", "BudgetOptions"]
@@ -179,7 +188,8 @@ class BudgetMiddleware:
         if not touched:
             return []
         amount = self._worst_case(ctx, config, [limit for limit, _ in touched])
-        return [Charge(self._bucket(limit, subject, now), self._limits[limit], amount) for limit, subject in touched]
+        return list(one_per_bucket([Charge(self._bucket(limit, subject, now), self._limits[limit], amount)
+                                    for limit, subject in touched]))
 
     def _bucket(self, limit: BudgetLimit, subject: str, now: float) -> BucketId:
         span = self._window(limit.period, now)

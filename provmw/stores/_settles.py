@@ -12,8 +12,8 @@ second one finds none), so a line replayed twice, or one already committed, coun
 The file is created under another name and renamed once locked, so no replay sees it unlocked.
 
 A block of budget (ADR 0035: room for many calls, reserved at once) writes its running total
-after each of its calls: a line per call under the block's id, each total the last one plus
-that call. A replay counts the largest total of each block (every figure only grows), so the
+after each of its calls: a line per call under the block's id, the spend of its calls settled
+so far. A replay counts the largest total of each block (every figure only grows), so the
 lines before it, a line replayed twice and one already committed all count once; while
 the block lives, a file that starts over begins with its total.
 """
@@ -80,8 +80,8 @@ class SettleJournal:
     def append(self, reservation_id: str, cost_micro_usd: int, tokens: int, requests: int) -> None:
         """Write one settle (a block's last total, when it is one); it survives kill -9 once this
         returns. Raises ``OSError``."""
+        self._running.pop(reservation_id, None)  # on failure the store commits it at once instead
         self._write(f"{reservation_id} {cost_micro_usd} {tokens} {requests}\n".encode())
-        self._running.pop(reservation_id, None)
 
     def running(self, block_id: str, cost_micro_usd: int, tokens: int, requests: int) -> None:
         """Write a live block's total so far; it survives kill -9 once this returns. Raises ``OSError``."""
@@ -98,17 +98,26 @@ class SettleJournal:
             return
         # A new file with the totals, then the old one goes: a crash between leaves both, each total
         # in both, and a replay counts a block's largest total once.
-        old_path, old_fd = self._path, self._fd
+        old = self._path, self._fd, self._size
         self._fd, self._path, self._size = -1, None, 0
-        for total in self._running.values():
-            self._write(" ".join(map(str, total)).encode() + b"\n")
-        if old_path is not None:
-            os.unlink(old_path)
-        os.close(old_fd)
+        try:
+            for total in self._running.values():
+                self._write(" ".join(map(str, total)).encode() + b"\n")
+        except OSError:  # no room for a new file: the old one goes on, whole
+            if self._fd >= 0 and self._path is not None:
+                os.unlink(self._path)
+                os.close(self._fd)
+            self._path, self._fd, self._size = old
+            raise
+        if old[0] is not None:
+            os.unlink(old[0])
+        os.close(old[1])
 
     def close(self, *, committed: bool) -> None:
-        """Close (and remove, when everything in it is committed) this process's file."""
-        if self._fd < 0:
+        """Close (and remove, when everything in it is committed) this process's file; one with a live
+        block's total stays open, and locked, until the process ends, so that no replay takes the block
+        from under its calls still in flight."""
+        if self._fd < 0 or self._running:
             return
         if committed and not self._running and self._path is not None:
             os.unlink(self._path)

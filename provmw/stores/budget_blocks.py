@@ -25,17 +25,29 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 import attrs
 
 from provmw.stores._settles import BLOCK
-from provmw.stores.budgets import DIMENSIONS, Amounts, BucketId, BucketState, Charge, Limits, Refusal, SqliteBudgetStore
+from provmw.stores.budgets import (
+    DIMENSIONS,
+    Amounts,
+    BucketId,
+    BucketState,
+    Charge,
+    Limits,
+    Refusal,
+    SqliteBudgetStore,
+    one_per_bucket,
+)
 
 __all__ = ["BudgetBlocks"]
 
 log = logging.getLogger(__name__)
 _MAX_SHARE = 16  # a block holds at most this fraction (1/16) of each of its bucket's limits
+_TIGHT_KEPT = 1024  # buckets remembered as tight before the expired ones are forgotten
 
 
 @attrs.define(eq=False)
@@ -75,9 +87,9 @@ class _Block:
 
     def take_back(self, amount: Amounts, actual: Amounts) -> None:
         """A call accounted for is committed on its own: out of the block's total and of what it holds."""
-        for i, (held, spent) in enumerate(zip(attrs.astuple(amount), attrs.astuple(actual), strict=True)):
-            self.spent[i] -= spent
-            self.held[i] = max(self.held[i] - held, 0)
+        for i, (its_share, its_spend) in enumerate(zip(attrs.astuple(amount), attrs.astuple(actual), strict=True)):
+            self.spent[i] -= its_spend
+            self.held[i] = max(self.held[i] - its_share, 0)
 
     def leave(self) -> bool:
         """A call is out; whether the block is now to settle."""
@@ -114,28 +126,32 @@ class BudgetBlocks:
         self.store = store
         self._calls_per_block, self._max_age_s, self._tight_s = calls_per_block, max_age_s, tight_s
         self._blocks: dict[str, _Block] = {}  # bucket key -> the block calls enter now
-        self._open: set[_Block] = set()  # every block not yet settled, closed ones included
+        self._unsettled: set[_Block] = set()  # every block whose settle is not yet in the store
+        self._failed: set[_Block] = set()  # of those, the ones whose settle failed: tried again later
         self._calls: dict[str, _Call] = {}  # reservation id -> what it holds
         self._tight: dict[str, float] = {}  # bucket key -> until when its calls reserve one by one
+        # bucket key -> the loop and the future of the block being reserved: a burst waits for it
+        self._coming: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = {}
         self._lock = threading.Lock()  # for steps on two threads; never held across an await
         self._tasks: set[asyncio.Task[None]] = set()
+        self._retrying = False
         _all.add(self)
 
     def _forget(self) -> None:
-        """In a forked child: the parent's blocks are the parent's."""
-        self._blocks.clear()
-        self._open.clear()
-        self._calls.clear()
-        self._tight.clear()
+        """In a forked child: the parent's blocks are the parent's (and so is its lock, perhaps held)."""
+        self._lock = threading.Lock()
+        for held in (self._blocks, self._calls, self._tight, self._coming):
+            held.clear()
+        self._unsettled, self._failed, self._tasks, self._retrying = set(), set(), set(), False
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None:
         parts: list[tuple[_Block, Amounts]] = []
         one_by_one: list[Charge] = []
         wanting: list[tuple[Charge, int]] = []
-        to_settle: list[_Block] = []
+        closing = _Closing()
         with self._lock:
-            for charge in charges:
+            for charge in one_per_bucket(charges):
                 key = charge.bucket.key
                 calls = self._calls_per(charge)
                 if calls < 2 or self._tight.get(key, -1.0) > now:
@@ -148,12 +164,11 @@ class BudgetBlocks:
                     continue
                 if block is not None:  # full or old: closed, so that its room left is free for the next
                     del self._blocks[key]
-                    if block.close():
-                        to_settle.append(block)
+                    closing.add(block)
                 wanting.append((charge, calls))
         call = _Call(parts, [])
         try:
-            await self._settle_blocks(to_settle)
+            await self._finish(closing)
             # A call refused by the buckets it reserves on its own takes no block first.
             if one_by_one:
                 refusal = await self.store.reserve(reservation_id, one_by_one, now=now, lease_s=lease_s)
@@ -162,7 +177,7 @@ class BudgetBlocks:
                     return refusal
                 call.own.append(reservation_id)
             refused = [charge for charge, calls in wanting
-                       if not await self._enter_new_block(call, charge, calls, now, lease_s)]
+                       if not await self._enter_a_block(call, charge, calls, now, lease_s)]
             if refused:
                 refusal = await self.store.reserve(f"{reservation_id}+", refused, now=now, lease_s=lease_s)
                 if refusal is not None:
@@ -182,8 +197,8 @@ class BudgetBlocks:
             await self.store.renew(reservation_id, now=now, lease_s=lease_s)
             return
         for block, _ in call.parts:
-            block.expires_at = max(block.expires_at, now + lease_s)
             await self.store.renew(block.id, now=now, lease_s=lease_s)
+            block.expires_at = max(block.expires_at, now + lease_s)
         for own in call.own:
             await self.store.renew(own, now=now, lease_s=lease_s)
 
@@ -197,27 +212,29 @@ class BudgetBlocks:
 
     async def states(self, *, now: float) -> list[BucketState]:
         """The file's figures, every block closed first; those still in flight count as their calls."""
+        closing = _Closing()
         with self._lock:
-            to_settle = [block for block in self._blocks.values() if block.close()]
+            for block in self._blocks.values():
+                closing.add(block)
             self._blocks.clear()
-        await self._settle_blocks(to_settle)
+        await self._finish(closing)
         states = await self.store.states(now=now)
         with self._lock:
-            live = [block for block in self._open if now < block.expires_at]
+            live = [block for block in self._unsettled if now < block.expires_at]
         for block in live:
             states = [_as_calls(state, block) if state.bucket == block.bucket else state for state in states]
         return states
 
     async def aclose(self) -> None:
+        """Settle the blocks no call is in; one a call is still in holds only what its calls need, and
+        settles (journaled, as any settle after the store closed) when they are over."""
         try:
+            closing = _Closing()
             with self._lock:
-                # Calls still in flight count as released.
-                to_settle = [block for call in self._calls.values() for block, amount in call.parts
-                             if _released(block, amount)]
-                self._calls.clear()
-                to_settle += [block for block in self._open if block.close()]
+                for block in self._unsettled:
+                    closing.add(block)
                 self._blocks.clear()
-            await self._settle_blocks(to_settle)
+            await self._finish(closing)
             await asyncio.gather(*self._tasks)
         finally:
             await self.store.aclose()
@@ -231,6 +248,29 @@ class BudgetBlocks:
                 calls = min(calls, limit // (_MAX_SHARE * amount))
         return calls
 
+    async def _enter_a_block(self, call: _Call, charge: Charge, calls: int, now: float, lease_s: float) -> bool:
+        """Enter the block another task is reserving for the bucket, or reserve one; False when the
+        bucket refuses a block."""
+        key, loop = charge.bucket.key, asyncio.get_running_loop()
+        while (coming := self._coming.get(key)) is not None and coming[0] is loop:
+            await asyncio.shield(coming[1])
+            with self._lock:
+                block = self._blocks.get(key)
+                if block is not None and now < block.closes_at and block.fits(charge.amount):
+                    block.enter(charge.amount)
+                    call.parts.append((block, charge.amount))
+                    return True
+                if self._tight.get(key, -1.0) > now:
+                    return False
+        future = loop.create_future()
+        self._coming[key] = (loop, future)
+        try:
+            return await self._enter_new_block(call, charge, calls, now, lease_s)
+        finally:
+            if self._coming.get(key) == (loop, future):
+                del self._coming[key]
+            future.set_result(None)
+
     async def _enter_new_block(self, call: _Call, charge: Charge, calls: int, now: float, lease_s: float) -> bool:
         """Reserve a block for ``calls`` calls like ``charge`` and enter it; False when the bucket refuses it."""
         a = charge.amount
@@ -239,20 +279,24 @@ class BudgetBlocks:
         if await self.store.reserve(block_id, [Charge(charge.bucket, charge.limits, held)], now=now,
                                     lease_s=lease_s) is not None:
             with self._lock:
+                if len(self._tight) >= _TIGHT_KEPT:
+                    self._tight = {key: until for key, until in self._tight.items() if until > now}
                 self._tight[charge.bucket.key] = now + self._tight_s
             return False
         open_s = min(self._max_age_s, lease_s / 4)
         block = _Block(block_id, charge.bucket, charge.limits, [held.cost_micro_usd, held.tokens, held.requests],
                        now + lease_s, now + open_s)
+        closing = _Closing()
         with self._lock:
             block.enter(a)
             call.parts.append((block, a))
-            self._open.add(block)
-            replaced = self._blocks.get(charge.bucket.key)  # another call's, taken meanwhile
+            self._unsettled.add(block)
+            replaced = self._blocks.get(charge.bucket.key)  # another thread's, taken meanwhile
             self._blocks[charge.bucket.key] = block
-            to_settle = [replaced] if replaced is not None and replaced.close() else []
-        self._close_later(block, open_s)
-        await self._settle_blocks(to_settle)
+            if replaced is not None:
+                closing.add(replaced)
+        asyncio.get_running_loop().call_later(open_s, self._close_idle, block)
+        await self._finish(closing)
         return True
 
     async def _leave(self, call: _Call, actual: Amounts) -> None:
@@ -272,46 +316,103 @@ class BudgetBlocks:
                         continue
                 if block.leave():
                     to_settle.append(block)
-        for block, amount in on_their_own:
-            try:
+        try:
+            for block, amount in on_their_own:
                 await self.store.settle_part(block.id, amount, actual)
-            finally:
-                with self._lock:
-                    if block.leave():
-                        to_settle.append(block)
+        finally:
+            with self._lock:
+                to_settle += [block for block, _ in on_their_own if block.leave()]
+            await self._settle_blocks(to_settle)
         for own in call.own:
             await self.store.settle(own, actual)
-        await self._settle_blocks(to_settle)
 
     async def _release(self, call: _Call) -> None:
         """Undo what a refused (or failed) reserve took."""
         with self._lock:
-            to_settle = [block for block, amount in call.parts if _released(block, amount)]
+            to_settle = [block for block, amount in call.parts if _give_back(block, amount)]
+        await self._settle_blocks(to_settle)
         for own in call.own:
             await self.store.settle(own, Amounts())
-        await self._settle_blocks(to_settle)
+
+    async def _finish(self, closing: _Closing) -> None:
+        """Settle the closed blocks no call is in; cut the others down to what their calls still need."""
+        for block, needs in closing.cut:
+            try:
+                await self.store.shrink(block.id, needs)
+            except Exception as exc:  # it holds its whole room a little longer, until its calls are over
+                log.warning("budget %s: could not give back block %s's room (%s)", self.store.db.path, block.id, exc)
+            else:
+                with self._lock:
+                    block.held = [min(h, n) for h, n in zip(block.held, attrs.astuple(needs), strict=True)]
+        await self._settle_blocks(closing.settle)
 
     async def _settle_blocks(self, blocks: Sequence[_Block]) -> None:
-        for block in blocks:
+        """Settle ``blocks``, and those whose settle failed before; one that fails is tried again later."""
+        with self._lock:
+            blocks = [*self._failed, *blocks]
+            self._failed.clear()
+        for i, block in enumerate(blocks):
+            try:
+                await self.store.settle(block.id, block.total)
+            except BaseException as exc:
+                with self._lock:
+                    self._failed.update(blocks[i:])
+                self._retry_later()
+                if not isinstance(exc, Exception):
+                    raise
+                log.warning("budget %s: settling block %s failed (%s); trying again in %.1f s",
+                            self.store.db.path, block.id, exc, self._max_age_s)
+                return
             with self._lock:
-                self._open.discard(block)
-            await self.store.settle(block.id, block.total)
+                self._unsettled.discard(block)
 
-    def _close_later(self, block: _Block, after_s: float) -> None:
-        asyncio.get_running_loop().call_later(after_s, self._close_idle, block)
+    def _retry_later(self) -> None:
+        if self._retrying:
+            return
+        self._retrying = True
+
+        def retry() -> None:
+            self._retrying = False
+            self._spawn(self._settle_blocks([]))
+
+        asyncio.get_running_loop().call_later(self._max_age_s, retry)
 
     def _close_idle(self, block: _Block) -> None:
+        closing = _Closing()
         with self._lock:
             if self._blocks.get(block.bucket.key) is block:
                 del self._blocks[block.bucket.key]
-            settle = block.close()
-        if settle:
-            task = asyncio.get_running_loop().create_task(self._settle_blocks([block]))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            closing.add(block)
+        if closing:
+            self._spawn(self._finish(closing))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
 
-def _released(block: _Block, amount: Amounts) -> bool:
+@attrs.define
+class _Closing:
+    """Blocks being closed (under the lock): those to settle, and those to cut down to what they need."""
+
+    settle: list[_Block] = attrs.Factory(list)
+    cut: list[tuple[_Block, Amounts]] = attrs.Factory(list)
+
+    def add(self, block: _Block) -> None:
+        if block.closed:
+            return
+        if block.close():
+            self.settle.append(block)
+        else:
+            self.cut.append((block, Amounts(*(t + s for t, s in zip(block.taken, block.spent, strict=True)))))
+
+    def __bool__(self) -> bool:
+        return bool(self.settle or self.cut)
+
+
+def _give_back(block: _Block, amount: Amounts) -> bool:
+    """A call's share returns unspent; whether the block is now to settle."""
     block.account(amount, Amounts())
     return block.leave()
 

@@ -36,6 +36,7 @@ __all__ = [
     "MemoryBudgetStore",
     "Refusal",
     "SqliteBudgetStore",
+    "one_per_bucket",
 ]
 
 DIMENSIONS = ("cost_micro_usd", "tokens", "requests")
@@ -123,6 +124,27 @@ def check(charge: Charge, spent: Amounts, reserved: Amounts) -> Refusal | None:
         if limit is not None and held + getattr(charge.amount, dimension) > limit:
             return Refusal(charge.bucket, dimension, limit, getattr(spent, dimension), getattr(reserved, dimension))
     return None
+
+
+def one_per_bucket(charges: Sequence[Charge]) -> Sequence[Charge]:
+    """One charge per bucket: two limits on one bucket (a cost and a request limit written apart, a
+    ``*`` limit and one naming the subject) make one charge with the tighter limit in each dimension."""
+    if len(charges) < 2 or len({charge.bucket.key for charge in charges}) == len(charges):
+        return charges
+    merged: dict[str, Charge] = {}
+    for charge in charges:
+        seen = merged.get(charge.bucket.key)
+        if seen is None:
+            merged[charge.bucket.key] = charge
+            continue
+        limits = Limits(*(_tighter(getattr(seen.limits, d), getattr(charge.limits, d)) for d in DIMENSIONS))
+        amount = Amounts(*(max(getattr(seen.amount, d), getattr(charge.amount, d)) for d in DIMENSIONS))
+        merged[charge.bucket.key] = Charge(seen.bucket, limits, amount)
+    return list(merged.values())
+
+
+def _tighter(first: int | None, second: int | None) -> int | None:
+    return second if first is None else first if second is None else min(first, second)
 
 
 class BudgetStore(Protocol):
@@ -324,6 +346,18 @@ class SqliteBudgetStore:
 
         await self.db.run_inline(work)
 
+    async def shrink(self, block_id: str, needs: Amounts) -> None:
+        """Cut a block's reservation down to ``needs`` (what its calls in flight hold and its settled ones
+        spent): a block no call enters any more gives its room left back to every process."""
+        def work(connection: sqlite3.Connection) -> None:
+            with transaction(connection):
+                connection.execute(
+                    "UPDATE budget_reservations SET cost_micro_usd = MIN(cost_micro_usd, ?), "
+                    "tokens = MIN(tokens, ?), requests = MIN(requests, ?) WHERE id = ?",
+                    (needs.cost_micro_usd, needs.tokens, needs.requests, block_id))
+
+        await self.db.run_inline(work)
+
     async def flush(self) -> None:
         """Commit the settles this process has journaled and not yet committed."""
         if self._pending:
@@ -387,7 +421,10 @@ class SqliteBudgetStore:
             while self._pending and self._pending[0][0] <= applied:
                 self._pending.pop(0)
             if not self._pending:  # every line in the journal is committed
-                self._journal.committed()
+                try:
+                    self._journal.committed()
+                except OSError as exc:  # the file goes on growing: the commit stands
+                    log.warning("budget %s: the settle journal could not start over (%s)", self.db.path, exc)
 
     def _flush_within(self, delay_s: float) -> None:
         loop = asyncio.get_running_loop()

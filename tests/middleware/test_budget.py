@@ -19,7 +19,7 @@ from provmw.middleware.budget import BudgetMiddleware, BudgetOptions
 from provmw.plugins import PluginHost
 from provmw.responses import CompletionResponse, Usage
 from provmw.settings import Settings
-from provmw.stores.budgets import Amounts, BucketState, Charge, MemoryBudgetStore, Refusal
+from provmw.stores.budgets import Amounts, BucketState, Charge, MemoryBudgetStore, Refusal, SqliteBudgetStore
 from provmw.stores.outage import GuardedBudgets
 from provmw.testing import FakeClock, FakeProvider, ScriptedNext, call_context
 from tests.conftest import anthropic_config, openai_config
@@ -310,3 +310,16 @@ async def test_a_failed_renewal_is_logged_and_the_call_goes_on(caplog: pytest.Lo
     middleware = budget({"scope": "global", "period": "day", "max_cost_usd": 1.0}, store=store, lease_s=0.04)
     assert (await middleware.handle(ctx(), CONFIG, slow_answer)).text == "ok"
     assert "could not renew reservation" in caplog.text
+
+
+async def test_two_limits_on_one_bucket_hold_the_call_to_both_on_sqlite(tmp_path: Path) -> None:
+    middleware = budget({"scope": "user", "period": "day", "max_cost_usd": 1.0},
+                        {"scope": "user", "period": "day", "max_requests": 1},
+                        store=SqliteBudgetStore(tmp_path / "b.db", synchronous="FULL"))
+    await middleware.handle(ctx(user="ada"), CONFIG, ScriptedNext(answer(0.006)))
+    with pytest.raises(BudgetExceededError) as refused:
+        await middleware.handle(ctx(user="ada"), CONFIG, ScriptedNext(answer(0.006)))
+    assert refused.value.dimension == "requests"
+    [bucket] = await state(middleware)
+    assert (bucket.spent.cost_micro_usd, bucket.spent.requests) == (6_000, 1)
+    await middleware.store.aclose()
