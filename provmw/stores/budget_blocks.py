@@ -322,7 +322,8 @@ class BudgetBlocks:
         finally:
             with self._lock:
                 to_settle += [block for block, _ in on_their_own if block.leave()]
-            await self._settle_blocks(to_settle)
+            if to_settle or self._failed:
+                await self._settle_blocks(to_settle)
         for own in call.own:
             await self.store.settle(own, actual)
 
@@ -330,12 +331,15 @@ class BudgetBlocks:
         """Undo what a refused (or failed) reserve took."""
         with self._lock:
             to_settle = [block for block, amount in call.parts if _give_back(block, amount)]
-        await self._settle_blocks(to_settle)
+        if to_settle or self._failed:
+            await self._settle_blocks(to_settle)
         for own in call.own:
             await self.store.settle(own, Amounts())
 
     async def _finish(self, closing: _Closing) -> None:
         """Settle the closed blocks no call is in; cut the others down to what their calls still need."""
+        if not closing:
+            return
         for block, needs in closing.cut:
             try:
                 await self.store.shrink(block.id, needs)
@@ -404,8 +408,12 @@ class _Closing:
             return
         if block.close():
             self.settle.append(block)
-        else:
-            self.cut.append((block, Amounts(*(t + s for t, s in zip(block.taken, block.spent, strict=True)))))
+            return
+        needs = [t + s for t, s in zip(block.taken, block.spent, strict=True)]
+        # Closed when full, it has less room left than a call: not worth a transaction. Closed by age
+        # (long calls) or by a report, it may hold many calls' room for one call.
+        if any(held - need > held // 4 for held, need in zip(block.held, needs, strict=True)):
+            self.cut.append((block, Amounts(*needs)))
 
     def __bool__(self) -> bool:
         return bool(self.settle or self.cut)
