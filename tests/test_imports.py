@@ -92,6 +92,11 @@ def test_a_manager_imports_aiohttp_only_when_it_makes_a_request() -> None:
     assert "provmw_azure" in modules and "aiohttp" not in modules
 
 
+def test_a_manager_imports_yarl_only_when_it_makes_a_request() -> None:
+    modules = _modules_after("import provmw\nprovmw.ServiceManager()", autoload=True)
+    assert "provmw_bedrock" in modules and "yarl" not in modules
+
+
 def test_the_exception_table_loads_aiohttp_when_asked_for() -> None:
     modules = _modules_after("import provmw.http\nprovmw.http.EXCEPTION_ERRORS")
     assert "aiohttp" in modules

@@ -12,8 +12,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from yarl import URL
-
 from provmw import wire
 from provmw.config import ProviderConfig
 from provmw.errors import (
@@ -35,6 +33,7 @@ from provmw_bedrock.signing import AwsAuth, sign
 
 if TYPE_CHECKING:
     from botocore.session import Session
+    from yarl import URL
 
 __all__ = ["EVENT_STREAM", "BedrockAdapter"]
 
@@ -105,6 +104,8 @@ class BedrockAdapter:
         else:
             credentials = await account.frozen_credentials(self.name, config.model)
             headers = sign(credentials, account.region, url, body, headers)
+        from yarl import URL  # aiohttp's: imported with the first request, not with the plugin
+
         return URL(url, encoded=True), body, headers
 
     async def _messages(self, chunks: AsyncGenerator[bytes, None], limits: ReadLimits,
