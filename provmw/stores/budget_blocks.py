@@ -1,21 +1,18 @@
 """Blocks of budget: one transaction reserves room for many calls of this process (ADR 0035).
 
-A ``SqliteBudgetStore`` at ``NORMAL`` commits one transaction per budgeted call (ADR 0032).
-``BudgetBlocks`` in front of it reserves, per bucket, a block: room for ``calls_per_block``
-calls like the one asking, as one reservation in the file under a ``block-`` id, which every
-other process sees as held. The calls that follow take their share of the block in memory
-while it has room. A block holds at most 1/16 of any of its bucket's limits, and no call
-enters it after ``max_age_s`` (nor after a quarter of its lease): it then settles, with what
-its calls spent, once its last call has settled. Until that commit, each call's settle
-writes the block's running total to the settle journal (one ``os.write``, as a settle at
-``NORMAL`` does), so a process killed with blocks open loses nothing: the next replay
-counts each block's total.
+``BudgetBlocks`` in front of a ``SqliteBudgetStore`` at ``NORMAL`` reserves, per bucket, a
+block: room for ``calls_per_block`` calls like the one asking, as one reservation in the file
+under a ``block-`` id, which every other process sees as held. The calls that follow take
+their share of it in memory. A block holds at most 1/16 of any of its bucket's limits; it
+closes after ``max_age_s`` (or a quarter of its lease) or when a call does not fit. A closed
+block settles, with what its calls spent, once no call is in it; until then it is cut down
+to what its calls in flight hold. Each call's settle writes the block's running total to the
+settle journal (one ``os.write``), so a process killed with blocks open loses nothing.
 
-Where blocks do not pay, calls reserve one by one as before: a call larger than a
-sixteenth of a limit, and, for ``tight_s`` after a bucket refused a block, every call on
-that bucket. Near a limit, the room other processes' blocks hold is refused to this one
-until those blocks settle, within ``max_age_s``: a strict budget is never overspent, and a
-call may be refused up to a sixteenth of a limit early meanwhile.
+Calls reserve one by one where blocks do not pay: a call over 1/32 of a limit, and, for
+``tight_s`` after a bucket refused a block, every call on it. A strict budget is never
+overspent; near a limit, another process's open block may refuse a call up to 1/16 of the
+limit early, until it closes.
 """
 
 from __future__ import annotations
@@ -30,18 +27,10 @@ from typing import Any
 
 import attrs
 
+from provmw.stores._blocks import Block, Closing, as_calls, give_back
 from provmw.stores._settles import BLOCK
-from provmw.stores.budgets import (
-    DIMENSIONS,
-    Amounts,
-    BucketId,
-    BucketState,
-    Charge,
-    Limits,
-    Refusal,
-    SqliteBudgetStore,
-    one_per_bucket,
-)
+from provmw.stores.budgets import DIMENSIONS, Amounts, BucketState, Charge, Refusal, one_per_bucket
+from provmw.stores.budgets_sqlite import SqliteBudgetStore
 
 __all__ = ["BudgetBlocks"]
 
@@ -51,70 +40,8 @@ _TIGHT_KEPT = 1024  # buckets remembered as tight before the expired ones are fo
 
 
 @attrs.define(eq=False)
-class _Block:
-    id: str
-    bucket: BucketId
-    limits: Limits
-    held: list[int]  # reserved in the file, per dimension
-    expires_at: float  # the block's lease in the file
-    closes_at: float  # no call enters after this
-    taken: list[int] = attrs.Factory(lambda: [0, 0, 0])  # the calls in flight hold this much of it
-    spent: list[int] = attrs.Factory(lambda: [0, 0, 0])  # the settled calls spent this
-    calls: int = 0  # in flight
-    closed: bool = False
-    settled: bool = False
-
-    def fits(self, amount: Amounts) -> bool:
-        limits, held, taken, spent = self.limits, self.held, self.taken, self.spent
-        return ((limits.cost_micro_usd is None or taken[0] + spent[0] + amount.cost_micro_usd <= held[0])
-                and (limits.tokens is None or taken[1] + spent[1] + amount.tokens <= held[1])
-                and (limits.requests is None or taken[2] + spent[2] + amount.requests <= held[2]))
-
-    def enter(self, amount: Amounts) -> None:
-        self.taken[0] += amount.cost_micro_usd
-        self.taken[1] += amount.tokens
-        self.taken[2] += amount.requests
-        self.calls += 1
-
-    def account(self, amount: Amounts, actual: Amounts) -> None:
-        """A call's share is free again, and what it spent (nothing when released) is the block's."""
-        self.taken[0] -= amount.cost_micro_usd
-        self.taken[1] -= amount.tokens
-        self.taken[2] -= amount.requests
-        self.spent[0] += actual.cost_micro_usd
-        self.spent[1] += actual.tokens
-        self.spent[2] += actual.requests
-
-    def take_back(self, amount: Amounts, actual: Amounts) -> None:
-        """A call accounted for is committed on its own: out of the block's total and of what it holds."""
-        for i, (its_share, its_spend) in enumerate(zip(attrs.astuple(amount), attrs.astuple(actual), strict=True)):
-            self.spent[i] -= its_spend
-            self.held[i] = max(self.held[i] - its_share, 0)
-
-    def leave(self) -> bool:
-        """A call is out; whether the block is now to settle."""
-        self.calls -= 1
-        return self._done()
-
-    def close(self) -> bool:
-        """No call enters any more; whether the block is now to settle."""
-        self.closed = True
-        return self._done()
-
-    def _done(self) -> bool:
-        if self.closed and not self.calls and not self.settled:
-            self.settled = True
-            return True
-        return False
-
-    @property
-    def total(self) -> Amounts:
-        return Amounts(*self.spent)
-
-
-@attrs.define(eq=False)
 class _Call:
-    parts: list[tuple[_Block, Amounts]]  # its share of each block it entered
+    parts: list[tuple[Block, Amounts]]  # its share of each block it entered
     own: list[str]  # its reservations of its own in the file
 
 
@@ -125,9 +52,9 @@ class BudgetBlocks:
                  tight_s: float = 1.0) -> None:
         self.store = store
         self._calls_per_block, self._max_age_s, self._tight_s = calls_per_block, max_age_s, tight_s
-        self._blocks: dict[str, _Block] = {}  # bucket key -> the block calls enter now
-        self._unsettled: set[_Block] = set()  # every block whose settle is not yet in the store
-        self._failed: set[_Block] = set()  # of those, the ones whose settle failed: tried again later
+        self._blocks: dict[str, Block] = {}  # bucket key -> the block calls enter now
+        self._unsettled: set[Block] = set()  # every block whose settle is not yet in the store
+        self._failed: set[Block] = set()  # of those, the ones whose settle failed: tried again later
         self._calls: dict[str, _Call] = {}  # reservation id -> what it holds
         self._tight: dict[str, float] = {}  # bucket key -> until when its calls reserve one by one
         # bucket key -> the loop and the future of the block being reserved: a burst waits for it
@@ -146,10 +73,10 @@ class BudgetBlocks:
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None:
-        parts: list[tuple[_Block, Amounts]] = []
+        parts: list[tuple[Block, Amounts]] = []
         one_by_one: list[Charge] = []
         wanting: list[tuple[Charge, int]] = []
-        closing = _Closing()
+        closing = Closing()
         with self._lock:
             for charge in one_per_bucket(charges):
                 key = charge.bucket.key
@@ -212,7 +139,7 @@ class BudgetBlocks:
 
     async def states(self, *, now: float) -> list[BucketState]:
         """The file's figures, every block closed first; those still in flight count as their calls."""
-        closing = _Closing()
+        closing = Closing()
         with self._lock:
             for block in self._blocks.values():
                 closing.add(block)
@@ -222,14 +149,14 @@ class BudgetBlocks:
         with self._lock:
             live = [block for block in self._unsettled if now < block.expires_at]
         for block in live:
-            states = [_as_calls(state, block) if state.bucket == block.bucket else state for state in states]
+            states = [as_calls(state, block) if state.bucket == block.bucket else state for state in states]
         return states
 
     async def aclose(self) -> None:
         """Settle the blocks no call is in; one a call is still in holds only what its calls need, and
         settles (journaled, as any settle after the store closed) when they are over."""
         try:
-            closing = _Closing()
+            closing = Closing()
             with self._lock:
                 for block in self._unsettled:
                     closing.add(block)
@@ -284,9 +211,9 @@ class BudgetBlocks:
                 self._tight[charge.bucket.key] = now + self._tight_s
             return False
         open_s = min(self._max_age_s, lease_s / 4)
-        block = _Block(block_id, charge.bucket, charge.limits, [held.cost_micro_usd, held.tokens, held.requests],
+        block = Block(block_id, charge.bucket, charge.limits, [held.cost_micro_usd, held.tokens, held.requests],
                        now + lease_s, now + open_s)
-        closing = _Closing()
+        closing = Closing()
         with self._lock:
             block.enter(a)
             call.parts.append((block, a))
@@ -300,8 +227,8 @@ class BudgetBlocks:
         return True
 
     async def _leave(self, call: _Call, actual: Amounts) -> None:
-        to_settle: list[_Block] = []
-        on_their_own: list[tuple[_Block, Amounts]] = []
+        to_settle: list[Block] = []
+        on_their_own: list[tuple[Block, Amounts]] = []
         with self._lock:
             for block, amount in call.parts:
                 block.account(amount, actual)
@@ -330,13 +257,13 @@ class BudgetBlocks:
     async def _release(self, call: _Call) -> None:
         """Undo what a refused (or failed) reserve took."""
         with self._lock:
-            to_settle = [block for block, amount in call.parts if _give_back(block, amount)]
+            to_settle = [block for block, amount in call.parts if give_back(block, amount)]
         if to_settle or self._failed:
             await self._settle_blocks(to_settle)
         for own in call.own:
             await self.store.settle(own, Amounts())
 
-    async def _finish(self, closing: _Closing) -> None:
+    async def _finish(self, closing: Closing) -> None:
         """Settle the closed blocks no call is in; cut the others down to what their calls still need."""
         if not closing:
             return
@@ -350,7 +277,7 @@ class BudgetBlocks:
                     block.held = [min(h, n) for h, n in zip(block.held, attrs.astuple(needs), strict=True)]
         await self._settle_blocks(closing.settle)
 
-    async def _settle_blocks(self, blocks: Sequence[_Block]) -> None:
+    async def _settle_blocks(self, blocks: Sequence[Block]) -> None:
         """Settle ``blocks``, and those whose settle failed before; one that fails is tried again later."""
         with self._lock:
             blocks = [*self._failed, *blocks]
@@ -381,8 +308,8 @@ class BudgetBlocks:
 
         asyncio.get_running_loop().call_later(self._max_age_s, retry)
 
-    def _close_idle(self, block: _Block) -> None:
-        closing = _Closing()
+    def _close_idle(self, block: Block) -> None:
+        closing = Closing()
         with self._lock:
             if self._blocks.get(block.bucket.key) is block:
                 del self._blocks[block.bucket.key]
@@ -394,42 +321,6 @@ class BudgetBlocks:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-@attrs.define
-class _Closing:
-    """Blocks being closed (under the lock): those to settle, and those to cut down to what they need."""
-
-    settle: list[_Block] = attrs.Factory(list)
-    cut: list[tuple[_Block, Amounts]] = attrs.Factory(list)
-
-    def add(self, block: _Block) -> None:
-        if block.closed:
-            return
-        if block.close():
-            self.settle.append(block)
-            return
-        needs = [t + s for t, s in zip(block.taken, block.spent, strict=True)]
-        # Closed when full, it has less room left than a call: not worth a transaction. Closed by age
-        # (long calls) or by a report, it may hold many calls' room for one call.
-        if any(held - need > held // 4 for held, need in zip(block.held, needs, strict=True)):
-            self.cut.append((block, Amounts(*needs)))
-
-    def __bool__(self) -> bool:
-        return bool(self.settle or self.cut)
-
-
-def _give_back(block: _Block, amount: Amounts) -> bool:
-    """A call's share returns unspent; whether the block is now to settle."""
-    block.account(amount, Amounts())
-    return block.leave()
-
-
-def _as_calls(state: BucketState, block: _Block) -> BucketState:
-    """``state`` with ``block`` counted as its calls: what they spent, what those in flight hold."""
-    spent = [getattr(state.spent, d) + block.spent[i] for i, d in enumerate(DIMENSIONS)]
-    reserved = [max(getattr(state.reserved, d) - block.held[i] + block.taken[i], 0) for i, d in enumerate(DIMENSIONS)]
-    return BucketState(state.bucket, Amounts(*spent), Amounts(*reserved))
 
 
 # Every instance, so that a forked child forgets its parent's blocks (see _settles: one hook for all).

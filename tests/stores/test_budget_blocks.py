@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from provmw.stores._settles import SettleJournal, merged
 from provmw.stores.budget_blocks import BudgetBlocks
-from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, Refusal, SqliteBudgetStore
+from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, Refusal
+from provmw.stores.budgets_sqlite import SqliteBudgetStore
 
 BUCKET = BucketId("user", "ada", "day", "2026-11-24")
 OTHER = BucketId("global", "*", "total", "total")
@@ -186,7 +187,8 @@ def test_a_replay_counts_a_blocks_largest_total_once(tmp_path: Path) -> None:
 BLOCKS = """
     import asyncio, sys
     from provmw.stores.budget_blocks import BudgetBlocks
-    from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, SqliteBudgetStore
+    from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
+    from provmw.stores.budgets_sqlite import SqliteBudgetStore
     async def main():
         store = BudgetBlocks(SqliteBudgetStore(sys.argv[1], synchronous="NORMAL", settle_delay_s=3600),
                              max_age_s=3600)

@@ -13,7 +13,8 @@ import pytest
 from provmw.stores import _settles
 from provmw.stores._settles import SettleJournal
 from provmw.stores.budget_blocks import BudgetBlocks
-from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, SqliteBudgetStore
+from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
+from provmw.stores.budgets_sqlite import SqliteBudgetStore
 
 BUCKET = BucketId("user", "ada", "day", "2026-11-24")
 OTHER = BucketId("global", "*", "total", "total")

@@ -14,7 +14,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, SqliteBudgetStore
+from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
+from provmw.stores.budgets_sqlite import SqliteBudgetStore
 from provmw.stores.journal import UsageJournal
 from provmw.stores.usage import SqliteUsageStore
 
@@ -30,7 +31,8 @@ def spawn(script: str, *args: str) -> subprocess.Popen[str]:
 
 HOLDER = """
     import asyncio, sys, time
-    from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, SqliteBudgetStore
+    from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
+    from provmw.stores.budgets_sqlite import SqliteBudgetStore
     async def main():
         store = SqliteBudgetStore(sys.argv[1])
         charge = Charge(BucketId("global", "*", "total", "total"), Limits(cost_micro_usd=1_000_000),

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from provmw.stores._settles import SettleJournal
 from provmw.stores._sqlite import transaction
-from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, SqliteBudgetStore
+from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
+from provmw.stores.budgets_sqlite import SqliteBudgetStore
 
 BUCKET = BucketId("global", "*", "total", "total")
 CHARGE = Charge(BUCKET, Limits(cost_micro_usd=1_000_000), Amounts(900_000, 0, 1))
@@ -99,7 +100,8 @@ def test_a_line_cut_by_a_crash_is_not_replayed(tmp_path: Path) -> None:
 
 SETTLER = """
     import asyncio, sys, time
-    from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, SqliteBudgetStore
+    from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
+    from provmw.stores.budgets_sqlite import SqliteBudgetStore
     async def main():
         store = SqliteBudgetStore(sys.argv[1], synchronous="NORMAL", settle_delay_s=3600)
         charge = Charge(BucketId("global", "*", "total", "total"), Limits(cost_micro_usd=1_000_000),
