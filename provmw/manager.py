@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack
 
 import attrs
 
 from provmw import _attempt_log as attempt_log
+from provmw._arguments import CallArguments, call_options
 from provmw._checks import did_you_mean
 from provmw._deadlines import Deadlines
 from provmw._redact import Scrubber
-from provmw.config import KNOWN_OPTIONS, GenerationOptions, ProviderConfig, Secret, check_options, fallback_chain
-from provmw.context import FrozenMap, ProviderCallContext, ProviderOperation
+from provmw._terminal import METHODS, attempt_timeout, end_all, environment_key, with_repair
+from provmw.config import GenerationOptions, ProviderConfig, Secret, fallback_chain
+from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.destinations import DestinationGuard
-from provmw.errors import AttemptTimeoutError, ConfigurationError, UnknownArgumentError
+from provmw.errors import ConfigurationError
 from provmw.facts import call_facts
 from provmw.http import HttpClient
 from provmw.messages import ContentPart, ImagePart, Message, TextPart, ToolSpec, messages_from
@@ -38,7 +39,7 @@ from provmw.responses import (
 from provmw.settings import Settings, load_settings
 from provmw.state import open_state
 from provmw.streams import OpenedStream, StreamEnd, open_stream
-from provmw.structured import parsed_answer, repaired, schema_of
+from provmw.structured import parsed_answer, schema_of
 
 __all__ = ["ServiceManager", "StackEntry"]
 
@@ -54,23 +55,6 @@ class StackEntry:
     name: str
     priority: int
     plugin: str
-
-
-class _Call(NamedTuple):
-    """The caller's keyword arguments of one call, as the public methods spell them out (a tuple:
-    made on every call, it costs a third of a frozen attrs class)."""
-
-    configuration: str | None = None
-    user: str | None = None
-    tenant: str | None = None
-    controls: Mapping[str, Any] | None = None
-    idempotency_key: str | None = None
-    correlation_id: str | None = None
-    provider: str | None = None
-    model: str | None = None
-    base_url: str | None = None
-    api_key: str | Secret | None = None
-    timeout_s: float | None = None
 
 
 class ServiceManager:
@@ -133,7 +117,7 @@ class ServiceManager:
         """End the streams still open (their records and settles go in), then close the HTTP
         client, the middleware that hold resources and the state (the usage ledger writes what
         it still holds); the manager may not be used afterwards."""
-        await _end_all(list(self._streams.values()))
+        await end_all(list(self._streams.values()))
         try:
             await self.http.aclose()
             await self.destinations.aclose()
@@ -152,9 +136,9 @@ class ServiceManager:
                    **option_args: Unpack[GenerationOptions]) -> CompletionResponse:
         """Answer a conversation (a string is one user message); with ``response_schema`` (a JSON
         Schema dict or a pydantic model class) the answer is JSON that follows it, in ``parsed``."""
-        request = ChatRequest(messages_from(messages), options=_options(options, option_args),
+        request = ChatRequest(messages_from(messages), options=call_options(options, option_args),
                               response_schema=schema_of(response_schema))
-        return await self._run(ProviderOperation.CHAT, request, CompletionResponse, _Call(
+        return await self._run(ProviderOperation.CHAT, request, CompletionResponse, CallArguments(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
 
@@ -164,10 +148,10 @@ class ServiceManager:
                        correlation_id: str | None = None, provider: str | None = None, model: str | None = None,
                        base_url: str | None = None, api_key: str | Secret | None = None,
                        timeout_s: float | None = None,
-                   **option_args: Unpack[GenerationOptions]) -> CompletionResponse:
+                       **option_args: Unpack[GenerationOptions]) -> CompletionResponse:
         """Complete a bare prompt."""
-        request = CompletionRequest(prompt, options=_options(options, option_args))
-        return await self._run(ProviderOperation.COMPLETION, request, CompletionResponse, _Call(
+        request = CompletionRequest(prompt, options=call_options(options, option_args))
+        return await self._run(ProviderOperation.COMPLETION, request, CompletionResponse, CallArguments(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
 
@@ -182,7 +166,7 @@ class ServiceManager:
         if not texts or not all(isinstance(t, str) for t in texts):
             raise ConfigurationError("embed needs one or more strings")
         request = EmbeddingRequest(texts, dimensions)
-        return await self._run(ProviderOperation.EMBEDDING, request, EmbeddingResponse, _Call(
+        return await self._run(ProviderOperation.EMBEDDING, request, EmbeddingResponse, CallArguments(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
 
@@ -199,8 +183,8 @@ class ServiceManager:
         parts += [ImagePart(url=i) if isinstance(i, str) else i for i in images]
         if len(parts) == 1:
             raise ConfigurationError("vision needs at least one image")
-        request = ChatRequest((Message.user(parts),), options=_options(options, option_args))
-        return await self._run(ProviderOperation.VISION, request, VisionResponse, _Call(
+        request = ChatRequest((Message.user(parts),), options=call_options(options, option_args))
+        return await self._run(ProviderOperation.VISION, request, VisionResponse, CallArguments(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
 
@@ -217,9 +201,9 @@ class ServiceManager:
         (the final answer follows it; a turn that calls tools has no ``parsed``)."""
         if not tools:
             raise ConfigurationError("chat_with_tools needs at least one tool")
-        request = ChatRequest(messages_from(messages), tools=tools, options=_options(options, option_args),
+        request = ChatRequest(messages_from(messages), tools=tools, options=call_options(options, option_args),
                               response_schema=schema_of(response_schema))
-        return await self._run(ProviderOperation.TOOLS, request, CompletionResponse, _Call(
+        return await self._run(ProviderOperation.TOOLS, request, CompletionResponse, CallArguments(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
 
@@ -233,8 +217,8 @@ class ServiceManager:
         """Stream an answer: opening it (to its first content chunk) goes through the pipeline,
         the chunks after it do not (ADR 0005); a failure after the first chunk raises
         ``StreamInterruptedError``. The last chunk carries the finish reason and usage."""
-        request = ChatRequest(messages_from(messages), options=_options(options, option_args))
-        opened = await self._open(ProviderOperation.CHAT, request, _Call(
+        request = ChatRequest(messages_from(messages), options=call_options(options, option_args))
+        opened = await self._open(ProviderOperation.CHAT, request, CallArguments(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
         async with contextlib.aclosing(opened.chunks()) as chunks:  # a caller who stops: the end runs now
@@ -253,8 +237,8 @@ class ServiceManager:
         in a chunk's ``tool_calls``."""
         if not tools:
             raise ConfigurationError("stream_chat_with_tools needs at least one tool")
-        request = ChatRequest(messages_from(messages), tools=tools, options=_options(options, option_args))
-        opened = await self._open(ProviderOperation.TOOLS, request, _Call(
+        request = ChatRequest(messages_from(messages), tools=tools, options=call_options(options, option_args))
+        opened = await self._open(ProviderOperation.TOOLS, request, CallArguments(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
             api_key, timeout_s))
         async with contextlib.aclosing(opened.chunks()) as chunks:  # a caller who stops: the end runs now
@@ -273,13 +257,13 @@ class ServiceManager:
             raise ConfigurationError("name a configuration, or give both provider= and model=, not a mix")
         adapter = self._adapter(provider, where="provider")
         fields: dict[str, Any] = {"base_url": base_url, "api_key": api_key if api_key is not None
-                                  else _environment_key(adapter)}
+                                  else environment_key(adapter)}
         if timeout_s is not None:
             fields["timeout_s"] = timeout_s
         return ProviderConfig.ad_hoc(provider, model, **fields)
 
     def _facts(self, operation: ProviderOperation, request: ProviderRequest,
-               call: _Call, *, stream: bool = False) -> tuple[ProviderConfig, ProviderCallContext]:
+               call: CallArguments, *, stream: bool = False) -> tuple[ProviderConfig, ProviderCallContext]:
         config = self.resolve(call.configuration, provider=call.provider, model=call.model,
                               base_url=call.base_url, api_key=call.api_key, timeout_s=call.timeout_s)
         chain = fallback_chain(config, self.settings.configurations) if config.fallbacks else (config,)
@@ -293,7 +277,7 @@ class ServiceManager:
             return config, ProviderCallContext(operation, call.correlation_id, facts=facts)
         return config, ProviderCallContext(operation, facts=facts)
 
-    async def _open(self, operation: ProviderOperation, request: ChatRequest, call: _Call) -> OpenedStream:
+    async def _open(self, operation: ProviderOperation, request: ChatRequest, call: CallArguments) -> OpenedStream:
         if call.idempotency_key is not None:
             raise ConfigurationError("idempotency_key applies to unary calls: a stream is not replayed (ADR 0005)")
         # Every stream a terminal opened for this call: one a layer drops (a hedge's loser, an
@@ -305,10 +289,10 @@ class ServiceManager:
             self._streams[id(opened.stream)] = opened
             opened.on_end(functools.partial(self._forget_stream, id(opened.stream)))
         except BaseException:
-            await _end_all(streams)
+            await end_all(streams)
             raise
         try:
-            await _end_all([s for s in streams if s.stream is not opened.stream])
+            await end_all([s for s in streams if s.stream is not opened.stream])
         except BaseException:
             await opened.aclose()
             raise
@@ -318,13 +302,13 @@ class ServiceManager:
         self._streams.pop(key, None)
 
     async def _run(self, operation: ProviderOperation, request: ProviderRequest, response_type: type[R],
-                   call: _Call, *, streams: list[OpenedStream] | None = None) -> R:
+                   call: CallArguments, *, streams: list[OpenedStream] | None = None) -> R:
         stream = streams is not None
         config, ctx = self._facts(operation, request, call, stream=stream)
         checks = self.destinations.applies_to  # named configurations are not checked: no await for them
         if checks(config):
             await self.destinations.check(config)
-        method = _METHODS[operation]
+        method = METHODS[operation]
         adapters, http, prices, attempts = self.providers, self.http, self.prices, ctx.attempts
         attempt_limits = self._attempt_limits
         client_for, check_destination = self.destinations.client_for, self.destinations.check
@@ -345,8 +329,8 @@ class ServiceManager:
                 return opened
             call_adapter: Callable[..., Awaitable[ProviderResponse]] = getattr(adapters[chosen.provider], method)
             return await attempt_limits.run(chosen.timeout_s,
-                                            call_adapter(client_for(chosen, http), chosen, _with_repair(request, ctx)),
-                                            lambda: _attempt_timeout(chosen))
+                                            call_adapter(client_for(chosen, http), chosen, with_repair(request, ctx)),
+                                            lambda: attempt_timeout(chosen))
 
         # The terminal is the one place that sees every request that reached a provider: it
         # enforces the attempt's time limit, scrubs the credentials the request carried out of
@@ -399,66 +383,3 @@ class ServiceManager:
                 f"{where}: no provider adapter named {provider!r}{did_you_mean(provider, known)}; "
                 f"installed: {', '.join(known)}"
             ) from None
-
-
-# The adapter method that serves each operation (ProviderAdapter documents them).
-_METHODS: Mapping[ProviderOperation, str] = {
-    ProviderOperation.CHAT: "chat",
-    ProviderOperation.TOOLS: "chat",
-    ProviderOperation.VISION: "chat",
-    ProviderOperation.COMPLETION: "complete",
-    ProviderOperation.EMBEDDING: "embed",
-}
-
-
-async def _end_all(streams: Sequence[OpenedStream]) -> None:
-    """End each stream unread (a no-op for one already ended), all of them even if cancelled."""
-    if streams:
-        await asyncio.shield(asyncio.gather(*(s.aclose() for s in streams)))
-
-
-def _environment_key(adapter: ProviderAdapter) -> Secret | None:
-    """The key in the adapter's usual variable (``OPENAI_API_KEY``...), for an ad-hoc call given none."""
-    variable = getattr(adapter, "api_key_env", None)  # optional in the contract (ADR 0014)
-    value = os.environ.get(variable) if isinstance(variable, str) else None
-    return Secret(value) if value else None
-
-
-def _with_repair(request: ProviderRequest, ctx: ProviderCallContext) -> ProviderRequest:
-    """The request, followed by the repair turn when the structured_output layer asked for one."""
-    note = ctx.repair.note
-    return repaired(request, note) if note is not None and isinstance(request, ChatRequest) else request
-
-
-def _attempt_timeout(config: ProviderConfig) -> AttemptTimeoutError:
-    return AttemptTimeoutError(f"attempt on {config.identifier!r} exceeded its timeout of {config.timeout_s:g}s",
-                               limit_s=config.timeout_s, provider=config.provider, model=config.model)
-
-
-def _options(options: Mapping[str, Any] | None, option_args: Mapping[str, Any]) -> FrozenMap:
-    """The call's options: ``options={...}`` and the option keyword arguments, each name given once."""
-    if options is None and not option_args:
-        return _NO_OPTIONS  # the common call: nothing to check, and an empty FrozenMap is immutable
-    check_options(options or {})
-    if not option_args:
-        return FrozenMap(options)
-    for name in option_args:
-        _check_option_argument(name, options or {})
-    check_options(option_args)
-    return FrozenMap({**(options or {}), **option_args})
-
-
-_NO_OPTIONS = FrozenMap()
-
-
-def _check_option_argument(name: str, options: Mapping[str, Any]) -> None:
-    if name not in KNOWN_OPTIONS:
-        known = [*_CALL_ARGUMENTS, *KNOWN_OPTIONS]
-        raise UnknownArgumentError(
-            f"unknown argument {name!r}{did_you_mean(name, known)}: it is neither a call argument nor an option "
-            f"provmw knows; a vendor field goes in options={{'extra_body': {{{name!r}: ...}}}}")
-    if name in options:
-        raise ConfigurationError(f"option {name!r} given twice, as {name}= and in options={{...}}: give it once")
-
-
-_CALL_ARGUMENTS = _Call._fields

@@ -210,16 +210,3 @@ class MemoryBudgetStore:
         live = [h.amount for h in holds.values() if h.expires_at > now]
         return Amounts(sum(a.cost_micro_usd for a in live), sum(a.tokens for a in live),
                        sum(a.requests for a in live))
-
-
-def __getattr__(name: str) -> object:
-    # 0.1.0 had the SQLite store here; it moved to ``budgets_sqlite`` (this file was over 400 lines).
-    if name == "SqliteBudgetStore":
-        import warnings
-
-        from provmw.stores.budgets_sqlite import SqliteBudgetStore
-
-        warnings.warn("provmw.stores.budgets.SqliteBudgetStore moved to provmw.stores.budgets_sqlite",
-                      DeprecationWarning, stacklevel=2)
-        return SqliteBudgetStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -145,9 +145,3 @@ async def test_a_file_made_by_an_earlier_version_keeps_working(tmp_path: Path) -
     assert await store.reserve("r2", [charge(900_000)], now=0, lease_s=60) is None
     assert await held(store) == (100_000, 900_000)
     await store.aclose()
-
-
-def test_the_sqlite_store_under_its_0_1_0_name_still_imports_with_a_warning() -> None:
-    with pytest.warns(DeprecationWarning, match="budgets_sqlite"):
-        from provmw.stores.budgets import SqliteBudgetStore as Old
-    assert Old is SqliteBudgetStore
