@@ -21,14 +21,16 @@ class Block:
     taken: list[int] = attrs.Factory(lambda: [0, 0, 0])  # the calls in flight hold this much of it
     spent: list[int] = attrs.Factory(lambda: [0, 0, 0])  # the settled calls spent this
     calls: int = 0  # in flight
+    carving: int = 0  # calls being committed on their own (``take_back``), not yet in the file
     closed: bool = False
-    settled: bool = False
+    settling: bool = False  # its settle has been handed to the store
 
     def fits(self, amount: Amounts) -> bool:
+        """Whether a call holding ``amount`` has room, in each limited dimension the block holds any of."""
         limits, held, taken, spent = self.limits, self.held, self.taken, self.spent
-        return ((limits.cost_micro_usd is None or taken[0] + spent[0] + amount.cost_micro_usd <= held[0])
-                and (limits.tokens is None or taken[1] + spent[1] + amount.tokens <= held[1])
-                and (limits.requests is None or taken[2] + spent[2] + amount.requests <= held[2]))
+        return ((limits.cost_micro_usd is None or not held[0] or taken[0] + spent[0] + amount.cost_micro_usd <= held[0])
+                and (limits.tokens is None or not held[1] or taken[1] + spent[1] + amount.tokens <= held[1])
+                and (limits.requests is None or not held[2] or taken[2] + spent[2] + amount.requests <= held[2]))
 
     def enter(self, amount: Amounts) -> None:
         self.taken[0] += amount.cost_micro_usd
@@ -36,20 +38,22 @@ class Block:
         self.taken[2] += amount.requests
         self.calls += 1
 
-    def account(self, amount: Amounts, actual: Amounts) -> None:
-        """A call's share is free again, and what it spent (nothing when released) is the block's."""
-        self.taken[0] -= amount.cost_micro_usd
-        self.taken[1] -= amount.tokens
-        self.taken[2] -= amount.requests
-        self.spent[0] += actual.cost_micro_usd
-        self.spent[1] += actual.tokens
-        self.spent[2] += actual.requests
+    def account(self, amount: Amounts, actual: Amounts, sign: int = 1) -> None:
+        """A call's share is free again, and what it spent (nothing when released) is the block's;
+        ``sign=-1`` undoes it."""
+        self.taken[0] -= sign * amount.cost_micro_usd
+        self.taken[1] -= sign * amount.tokens
+        self.taken[2] -= sign * amount.requests
+        self.spent[0] += sign * actual.cost_micro_usd
+        self.spent[1] += sign * actual.tokens
+        self.spent[2] += sign * actual.requests
 
-    def take_back(self, amount: Amounts, actual: Amounts) -> None:
-        """A call accounted for is committed on its own: out of the block's total and of what it holds."""
+    def take_back(self, amount: Amounts, actual: Amounts, sign: int = 1) -> None:
+        """A call accounted for is committed on its own: out of the block's total and of what it holds
+        (``sign=-1``: its commit failed, it is the block's again)."""
         for i, (its_share, its_spend) in enumerate(zip(attrs.astuple(amount), attrs.astuple(actual), strict=True)):
-            self.spent[i] -= its_spend
-            self.held[i] = max(self.held[i] - its_share, 0)
+            self.spent[i] -= sign * its_spend
+            self.held[i] -= sign * its_share
 
     def leave(self) -> bool:
         """A call is out; whether the block is now to settle."""
@@ -62,8 +66,8 @@ class Block:
         return self._done()
 
     def _done(self) -> bool:
-        if self.closed and not self.calls and not self.settled:
-            self.settled = True
+        if self.closed and not self.calls and not self.settling:
+            self.settling = True
             return True
         return False
 
@@ -74,25 +78,33 @@ class Block:
 
 @attrs.define
 class Closing:
-    """Blocks being closed (under the lock): those to settle, and those to cut down to what they need."""
+    """Blocks closed (under the lock): those to settle, and those to cut down to what they still need."""
 
-    settle: list[Block] = attrs.Factory(list)
-    cut: list[tuple[Block, Amounts]] = attrs.Factory(list)
+    to_settle: list[Block] = attrs.Factory(list)
+    to_cut: list[tuple[Block, Amounts]] = attrs.Factory(list)
 
     def add(self, block: Block) -> None:
-        if block.closed:
+        """Close ``block`` (if open), to settle or to cut."""
+        if not block.closed and block.close():
+            self.to_settle.append(block)
             return
-        if block.close():
-            self.settle.append(block)
+        self.cut(block)
+
+    def cut(self, block: Block) -> None:
+        """Cut a closed block down when a quarter of the room it holds, in a limited dimension, is no
+        longer needed (its calls in flight and its settled calls' spend): one closed when full has less
+        than a call's room left, one closed by age (long calls) or by a report may hold 16 calls' room
+        for one. Never while a call of it is committed on its own: the two cuts would both count."""
+        if block.settling or block.carving or not block.calls:
             return
         needs = [t + s for t, s in zip(block.taken, block.spent, strict=True)]
-        # Closed when full, it has less room left than a call: not worth a transaction. Closed by age
-        # (long calls) or by a report, it may hold many calls' room for one call.
-        if any(held - need > held // 4 for held, need in zip(block.held, needs, strict=True)):
-            self.cut.append((block, Amounts(*needs)))
+        limited = (block.limits.cost_micro_usd, block.limits.tokens, block.limits.requests)
+        if any(limit is not None and held - need > held // 4
+               for limit, held, need in zip(limited, block.held, needs, strict=True)):
+            self.to_cut.append((block, Amounts(*needs)))
 
     def __bool__(self) -> bool:
-        return bool(self.settle or self.cut)
+        return bool(self.to_settle or self.to_cut)
 
 
 def give_back(block: Block, amount: Amounts) -> bool:

@@ -80,8 +80,12 @@ class SettleJournal:
     def append(self, reservation_id: str, cost_micro_usd: int, tokens: int, requests: int) -> None:
         """Write one settle (a block's last total, when it is one); it survives kill -9 once this
         returns. Raises ``OSError``."""
-        self._running.pop(reservation_id, None)  # on failure the store commits it at once instead
         self._write(f"{reservation_id} {cost_micro_usd} {tokens} {requests}\n".encode())
+        self._running.pop(reservation_id, None)  # on failure, its last total stays until ``forget``
+
+    def forget(self, reservation_id: str) -> None:
+        """A block's settle is committed without its line (the journal had no room): no total to keep."""
+        self._running.pop(reservation_id, None)
 
     def running(self, block_id: str, cost_micro_usd: int, tokens: int, requests: int) -> None:
         """Write a live block's total so far; it survives kill -9 once this returns. Raises ``OSError``."""
@@ -119,7 +123,7 @@ class SettleJournal:
         from under its calls still in flight."""
         if self._fd < 0 or self._running:
             return
-        if committed and not self._running and self._path is not None:
+        if committed and self._path is not None:
             os.unlink(self._path)
         os.close(self._fd)
         self._fd, self._path, self._size = -1, None, 0

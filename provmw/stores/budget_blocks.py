@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import threading
 import weakref
@@ -61,7 +62,8 @@ class BudgetBlocks:
         self._coming: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = {}
         self._lock = threading.Lock()  # for steps on two threads; never held across an await
         self._tasks: set[asyncio.Task[None]] = set()
-        self._retrying = False
+        self._retrying = self._closed = False
+        self._next_close = math.inf  # the soonest a current block closes: each step closes those past it
         _all.add(self)
 
     def _forget(self) -> None:
@@ -70,6 +72,7 @@ class BudgetBlocks:
         for held in (self._blocks, self._calls, self._tight, self._coming):
             held.clear()
         self._unsettled, self._failed, self._tasks, self._retrying = set(), set(), set(), False
+        self._next_close = math.inf
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None:
@@ -78,6 +81,8 @@ class BudgetBlocks:
         wanting: list[tuple[Charge, int]] = []
         closing = Closing()
         with self._lock:
+            if now >= self._next_close:  # a block whose timer went with its loop closes here
+                self._close_due(now, closing)
             for charge in one_per_bucket(charges):
                 key = charge.bucket.key
                 calls = self._calls_per(charge)
@@ -124,8 +129,9 @@ class BudgetBlocks:
             await self.store.renew(reservation_id, now=now, lease_s=lease_s)
             return
         for block, _ in call.parts:
-            await self.store.renew(block.id, now=now, lease_s=lease_s)
-            block.expires_at = max(block.expires_at, now + lease_s)
+            if block.expires_at - now < lease_s / 2:  # another of its calls may have renewed it already
+                await self.store.renew(block.id, now=now, lease_s=lease_s)
+                block.expires_at = max(block.expires_at, now + lease_s)
         for own in call.own:
             await self.store.renew(own, now=now, lease_s=lease_s)
 
@@ -164,6 +170,7 @@ class BudgetBlocks:
             await self._finish(closing)
             await asyncio.gather(*self._tasks)
         finally:
+            self._closed = True  # no timer acts on a closed store; a late settle still journals
             await self.store.aclose()
 
     def _calls_per(self, charge: Charge) -> int:
@@ -192,11 +199,17 @@ class BudgetBlocks:
         future = loop.create_future()
         self._coming[key] = (loop, future)
         try:
-            return await self._enter_new_block(call, charge, calls, now, lease_s)
+            entered = await self._enter_new_block(call, charge, calls, now, lease_s)
+        except Exception as exc:  # the file is locked or broken: the burst fails with it, not in turn
+            future.set_exception(exc)
+            future.exception()  # retrieved: no warning when nobody waited
+            raise
         finally:
             if self._coming.get(key) == (loop, future):
                 del self._coming[key]
-            future.set_result(None)
+            if not future.done():
+                future.set_result(None)
+        return entered
 
     async def _enter_new_block(self, call: _Call, charge: Charge, calls: int, now: float, lease_s: float) -> bool:
         """Reserve a block for ``calls`` calls like ``charge`` and enter it; False when the bucket refuses it."""
@@ -220,6 +233,7 @@ class BudgetBlocks:
             self._unsettled.add(block)
             replaced = self._blocks.get(charge.bucket.key)  # another thread's, taken meanwhile
             self._blocks[charge.bucket.key] = block
+            self._next_close = min(self._next_close, block.closes_at)
             if replaced is not None:
                 closing.add(replaced)
         asyncio.get_running_loop().call_later(open_s, self._close_idle, block)
@@ -227,7 +241,7 @@ class BudgetBlocks:
         return True
 
     async def _leave(self, call: _Call, actual: Amounts) -> None:
-        to_settle: list[Block] = []
+        closing = Closing()
         on_their_own: list[tuple[Block, Amounts]] = []
         with self._lock:
             for block, amount in call.parts:
@@ -239,35 +253,47 @@ class BudgetBlocks:
                         log.warning("budget %s: settle journal unwritable (%s); committing the settle now",
                                     self.store.db.path, exc)
                         block.take_back(amount, actual)
+                        block.carving += 1
                         on_their_own.append((block, amount))  # still in the block until committed
                         continue
                 if block.leave():
-                    to_settle.append(block)
-        try:
-            for block, amount in on_their_own:
+                    closing.to_settle.append(block)
+                elif block.closed:
+                    closing.cut(block)  # one call less: perhaps room to give back
+        for block, amount in on_their_own:
+            try:
                 await self.store.settle_part(block.id, amount, actual)
-        finally:
-            with self._lock:
-                to_settle += [block for block, _ in on_their_own if block.leave()]
-            if to_settle or self._failed:
-                await self._settle_blocks(to_settle)
+            except BaseException as exc:
+                with self._lock:
+                    block.take_back(amount, actual, sign=-1)  # the block's again: its settle counts it
+                if not isinstance(exc, Exception):
+                    raise
+                log.error("budget %s: committing a call of block %s failed too (%s); the block's settle "
+                          "counts it", self.store.db.path, block.id, exc)
+            finally:
+                with self._lock:
+                    block.carving -= 1
+                    if block.leave():
+                        closing.to_settle.append(block)
+        await self._finish(closing)
         for own in call.own:
             await self.store.settle(own, actual)
 
     async def _release(self, call: _Call) -> None:
         """Undo what a refused (or failed) reserve took."""
+        closing = Closing()
         with self._lock:
-            to_settle = [block for block, amount in call.parts if give_back(block, amount)]
-        if to_settle or self._failed:
-            await self._settle_blocks(to_settle)
+            closing.to_settle = [block for block, amount in call.parts if give_back(block, amount)]
+        await self._finish(closing)
         for own in call.own:
             await self.store.settle(own, Amounts())
 
     async def _finish(self, closing: Closing) -> None:
-        """Settle the closed blocks no call is in; cut the others down to what their calls still need."""
-        if not closing:
-            return
-        for block, needs in closing.cut:
+        """Settle the closed blocks no call is in (and those whose settle failed before), then cut the
+        others down to what their calls still need."""
+        if closing.to_settle or self._failed:
+            await self._settle_blocks(closing.to_settle)
+        for block, needs in closing.to_cut:
             try:
                 await self.store.shrink(block.id, needs)
             except Exception as exc:  # it holds its whole room a little longer, until its calls are over
@@ -275,27 +301,32 @@ class BudgetBlocks:
             else:
                 with self._lock:
                     block.held = [min(h, n) for h, n in zip(block.held, attrs.astuple(needs), strict=True)]
-        await self._settle_blocks(closing.settle)
 
     async def _settle_blocks(self, blocks: Sequence[Block]) -> None:
-        """Settle ``blocks``, and those whose settle failed before; one that fails is tried again later."""
+        """Settle ``blocks``, and those whose settle failed before; one that fails (or that a cancellation
+        leaves) is tried again later, its calls' totals in the journal meanwhile."""
         with self._lock:
-            blocks = [*self._failed, *blocks]
+            pending = [*self._failed, *blocks]
             self._failed.clear()
-        for i, block in enumerate(blocks):
-            try:
-                await self.store.settle(block.id, block.total)
-            except BaseException as exc:
+        failed: list[Block] = []
+        try:
+            while pending:
+                block = pending[0]
+                try:
+                    await self.store.settle(block.id, block.total)
+                except Exception as exc:
+                    log.warning("budget %s: settling block %s failed (%s); trying again in %.1f s",
+                                self.store.db.path, block.id, exc, self._max_age_s)
+                    failed.append(block)
+                else:
+                    with self._lock:
+                        self._unsettled.discard(block)
+                pending.pop(0)
+        finally:
+            if failed or pending:
                 with self._lock:
-                    self._failed.update(blocks[i:])
+                    self._failed.update([*failed, *pending])
                 self._retry_later()
-                if not isinstance(exc, Exception):
-                    raise
-                log.warning("budget %s: settling block %s failed (%s); trying again in %.1f s",
-                            self.store.db.path, block.id, exc, self._max_age_s)
-                return
-            with self._lock:
-                self._unsettled.discard(block)
 
     def _retry_later(self) -> None:
         if self._retrying:
@@ -304,11 +335,22 @@ class BudgetBlocks:
 
         def retry() -> None:
             self._retrying = False
-            self._spawn(self._settle_blocks([]))
+            if not self._closed:
+                self._spawn(self._settle_blocks([]))
 
         asyncio.get_running_loop().call_later(self._max_age_s, retry)
 
+    def _close_due(self, now: float, closing: Closing) -> None:
+        """Close the current blocks past their time (under the lock)."""
+        for key, block in list(self._blocks.items()):
+            if now >= block.closes_at:
+                del self._blocks[key]
+                closing.add(block)
+        self._next_close = min((block.closes_at for block in self._blocks.values()), default=math.inf)
+
     def _close_idle(self, block: Block) -> None:
+        if self._closed:
+            return
         closing = Closing()
         with self._lock:
             if self._blocks.get(block.bucket.key) is block:

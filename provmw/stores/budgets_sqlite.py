@@ -134,6 +134,8 @@ class SqliteBudgetStore:
                 self._flush_within(self._settle_delay_s)
                 return
         await self.db.run_inline(functools.partial(self._commit_settles, [settle], None))
+        with self._lock:
+            self._journal.forget(reservation_id)
 
     def running(self, block_id: str, total: Amounts) -> None:
         """Journal what a live block's calls have spent so far (ADR 0035): the block's settle, should this

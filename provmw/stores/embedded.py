@@ -25,7 +25,7 @@ class SqliteFile:
     path: str
     busy_timeout_s: float = 5.0
     synchronous: Synchronous = "NORMAL"
-    calls_per_block: int = 1  # budgets: calls a process reserves room for at once (ADR 0035); 1: one by one
+    calls_per_block: int = 16  # budgets: calls a process reserves room for at once (ADR 0035); 1: one by one
 
 
 @attrs.frozen(kw_only=True)
