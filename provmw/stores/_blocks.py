@@ -3,6 +3,8 @@ hold of it and what its settled calls spent, per dimension; ``budget_blocks`` ru
 
 from __future__ import annotations
 
+import time
+
 import attrs
 
 from provmw.stores.budgets import DIMENSIONS, Amounts, BucketId, BucketState, Limits
@@ -23,6 +25,7 @@ class Block:
     calls: int = 0  # in flight
     carving: int = 0  # calls being committed on their own (``take_back``), not yet in the file
     closed: bool = False
+    closed_at: float = 0.0  # time.monotonic() when it closed
     settling: bool = False  # its settle has been handed to the store
 
     def fits(self, amount: Amounts) -> bool:
@@ -62,7 +65,7 @@ class Block:
 
     def close(self) -> bool:
         """No call enters any more; whether the block is now to settle."""
-        self.closed = True
+        self.closed, self.closed_at = True, time.monotonic()
         return self._done()
 
     def _done(self) -> bool:
@@ -94,7 +97,9 @@ class Closing:
         """Cut a closed block down when a quarter of the room it holds, in a limited dimension, is no
         longer needed (its calls in flight and its settled calls' spend): one closed when full has less
         than a call's room left, one closed by age (long calls) or by a report may hold 16 calls' room
-        for one. Never while a call of it is committed on its own: the two cuts would both count."""
+        for one, and so may one closed full whose calls but a long one are over (``BudgetBlocks`` looks
+        again a while after it closed). Never while a call of it is committed on its own: the two cuts
+        would both count."""
         if block.settling or block.carving or not block.calls:
             return
         needs = [t + s for t, s in zip(block.taken, block.spent, strict=True)]

@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import threading
+import time
 import weakref
 from collections.abc import Coroutine, Sequence
 from typing import Any
@@ -258,8 +259,8 @@ class BudgetBlocks:
                         continue
                 if block.leave():
                     closing.to_settle.append(block)
-                elif block.closed:
-                    closing.cut(block)  # one call less: perhaps room to give back
+                elif block.closed and time.monotonic() - block.closed_at >= self._max_age_s:
+                    closing.cut(block)  # long calls: perhaps room to give back (short ones are over by now)
         for block, amount in on_their_own:
             try:
                 await self.store.settle_part(block.id, amount, actual)
@@ -349,6 +350,8 @@ class BudgetBlocks:
         self._next_close = min((block.closes_at for block in self._blocks.values()), default=math.inf)
 
     def _close_idle(self, block: Block) -> None:
+        """Close a block at its time; while calls are still in it, look again every ``max_age_s``
+        for room to give back."""
         if self._closed:
             return
         closing = Closing()
@@ -356,8 +359,11 @@ class BudgetBlocks:
             if self._blocks.get(block.bucket.key) is block:
                 del self._blocks[block.bucket.key]
             closing.add(block)
+            again = not block.settling
         if closing:
             self._spawn(self._finish(closing))
+        if again:
+            asyncio.get_running_loop().call_later(self._max_age_s, self._close_idle, block)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)

@@ -100,7 +100,7 @@ async def test_a_shrink_landing_before_a_settle_part_leaves_a_call_in_flight_unr
 
 async def test_blocks_closed_full_are_pinned_whole_by_one_long_call_each(tmp_path: Path) -> None:
     path = tmp_path / "b.db"
-    mine = BudgetBlocks(SqliteBudgetStore(path, synchronous="NORMAL"))
+    mine = BudgetBlocks(SqliteBudgetStore(path, synchronous="NORMAL"), max_age_s=0.05)
     other = SqliteBudgetStore(path, synchronous="NORMAL")
     limit = Limits(cost_micro_usd=256_000)  # a block: 16 calls of 1_000, 1/16 of the limit
     charge = Charge(OTHER, limit, A)
@@ -115,6 +115,7 @@ async def test_blocks_closed_full_are_pinned_whole_by_one_long_call_each(tmp_pat
             assert await mine.reserve(rid, [charge], now=0, lease_s=60) is None
     for rid in shorts:
         await mine.settle(rid, Amounts(100, 0, 1))
+    await asyncio.sleep(0.2)  # a while after they closed, the blocks with a long call in them are cut down
     _, held = in_file(path)
     # 16 long calls in flight (16_000), 240 short ones spent 24_000, one block open (at most 16_000).
     needs = 16 * 1_000 + 240 * 100 + 256_000 // 16
