@@ -151,6 +151,7 @@ class BudgetMiddleware:
         self._windows: dict[str, Window] = {}  # the current window of each period, until it ends
         self._limits = {limit: limit.limits for limit in self.options.limits}
         self._buckets: dict[tuple[str, str, str, str], BucketId] = {}  # the buckets of recent calls, made once
+        self._renewals = _Renewals(self.store, self.options.lease_s, wall_clock)
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         if not self.options.limits:
@@ -163,21 +164,22 @@ class BudgetMiddleware:
         refusal = await self.store.reserve(reservation, charges, now=now, lease_s=self.options.lease_s)
         if refusal is not None:
             raise _error(refusal)
-        renewal = _Renewal(self.store, reservation, self.options.lease_s, self._clock)
+        renewals = self._renewals
+        renewals.start(reservation)
         try:
             response = await next(config)
         except BaseException:
-            renewal.stop()
+            renewals.stop(reservation)
             await self.store.settle(reservation, Amounts())  # release: nothing was spent
             raise
         if isinstance(response, OpenedStream):  # settled when the stream ends, with what it spent
             async def settle_end(end: StreamEnd) -> None:
-                renewal.stop()
+                renewals.stop(reservation)
                 await self.store.settle(reservation, _actual(end.response))
 
             response.on_end(settle_end)
             return response
-        renewal.stop()
+        renewals.stop(reservation)
         await self.store.settle(reservation, _actual(response))
         return response
 
@@ -252,24 +254,34 @@ def _error(refusal: Refusal) -> BudgetExceededError:
         resets_at=bucket.resets_at, dimension=dimension)
 
 
-class _Renewal:
-    """Extends a reservation's lease every half lease while its call runs (a loop timer, no task
-    unless the call is long)."""
+class _Renewals:
+    """The reservations of one budget layer whose calls are running, renewed by one loop timer: every
+    quarter lease, each that has gone a quarter lease without a renewal gets a new lease, so a lease
+    always has half of it left. A call costs two dict operations, not a timer of its own."""
 
-    def __init__(self, store: BudgetStore, reservation: str, lease_s: float, clock: Clock) -> None:
-        self._store, self._reservation, self._lease_s, self._clock = store, reservation, lease_s, clock
-        self._loop = asyncio.get_running_loop()
+    def __init__(self, store: BudgetStore, lease_s: float, clock: Clock) -> None:
+        self._store, self._lease_s, self._clock = store, lease_s, clock
+        self._running: dict[str, float] = {}  # reservation id -> loop time of its lease's start
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._timer = self._loop.call_later(lease_s / 2, self._renew)
 
-    def _renew(self) -> None:
-        task = self._loop.create_task(self._extend())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        self._timer = self._loop.call_later(self._lease_s / 2, self._renew)
+    def start(self, reservation: str) -> None:
+        loop = asyncio.get_running_loop()
+        self._running[reservation] = loop.time()
+        if self._timer is None or self._loop is not loop:  # none yet, or the loop it ran on is gone
+            self._loop, self._timer = loop, loop.call_later(self._lease_s / 4, self._tick)
 
-    async def _extend(self) -> None:
-        await self._store.renew(self._reservation, now=self._clock(), lease_s=self._lease_s)
+    def stop(self, reservation: str) -> None:
+        self._running.pop(reservation, None)
 
-    def stop(self) -> None:
-        self._timer.cancel()
+    def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for reservation, since in list(self._running.items()):
+            if now - since >= self._lease_s / 4:
+                self._running[reservation] = now
+                task = loop.create_task(self._store.renew(reservation, now=self._clock(), lease_s=self._lease_s))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        self._timer = loop.call_later(self._lease_s / 4, self._tick) if self._running else None

@@ -299,11 +299,19 @@ async def slow_answer(config: ProviderConfig) -> CompletionResponse:
     return answer()
 
 
-async def test_a_long_call_renews_its_lease_every_half_lease() -> None:
+async def test_a_long_call_renews_its_lease_while_it_runs() -> None:
     store = Renewals()
     middleware = budget({"scope": "global", "period": "day", "max_cost_usd": 1.0}, store=store, lease_s=0.04)
     await middleware.handle(ctx(), CONFIG, slow_answer)
     assert store.renewals >= 3
+
+
+async def test_a_call_over_within_a_quarter_lease_is_never_renewed() -> None:
+    store = Renewals()
+    middleware = budget({"scope": "global", "period": "day", "max_cost_usd": 1.0}, store=store, lease_s=0.4)
+    await middleware.handle(ctx(), CONFIG, ScriptedNext(answer()))
+    await asyncio.sleep(0.25)  # the layer's timer ticks, and finds nothing running
+    assert store.renewals == 0
 
 
 async def test_a_failed_renewal_is_logged_and_the_call_goes_on(caplog: pytest.LogCaptureFixture) -> None:
