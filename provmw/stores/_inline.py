@@ -79,6 +79,12 @@ class InlineConnection:
         finally:
             self._pausing = False
 
+    def forget(self) -> sqlite3.Connection | None:
+        """In a forked child: drop the parent's connection (returned, not closed) and its lock."""
+        connection, self._connection = self._connection, None
+        self._lock, self._pausing, self._commits = threading.Lock(), False, 0
+        return connection
+
     def close(self) -> None:
         with self._lock:
             if self._connection is not None:

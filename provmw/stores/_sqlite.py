@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sqlite3
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -56,6 +58,15 @@ class SqliteDatabase:
         self._connection: sqlite3.Connection | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"provmw-sqlite-{self.path.name}")
         self._inline = InlineConnection(self.path, busy_timeout_s, self._checkpoint_soon)
+        _databases.add(self)
+
+    def _forget(self) -> None:
+        """In a forked child: the parent's thread is not here (a step given to it would wait for ever),
+        and its connections are the parent's (SQLite forbids using one across a fork, and closing one
+        here could checkpoint or delete the parent's WAL): a thread and connections of its own."""
+        _abandoned.extend(c for c in (self._connection, self._inline.forget()) if c is not None)
+        self._connection = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"provmw-sqlite-{self.path.name}")
 
     async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work(connection)`` on the database's thread."""
@@ -115,3 +126,17 @@ class SqliteDatabase:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+# Every database of this process, so that a forked child opens its own (one fork hook for all,
+# held weakly); the parent's connections a child inherited are kept, never closed, never used.
+_databases: weakref.WeakSet[SqliteDatabase] = weakref.WeakSet()
+_abandoned: list[sqlite3.Connection] = []
+
+
+def _after_fork_in_child() -> None:
+    for database in list(_databases):
+        database._forget()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

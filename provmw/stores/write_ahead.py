@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import os
 import uuid
+import weakref
 
 import attrs
 
@@ -56,6 +57,14 @@ class WriteAheadFile:
         self._segment_bytes = segment_bytes
         self._current: Segment | None = None
         self._size = 0
+        _files.add(self)
+
+    def _forget(self) -> None:
+        """In a forked child: the parent's segment (and its lock) stays the parent's, which drops it
+        once its own records are stored; the child appends to a segment of its own."""
+        if self._current is not None:
+            os.close(self._current.fd)  # the lock holds while the parent's descriptor is open
+        self._current, self._size = None, 0
 
     @property
     def full(self) -> bool:
@@ -84,3 +93,16 @@ class WriteAheadFile:
         path = opening.with_suffix(".replay")
         os.rename(opening, path)
         return Segment(path, fd)
+
+
+# Every write-ahead file of this process, so that a forked child writes to segments of its own
+# (one fork hook for all, held weakly).
+_files: weakref.WeakSet[WriteAheadFile] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for file in list(_files):
+        file._forget()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -145,3 +148,22 @@ async def test_a_file_made_by_an_earlier_version_keeps_working(tmp_path: Path) -
     assert await store.reserve("r2", [charge(900_000)], now=0, lease_s=60) is None
     assert await held(store) == (100_000, 900_000)
     await store.aclose()
+
+
+def test_a_forked_child_uses_the_file_through_a_thread_and_connections_of_its_own(tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
+    asyncio.run(store.reserve("parent", [charge(1_000)], now=0, lease_s=60))  # opens the parent's
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child: its steps would wait for the parent's thread for ever
+        signal.alarm(10)
+
+        async def child() -> None:
+            assert await store.reserve("child", [charge(2_000)], now=0, lease_s=60) is None
+            await store.states(now=0)
+
+        asyncio.run(child())
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert asyncio.run(held(store)) == (0, 3_000)
+    asyncio.run(store.aclose())

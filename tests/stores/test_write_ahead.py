@@ -15,7 +15,9 @@ from pathlib import Path
 from provmw.settings import Settings
 from provmw.state import open_state
 from provmw.stores.journal import UsageJournal
+from provmw.stores.spill import SpillFile
 from provmw.stores.usage import SqliteUsageStore
+from provmw.stores.write_ahead import WriteAheadFile
 from tests.stores.test_usage_store import record
 
 
@@ -109,7 +111,9 @@ async def test_a_batch_larger_than_one_statement_is_stored_whole(tmp_path: Path)
 JOURNALED = """
     import asyncio, sys
     from provmw.stores.journal import UsageJournal
-    from provmw.stores.usage import SqliteUsageStore
+    from provmw.stores.spill import SpillFile
+from provmw.stores.usage import SqliteUsageStore
+from provmw.stores.write_ahead import WriteAheadFile
     from tests.stores.test_usage_store import record
     async def main():
         journal = UsageJournal(SqliteUsageStore(sys.argv[1]), write_ahead=True, linger_s=3600)
@@ -138,3 +142,15 @@ async def after_restart(path: Path) -> set[str]:
     found = {r.call_id for r in await journal.store.records()}
     await journal.aclose()
     return found
+
+
+def test_a_forked_child_appends_to_a_segment_of_its_own(tmp_path: Path) -> None:
+    ahead = WriteAheadFile(SpillFile(tmp_path / "u.db.spill"))
+    ahead.append(record("parent"))
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        ahead.append(record("child"))
+        os._exit(0)
+    os.waitpid(pid, 0)
+    segments = sorted(tmp_path.glob("u.db.spill.*.replay"))
+    assert sorted(len(path.read_bytes().splitlines()) for path in segments) == [1, 1]
