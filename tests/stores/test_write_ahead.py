@@ -111,9 +111,7 @@ async def test_a_batch_larger_than_one_statement_is_stored_whole(tmp_path: Path)
 JOURNALED = """
     import asyncio, sys
     from provmw.stores.journal import UsageJournal
-    from provmw.stores.spill import SpillFile
-from provmw.stores.usage import SqliteUsageStore
-from provmw.stores.write_ahead import WriteAheadFile
+    from provmw.stores.usage import SqliteUsageStore
     from tests.stores.test_usage_store import record
     async def main():
         journal = UsageJournal(SqliteUsageStore(sys.argv[1]), write_ahead=True, linger_s=3600)
