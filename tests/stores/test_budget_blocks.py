@@ -5,12 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import sqlite3
-import subprocess
-import sys
 import tempfile
-import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,10 +16,7 @@ from provmw.stores._settles import SettleJournal, merged
 from provmw.stores.budget_blocks import BudgetBlocks
 from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, Refusal
 from provmw.stores.budgets_sqlite import SqliteBudgetStore
-
-BUCKET = BucketId("user", "ada", "day", "2026-11-24")
-OTHER = BucketId("global", "*", "total", "total")
-DOLLAR = Limits(cost_micro_usd=1_000_000)
+from tests.stores.budget_files import BUCKET, DOLLAR, OTHER, in_file, kill_once_settled
 
 
 def small(micro_usd: int = 1_000, bucket: BucketId = BUCKET, limits: Limits = DOLLAR) -> Charge:
@@ -40,17 +32,6 @@ class Counting(SqliteBudgetStore):
                       lease_s: float) -> Refusal | None:
         self.reserves += 1
         return await super().reserve(reservation_id, charges, now=now, lease_s=lease_s)
-
-
-def in_file(path: Path) -> tuple[int, int]:
-    """What another process reads: the spend, and what the reservations hold (micro-dollars)."""
-    connection = sqlite3.connect(path)
-    try:
-        spent = connection.execute("SELECT COALESCE(SUM(cost_micro_usd), 0) FROM budget_buckets").fetchone()[0]
-        held = connection.execute("SELECT COALESCE(SUM(cost_micro_usd), 0) FROM budget_reservations").fetchone()[0]
-    finally:
-        connection.close()
-    return spent, held
 
 
 async def calls(store: BudgetBlocks, count: int, charge: Charge, spent: int, *, first: int = 0) -> int:
@@ -204,16 +185,8 @@ BLOCKS = """
 """
 
 
-def run_blocks_and_die(path: Path) -> None:
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(BLOCKS), str(path)],
-                             stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
-    assert child.stdout is not None and child.stdout.readline().strip() == "settled"
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait()
-
-
 async def test_kill_9_with_a_block_open_loses_none_of_its_calls(tmp_path: Path) -> None:
-    run_blocks_and_die(tmp_path / "b.db")
+    kill_once_settled(BLOCKS, tmp_path / "b.db")
     survivor = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
     [state] = await survivor.states(now=0)  # replays the dead process's journal
     # Every call that returned counts; the open block settles with them, its room free at once.

@@ -13,32 +13,9 @@ import pytest
 from provmw.stores import _settles
 from provmw.stores._settles import SettleJournal
 from provmw.stores.budget_blocks import BudgetBlocks
-from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
+from provmw.stores.budgets import Amounts, Charge, Limits
 from provmw.stores.budgets_sqlite import SqliteBudgetStore
-
-BUCKET = BucketId("user", "ada", "day", "2026-11-24")
-OTHER = BucketId("global", "*", "total", "total")
-DOLLAR = Limits(cost_micro_usd=1_000_000)
-A = Amounts(1_000, 10, 1)  # one call's worst case
-
-
-def in_file(path: Path) -> tuple[int, int]:
-    """What another process reads: the spend, and what the reservations hold (micro-dollars)."""
-    connection = sqlite3.connect(path)
-    try:
-        spent = connection.execute("SELECT COALESCE(SUM(cost_micro_usd), 0) FROM budget_buckets").fetchone()[0]
-        held = connection.execute("SELECT COALESCE(SUM(cost_micro_usd), 0) FROM budget_reservations").fetchone()[0]
-    finally:
-        connection.close()
-    return spent, held
-
-
-def reservation_ids(path: Path) -> list[str]:
-    connection = sqlite3.connect(path)
-    try:
-        return [row[0] for row in connection.execute("SELECT id FROM budget_reservations")]
-    finally:
-        connection.close()
+from tests.stores.budget_files import BUCKET, DOLLAR, OTHER, A, in_file, reservation_ids
 
 
 def blocks(path: Path, **options: float) -> BudgetBlocks:

@@ -17,23 +17,9 @@ from provmw.stores import _settles
 from provmw.stores.budget_blocks import BudgetBlocks
 from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
 from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from tests.stores.budget_files import BUCKET, DOLLAR, OTHER, A, in_file
 
-BUCKET = BucketId("user", "ada", "day", "2026-11-24")
 BOB = BucketId("user", "bob", "day", "2026-11-24")
-OTHER = BucketId("global", "*", "total", "total")
-DOLLAR = Limits(cost_micro_usd=1_000_000)
-A = Amounts(1_000, 10, 1)  # one call's worst case
-
-
-def in_file(path: Path) -> tuple[int, int]:
-    """What another process reads: the spend, and what the reservations hold (micro-dollars)."""
-    connection = sqlite3.connect(path)
-    try:
-        spent = connection.execute("SELECT COALESCE(SUM(cost_micro_usd), 0) FROM budget_buckets").fetchone()[0]
-        held = connection.execute("SELECT COALESCE(SUM(cost_micro_usd), 0) FROM budget_reservations").fetchone()[0]
-    finally:
-        connection.close()
-    return spent, held
 
 
 def journals(path: Path) -> list[Path]:

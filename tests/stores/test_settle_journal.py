@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sqlite3
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 from provmw.stores._settles import SettleJournal
 from provmw.stores._sqlite import transaction
 from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
 from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from tests.stores.budget_files import kill_once_settled
 
 BUCKET = BucketId("global", "*", "total", "total")
 CHARGE = Charge(BUCKET, Limits(cost_micro_usd=1_000_000), Amounts(900_000, 0, 1))
@@ -115,16 +112,8 @@ SETTLER = """
 """
 
 
-def settle_and_die(path: Path) -> None:
-    settler = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SETTLER), str(path)],
-                               stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
-    assert settler.stdout is not None and settler.stdout.readline().strip() == "settled"
-    os.kill(settler.pid, signal.SIGKILL)
-    settler.wait()
-
-
 async def test_kill_9_after_a_settle_returned_loses_nothing_and_counts_it_once(tmp_path: Path) -> None:
-    settle_and_die(tmp_path / "b.db")
+    kill_once_settled(SETTLER, tmp_path / "b.db")
     assert committed(tmp_path / "b.db") == (1_000, 1)  # the second settle is in the dead process's journal
     store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
     # The next step anywhere replays it (both lines: the first, committed already, counts once).
@@ -157,7 +146,7 @@ async def test_a_settle_journaled_while_steps_on_two_threads_commit_is_committed
 
 
 async def test_a_dead_processs_journal_is_replayed_by_a_store_at_full_too(tmp_path: Path) -> None:
-    settle_and_die(tmp_path / "b.db")
+    kill_once_settled(SETTLER, tmp_path / "b.db")
     store = SqliteBudgetStore(tmp_path / "b.db")  # restarted with synchronous = "full"
     await store.reserve("next", [SMALL], now=0, lease_s=60)
     assert committed(tmp_path / "b.db")[0] == 2_000
@@ -166,7 +155,7 @@ async def test_a_dead_processs_journal_is_replayed_by_a_store_at_full_too(tmp_pa
 
 
 async def test_a_report_counts_what_a_dead_process_journaled(tmp_path: Path) -> None:
-    settle_and_die(tmp_path / "b.db")
+    kill_once_settled(SETTLER, tmp_path / "b.db")
     store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
     [state] = await store.states(now=0)
     assert state.spent.cost_micro_usd == 2_000
