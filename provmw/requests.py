@@ -147,9 +147,30 @@ def _canonical_text(operation: ProviderOperation, config: ProviderConfig, reques
     text, byte for byte, as ``json.dumps(..., sort_keys=True)`` of the whole (a property
     test holds it), at a third of the cost. The keys below are in sorted order.
     """
-    return (f'{{"base_url":{_string(config.base_url)},"credentials":{_string(config.credential_fingerprint)},'
+    head, own_options = _config_text(operation, config)
+    return f"{head}{_request_text(config, request, own_options)}}}"
+
+
+# A configuration's part of every digest, written once: its fields, and its options for the
+# chats that give none of their own (most calls). By id, each entry keeping its configuration
+# alive so that no id is reused meanwhile; ad-hoc configurations are new objects each call.
+_CONFIG_TEXTS_KEPT = 256
+_config_texts: dict[tuple[int, ProviderOperation], tuple[ProviderConfig, str, str]] = {}
+
+
+def _config_text(operation: ProviderOperation, config: ProviderConfig) -> tuple[str, str]:
+    key = (id(config), operation)
+    kept = _config_texts.get(key)
+    if kept is not None and kept[0] is config:
+        return kept[1], kept[2]
+    head = (f'{{"base_url":{_string(config.base_url)},"credentials":{_string(config.credential_fingerprint)},'
             f'"model":{_string(config.model)},"operation":{_string(operation.value)},'
-            f'"provider":{_string(config.provider)},"request":{_request_text(config, request)}}}')
+            f'"provider":{_string(config.provider)},"request":')
+    own_options = _options_text(config.options)
+    if len(_config_texts) >= _CONFIG_TEXTS_KEPT:
+        _config_texts.clear()
+    _config_texts[key] = (config, head, own_options)
+    return head, own_options
 
 
 # One encoder for every digest: json.dumps would build one per call.
@@ -160,7 +181,7 @@ def _string(value: str | None) -> str:
     return "null" if value is None else encode_basestring(value)
 
 
-def _request_text(config: ProviderConfig, request: ProviderRequest) -> str:
+def _request_text(config: ProviderConfig, request: ProviderRequest, own_options: str) -> str:
     if not isinstance(request, ChatRequest):
         body = request.to_dict()
         if "options" in body:
@@ -169,8 +190,9 @@ def _request_text(config: ProviderConfig, request: ProviderRequest) -> str:
     schema = "" if request.response_schema is None else \
         f',"response_schema":{_sorted_json(_plain(request.response_schema))}'
     tools = _sorted_json([t.to_dict() for t in request.tools]) if request.tools else "[]"
+    options = _options_text(merged_options(config, request.options)) if request.options else own_options
     return (f'{{"messages":[{",".join(map(_message_text, request.messages))}],'
-            f'"options":{_options_text(merged_options(config, request.options))}{schema},"tools":{tools}}}')
+            f'"options":{options}{schema},"tools":{tools}}}')
 
 
 def _options_text(options: Mapping[str, Any]) -> str:

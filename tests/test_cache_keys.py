@@ -195,3 +195,11 @@ def test_requests_with_other_options_get_other_keys(config: ProviderConfig, opti
 
     same_json = _plain(merged_options(config, options)) == _plain(merged_options(config, other))
     assert digest(options) != digest(other) or same_json
+
+
+@given(requests=st.lists(chats, min_size=2, max_size=4), config=configs, other=configs)
+def test_a_configurations_text_written_once_serves_only_it(requests: list[ChatRequest], config: ProviderConfig,
+                                                           other: ProviderConfig) -> None:
+    for request in requests:  # the second call of each configuration reads its kept text
+        for each in (config, other, config):
+            assert _canonical_text(OP, each, request) == _reference_text(OP, each, request)
