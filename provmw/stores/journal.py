@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 FailurePolicy = Literal["fail_open", "fail_closed"]
 Outcome = Literal["stored", "spilled", "set_aside", "lost", "journaled"]
-_Entry = tuple[UsageRecord, "asyncio.Future[Outcome]"]
+_Entry = tuple[UsageRecord, "asyncio.Future[Outcome] | None"]  # None: nobody waits
 
 
 def _spill_beside(store: UsageStore) -> SpillFile | None:
@@ -107,16 +107,10 @@ class UsageJournal:
                 f"usage ledger: the store is failing and {outside} records wait outside it "
                 f"(max_journal_records={self.max_records}); refusing new calls (failure_policy=fail_closed)")
 
-    def record(self, record: UsageRecord) -> asyncio.Future[Outcome]:
-        """Queue ``record``; the future says where it went once it is durable. Never raises."""
-        entry = self._queued.get(record.key) or self._inflight.get(record.key)
-        if entry is not None:
-            return entry[1]
-        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        self._queued[record.key] = (record, future)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._write_all(), name="provmw-usage-writer")
-        return future
+    def record(self, record: UsageRecord) -> None:
+        """Queue ``record``, to be written or spilled without anyone waiting (a hit, a cancelled
+        attempt). Never raises."""
+        self._queue(record, None)
 
     async def durable(self, record: UsageRecord) -> Outcome:
         """Queue ``record`` and wait until it is in the store or the spill file, or only until it is
@@ -129,10 +123,27 @@ class UsageJournal:
             except OSError as exc:  # the store's commit is still a durable point: wait for it
                 log.warning("usage ledger: the write-ahead file failed (%s); waiting for the store", exc)
             else:
-                self.record(record)
+                self._queue(record, None)
                 return "journaled"
+        waited = self._queue(record, asyncio.get_running_loop().create_future())
+        assert waited is not None
         # Shielded: a caller cancelled while waiting must not cancel the journal's future.
-        return await asyncio.shield(self.record(record))
+        return await asyncio.shield(waited)
+
+    def _queue(self, record: UsageRecord, future: asyncio.Future[Outcome] | None) -> asyncio.Future[Outcome] | None:
+        """Queue ``record`` once per key; return the future of its entry, ``future`` (None: nobody waits,
+        and none is made) unless the key is queued already."""
+        key = record.key
+        entry = self._queued.get(key) or self._inflight.get(key)
+        if entry is not None:
+            if entry[1] is None and future is not None:  # queued unwaited: wait on it from now on
+                entry = (entry[0], future)
+                (self._queued if key in self._queued else self._inflight)[key] = entry
+            return entry[1]
+        self._queued[key] = (record, future)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_all(), name="provmw-usage-writer")
+        return future
 
     async def flush(self) -> None:
         """Wait until every record so far is in the store or the spill file, and until a replay
@@ -248,9 +259,10 @@ class UsageJournal:
 
     def _settle(self, entries: Sequence[_Entry], outcome: Outcome) -> None:
         for record, future in entries:
-            self._inflight.pop(record.key, None)
-            if not future.done():
-                future.set_result(outcome)
+            current = self._inflight.pop(record.key, None)  # its future, if a waiter came after the batch left
+            waiting = future if current is None else current[1]
+            if waiting is not None and not waiting.done():
+                waiting.set_result(outcome)
 
     async def _set_aside(self, entries: Sequence[_Entry], outcome: Outcome) -> bool:
         """Put ``entries`` in the spill file; False when it failed and they are lost."""

@@ -7,6 +7,7 @@ import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,6 +61,36 @@ async def test_recording_a_key_twice_keeps_one() -> None:
     journal.record(record("a"))
     await journal.flush()
     assert len(await journal.store.records()) == 1
+
+
+async def test_waiting_on_a_record_queued_unwaited_gets_its_outcome() -> None:
+    journal = UsageJournal(MemoryUsageStore())
+    journal.record(record("a"))
+    assert await journal.durable(record("a")) == "stored"
+
+
+class SlowStore(MemoryUsageStore):
+    """A store whose write waits for ``release``: its batch stays in flight until then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing, self.release = asyncio.Event(), asyncio.Event()
+
+    async def write(self, records: Any) -> None:
+        self.writing.set()
+        await self.release.wait()
+        await super().write(records)
+
+
+async def test_waiting_on_a_record_whose_batch_is_in_flight_gets_its_outcome() -> None:
+    store = SlowStore()
+    journal = UsageJournal(store)
+    journal.record(record("a"))
+    await store.writing.wait()
+    waiter = asyncio.ensure_future(journal.durable(record("a")))
+    await asyncio.sleep(0)
+    store.release.set()
+    assert await asyncio.wait_for(waiter, 5) == "stored"
 
 
 async def test_concurrent_records_share_one_commit(tmp_path: Path) -> None:
