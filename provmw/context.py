@@ -88,11 +88,15 @@ class FrozenMap(Mapping[str, Any]):
         return f"FrozenMap({self._data!r})"
 
 
-_NO_METADATA = FrozenMap()  # immutable: every context without plugin metadata starts from this one
+_EMPTY = FrozenMap()  # immutable: every context without plugin metadata, every fact left empty, shares it
 
 
 def _freeze(value: Mapping[str, Any] | None) -> FrozenMap:
     return value if isinstance(value, FrozenMap) else FrozenMap(value)
+
+
+def _freeze_or_none(value: Mapping[str, Any] | None) -> FrozenMap | None:
+    return value if value is None or isinstance(value, FrozenMap) else FrozenMap(value)
 
 
 def scoped_key(digest: str, tenant: str | None, user: str | None) -> str:
@@ -140,8 +144,8 @@ class CallFacts:
 
     user: str | None = None
     tenant: str | None = None
-    options: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze)
-    controls: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze)
+    options: FrozenMap = attrs.field(default=_EMPTY, converter=_freeze)
+    controls: FrozenMap = attrs.field(default=_EMPTY, converter=_freeze)
     idempotency_key: str | None = None
     deterministic: bool = False
     _estimated_input_tokens: int = attrs.field(default=0, alias="estimated_input_tokens")
@@ -151,8 +155,8 @@ class CallFacts:
     _estimated_cost_usd: float | None = attrs.field(default=None, alias="estimated_cost_usd")
     stream: bool = False
     needs: frozenset[str] = frozenset()
-    _unmet: FrozenMap = attrs.field(factory=FrozenMap, converter=_freeze, alias="unmet")
-    response_schema: FrozenMap | None = attrs.field(default=None, converter=attrs.converters.optional(_freeze))
+    _unmet: FrozenMap = attrs.field(default=_EMPTY, converter=_freeze, alias="unmet")
+    response_schema: FrozenMap | None = attrs.field(default=None, converter=_freeze_or_none)
     digest: Callable[[], str] | None = attrs.field(default=None, eq=False, repr=False)
     # Computes (max_input_tokens, planned_cost_usd, estimated_cost_usd) on first read: only budgets
     # read them, and over a fallback chain they cost more than every other fact together.
@@ -345,7 +349,7 @@ class ProviderCallContext:
 
     operation: ProviderOperation = attrs.field(validator=attrs.validators.instance_of(ProviderOperation))
     correlation_id: str = attrs.field(factory=_new_correlation_id)
-    metadata: FrozenMap = attrs.field(default=_NO_METADATA, converter=_freeze)
+    metadata: FrozenMap = attrs.field(default=_EMPTY, converter=_freeze)
     facts: CallFacts = attrs.field(factory=CallFacts, kw_only=True)
     # The ledger keys records by this, never by the caller's correlation id, which callers reuse.
     call_id: str = attrs.field(factory=_new_call_id, kw_only=True, eq=False, repr=False)
