@@ -259,7 +259,8 @@ class UsageJournal:
 
     def _settle(self, entries: Sequence[_Entry], outcome: Outcome) -> None:
         for record, future in entries:
-            current = self._inflight.pop(record.key, None)  # its future, if a waiter came after the batch left
+            # The entry as it is now: a waiter may have come since ``entries`` were taken.
+            current = self._inflight.pop(record.key, None) or self._queued.get(record.key)
             waiting = future if current is None else current[1]
             if waiting is not None and not waiting.done():
                 waiting.set_result(outcome)
