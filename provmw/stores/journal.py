@@ -47,7 +47,15 @@ log = logging.getLogger(__name__)
 
 FailurePolicy = Literal["fail_open", "fail_closed"]
 Outcome = Literal["stored", "spilled", "set_aside", "lost", "journaled"]
-_Entry = tuple[UsageRecord, "asyncio.Future[Outcome] | None"]  # None: nobody waits
+
+
+class _Entry:
+    """A queued record and the future of whoever waits for it (None: nobody, so far)."""
+
+    __slots__ = ("future", "record")
+
+    def __init__(self, record: UsageRecord, future: asyncio.Future[Outcome] | None) -> None:
+        self.record, self.future = record, future
 
 
 def _spill_beside(store: UsageStore) -> SpillFile | None:
@@ -133,14 +141,12 @@ class UsageJournal:
     def _queue(self, record: UsageRecord, future: asyncio.Future[Outcome] | None) -> asyncio.Future[Outcome] | None:
         """Queue ``record`` once per key; return the future of its entry, ``future`` (None: nobody waits,
         and none is made) unless the key is queued already."""
-        key = record.key
-        entry = self._queued.get(key) or self._inflight.get(key)
+        entry = self._queued.get(record.key) or self._inflight.get(record.key)
         if entry is not None:
-            if entry[1] is None and future is not None:  # queued unwaited: wait on it from now on
-                entry = (entry[0], future)
-                (self._queued if key in self._queued else self._inflight)[key] = entry
-            return entry[1]
-        self._queued[key] = (record, future)
+            if entry.future is None:  # queued unwaited: whoever waits now gets its outcome
+                entry.future = future
+            return entry.future
+        self._queued[record.key] = _Entry(record, future)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_all(), name="provmw-usage-writer")
         return future
@@ -223,19 +229,19 @@ class UsageJournal:
         if self.failing:
             return await self._set_aside(batch, "spilled")
         try:
-            poison = await self._commit([record for record, _ in batch])
+            poison = await self._commit([e.record for e in batch])
         except Exception as exc:  # the store is down: spill, and watch for its return
             self._start_recovery(exc)
             return await self._set_aside(batch, "spilled")
         keys = {record.key for record in poison}
-        kept = await self._set_aside([e for e in batch if e[0].key in keys], "set_aside")
-        self._settle([e for e in batch if e[0].key not in keys], "stored")
+        kept = await self._set_aside([e for e in batch if e.record.key in keys], "set_aside")
+        self._settle([e for e in batch if e.record.key not in keys], "stored")
         return kept
 
     def _take(self) -> list[_Entry]:
         batch = list(self._queued.values())
         self._queued.clear()
-        self._inflight.update((entry[0].key, entry) for entry in batch)
+        self._inflight.update((entry.record.key, entry) for entry in batch)
         return batch
 
     def _seal(self) -> list[Segment]:
@@ -258,18 +264,16 @@ class UsageJournal:
                 log.warning("usage ledger: could not remove a write-ahead segment (%s)", exc)
 
     def _settle(self, entries: Sequence[_Entry], outcome: Outcome) -> None:
-        for record, future in entries:
-            # The entry as it is now: a waiter may have come since ``entries`` were taken.
-            current = self._inflight.pop(record.key, None) or self._queued.get(record.key)
-            waiting = future if current is None else current[1]
-            if waiting is not None and not waiting.done():
-                waiting.set_result(outcome)
+        for entry in entries:
+            self._inflight.pop(entry.record.key, None)
+            if entry.future is not None and not entry.future.done():
+                entry.future.set_result(outcome)
 
     async def _set_aside(self, entries: Sequence[_Entry], outcome: Outcome) -> bool:
         """Put ``entries`` in the spill file; False when it failed and they are lost."""
         if not entries:
             return True
-        records = [record for record, _ in entries]
+        records = [e.record for e in entries]
         try:
             if self.spill is None:
                 raise OSError("this store declares no spill file")

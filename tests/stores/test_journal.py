@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,7 @@ async def test_waiting_on_a_record_queued_unwaited_gets_its_outcome() -> None:
     assert await journal.durable(record("a")) == "stored"
 
 
-class SlowStore(MemoryUsageStore):
+class HeldStore(MemoryUsageStore):
     """A store whose write waits for ``release``: its batch stays in flight until then."""
 
     def __init__(self) -> None:
@@ -82,8 +83,21 @@ class SlowStore(MemoryUsageStore):
         await super().write(records)
 
 
+class HeldSpill(SpillFile):
+    """A spill file whose appends (in the journal's thread) wait for ``release``."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.appending, self.release = threading.Event(), threading.Event()
+
+    def append(self, records: Any) -> None:
+        self.appending.set()
+        self.release.wait(5)
+        super().append(records)
+
+
 async def test_waiting_on_a_record_whose_batch_is_in_flight_gets_its_outcome() -> None:
-    store = SlowStore()
+    store = HeldStore()
     journal = UsageJournal(store)
     journal.record(record("a"))
     await store.writing.wait()
@@ -91,6 +105,22 @@ async def test_waiting_on_a_record_whose_batch_is_in_flight_gets_its_outcome() -
     await asyncio.sleep(0)
     store.release.set()
     assert await asyncio.wait_for(waiter, 5) == "stored"
+
+
+async def test_a_waiter_that_comes_while_close_spills_its_record_gets_the_outcome(tmp_path: Path) -> None:
+    store, spill = HeldStore(), HeldSpill(tmp_path / "u.db.spill")
+    journal = UsageJournal(store, spill=spill)
+    journal.record(record("a"))
+    await store.writing.wait()  # "a" in flight, "b" queued behind it, nobody waiting on either
+    journal.record(record("b"))
+    closing = asyncio.ensure_future(journal.aclose(timeout_s=0.01))
+    await asyncio.to_thread(spill.appending.wait, 5)  # close is spilling what it found pending
+    waiter = asyncio.ensure_future(journal.durable(record("b")))
+    await asyncio.sleep(0)
+    spill.release.set()
+    store.release.set()
+    await asyncio.wait_for(closing, 5)
+    assert await asyncio.wait_for(waiter, 1) == "spilled"
 
 
 async def test_concurrent_records_share_one_commit(tmp_path: Path) -> None:
