@@ -15,6 +15,8 @@ _MISSING: Any = object()
 
 def mapping(value: object, where: str) -> Mapping[str, Any]:
     """Return ``value`` if it is a mapping, else raise naming ``where``."""
+    if type(value) is dict:  # what JSON decodes to: no walk through Mapping's subclass hooks
+        return value
     if not isinstance(value, Mapping):
         raise InvalidDataError(f"{where}: expected an object, got {type(value).__name__}")
     return value
@@ -23,11 +25,13 @@ def mapping(value: object, where: str) -> Mapping[str, Any]:
 def get(data: Mapping[str, Any], key: str, kind: type[T] | tuple[type, ...], where: str,
         default: Any = _MISSING) -> T:
     """Return ``data[key]`` checked against ``kind``; ``default`` when absent if given."""
-    if key not in data:
+    value = data.get(key, _MISSING)
+    if type(value) is kind:  # the common case, exactly the type asked for (a bool is never an int here)
+        return value
+    if value is _MISSING:
         if default is _MISSING:
             raise InvalidDataError(f"{where}: missing field {key!r}")
         return default  # type: ignore[no-any-return]
-    value = data[key]
     if value is None and default is None:
         return default  # type: ignore[return-value]
     kinds = kind if isinstance(kind, tuple) else (kind,)

@@ -28,11 +28,10 @@ strict JSON (``NaN``, ``Infinity``, nesting deeper than the interpreter can deco
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
@@ -78,6 +77,7 @@ __all__ = [
     "ReadLimits",
     "SSEEvent",
     "Url",
+    "WireErrors",
     "decode_json",
     "malformed",
     "plain_json",
@@ -170,26 +170,40 @@ class ErrorCodes:
     not_found_hint: str = ""  # added to a 404's message: the usual cause is a base_url missing a path part
 
 
-@contextlib.contextmanager
-def wire_errors(codes: ErrorCodes, *, provider: str, model: str) -> Iterator[None]:
+def wire_errors(codes: ErrorCodes, *, provider: str, model: str) -> WireErrors:
     """Translate what the HTTP layer raises inside the block into the ``ProviderError`` tree."""
-    try:
-        yield
-    except HttpStatusError as exc:
-        raise _status_error(exc, codes, provider, model) from None
-    except InBandError as exc:
-        raise _in_band_error(exc, codes, provider, model) from None
-    except NotJsonError as exc:
-        raise MalformedResponseError(f"response body is not JSON ({len(exc.body)} bytes)",
-                                     provider=provider, model=model, status=exc.status) from None
-    except ReadRefused as exc:
-        raise exc.error(provider, model) from None
-    except Exception as exc:
+    return WireErrors(codes, provider, model)
+
+
+class WireErrors:
+    """The context manager ``wire_errors`` returns: a class, as it runs around every request (a
+    generator's context manager cost three times as much)."""
+
+    __slots__ = ("codes", "model", "provider")
+
+    def __init__(self, codes: ErrorCodes, provider: str, model: str) -> None:
+        self.codes, self.provider, self.model = codes, provider, model
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is None or not isinstance(exc, Exception):
+            return
+        provider, model = self.provider, self.model
+        if isinstance(exc, HttpStatusError):
+            raise _status_error(exc, self.codes, provider, model) from None
+        if isinstance(exc, InBandError):
+            raise _in_band_error(exc, self.codes, provider, model) from None
+        if isinstance(exc, NotJsonError):
+            raise MalformedResponseError(f"response body is not JSON ({len(exc.body)} bytes)",
+                                         provider=provider, model=model, status=exc.status) from None
+        if isinstance(exc, ReadRefused):
+            raise exc.error(provider, model) from None
         from provmw._foreign_errors import MAPPED  # loaded already once a request was made
 
-        if not isinstance(exc, MAPPED):
-            raise
-        raise _foreign_error(exc, provider, model) from None
+        if isinstance(exc, MAPPED):
+            raise _foreign_error(exc, provider, model) from None
 
 
 def _status_error(exc: HttpStatusError, codes: ErrorCodes, provider: str, model: str) -> ProviderError:

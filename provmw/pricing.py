@@ -32,11 +32,10 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import attrs
-import cachetools
 
 from provmw._checks import did_you_mean, number
 from provmw.errors import ConfigurationError
-from provmw.stores._bounded import MAX_NAMES
+from provmw.stores._bounded import MAX_NAMES, KeepingLRU
 
 if TYPE_CHECKING:
     from provmw.config import ProviderConfig
@@ -205,19 +204,21 @@ class PriceTable:
         self._prices = dict(prices)
         # Ad-hoc calls choose model names: remember the most recently used ones only (a model
         # looked up again after falling out warns again, which is all it costs).
-        self._found: cachetools.LRUCache[tuple[str, str], Price | None] = cachetools.LRUCache(MAX_NAMES)
+        self._found: KeepingLRU[tuple[str, str], Price | None] = KeepingLRU(MAX_NAMES)
 
     def price_for(self, config: ProviderConfig) -> Price | None:
         """The price of calls on ``config``, or None (with one warning per model) when unknown."""
         if config.price is not None:
             return config.price
         key = (config.provider, config.model)
-        if key not in self._found:
-            self._found[key] = found = self._lookup(*key)
-            if found is None:
-                log.warning("pricing: no price for %s model %r; its cost is unknown "
-                            "(set [configurations.%s.price])", config.provider, config.model, config.identifier)
-        return self._found[key]
+        if key in self._found:
+            self._found.move_to_end(key)
+            return self._found[key]
+        self._found[key] = found = self._lookup(*key)
+        if found is None:
+            log.warning("pricing: no price for %s model %r; its cost is unknown "
+                        "(set [configurations.%s.price])", config.provider, config.model, config.identifier)
+        return found
 
     def _lookup(self, provider: str, model: str) -> Price | None:
         exact = self._prices.get((provider, model))

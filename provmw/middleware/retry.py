@@ -12,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import cachetools
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
@@ -27,7 +26,7 @@ from provmw.context import ProviderCallContext
 from provmw.errors import ConfigurationError, disposition
 from provmw.middleware._common import Sleep
 from provmw.pipeline import Next, R
-from provmw.stores._bounded import MAX_NAMES
+from provmw.stores._bounded import MAX_NAMES, KeepingLRU
 
 __all__ = ["RetryBudget", "RetryMiddleware", "RetryOptions", "full_jitter"]
 
@@ -86,16 +85,14 @@ class RetryMiddleware:
     controls = frozenset({"max_attempts"})
 
     def __init__(self, options: RetryOptions | None = None, *, sleep: Sleep = asyncio.sleep,
-                 rng: random.Random | None = None,
-                 budgets: MutableMapping[str, RetryBudget] | None = None) -> None:
+                 rng: random.Random | None = None) -> None:
         self.options = options or RetryOptions()
         self._sleep = sleep
         self._rng = rng or random.Random()
         # One budget per configuration; ad-hoc calls choose names, so the least recently used
         # go past MAX_NAMES. A forgotten budget comes back with its initial tokens, which a
         # new name would get anyway.
-        self.budgets: MutableMapping[str, RetryBudget] = (
-            budgets if budgets is not None else cachetools.LRUCache(MAX_NAMES))
+        self.budgets: KeepingLRU[str, RetryBudget] = KeepingLRU(MAX_NAMES)
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         budget = self.budget(config.identifier)
@@ -114,7 +111,7 @@ class RetryMiddleware:
 
     def budget(self, config_id: str) -> RetryBudget:
         """The retry budget shared by every call on ``config_id``."""
-        budget = self.budgets.get(config_id)
+        budget = self.budgets.used(config_id)
         if budget is None:
             o = self.options
             budget = self.budgets[config_id] = RetryBudget(o.budget_share, o.budget_initial, o.budget_max)

@@ -51,12 +51,13 @@ class UsageBody:
         for i, key in enumerate(path):
             if value is None:
                 return 0
-            if not isinstance(value, Mapping):
+            if type(value) is not dict and not isinstance(value, Mapping):  # a decoded answer holds dicts
                 raise self._error(".".join(path[:i]), "must be an object", value)
             value = value.get(key)
         if value is None:
             return 0
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_TOKEN_COUNT:
+        if (type(value) is not int and (isinstance(value, bool) or not isinstance(value, int))) \
+                or not 0 <= value < MAX_TOKEN_COUNT:
             raise self._error(".".join(path), "must be an integer from 0 to 2**40", value)
         return value
 

@@ -8,10 +8,9 @@ entries go first.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from typing import TypeVar
-
-import cachetools
 
 __all__ = ["MAX_NAMES", "KeepingLRU"]
 
@@ -21,19 +20,41 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-class KeepingLRU(cachetools.LRUCache[K, V]):
+def _keep_none(value: object) -> bool:
+    return False
+
+
+class KeepingLRU(collections.OrderedDict[K, V]):
     """An LRU map that, when full, passes over the entries ``keep`` holds on to (an open
     breaker, a limiter with calls in flight) while another can go; only when every entry is
-    kept does the least recently used one go anyway, so the bound always holds."""
+    kept does the least recently used one go anyway, so the bound always holds.
 
-    def __init__(self, maxsize: int, keep: Callable[[V], bool]) -> None:
-        super().__init__(maxsize)
+    ``used(key)`` reads an entry and makes it the most recently used; ``get`` and ``[key]``
+    only read it (``OrderedDict``'s own, at C speed: every call reads a few of these maps).
+    """
+
+    def __init__(self, maxsize: int, keep: Callable[[V], bool] = _keep_none) -> None:
+        super().__init__()
+        self.maxsize = maxsize
         self._keep = keep
 
-    def popitem(self) -> tuple[K, V]:
+    def used(self, key: K) -> V | None:
+        """The entry under ``key`` (None when absent), now the most recently used."""
+        value = self.get(key)
+        if value is not None:
+            self.move_to_end(key)
+        return value
+
+    def __setitem__(self, key: K, value: V) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        if len(self) > self.maxsize:
+            self._evict()
+
+    def _evict(self) -> None:
         for _ in range(len(self)):
-            key, value = super().popitem()
+            key, value = self.popitem(last=False)
             if not self._keep(value):
-                return key, value
+                return
             super().__setitem__(key, value)  # put back, now the most recently used
-        return super().popitem()
+        self.popitem(last=False)

@@ -123,7 +123,7 @@ class MemoryBreakerStore:
         return breaker.state if breaker is not None else BreakerState.CLOSED
 
     async def admit(self, key: str, policy: BreakerPolicy, now: float) -> Admission:
-        b = self._breakers.get(key)
+        b = self._breakers.used(key)
         if b is None:
             b = self._breakers[key] = _Breaker(window=collections.deque(maxlen=policy.window_size))
         if b.state is BreakerState.CLOSED:

@@ -117,7 +117,7 @@ class MemoryRateLimiter:
             s.tokens.level = min(float(s.tokens.per_minute), s.tokens.level + reserved - used)
 
     def _state(self, key: str, limits: RateLimits, now: float) -> _State:
-        s = self._states.get(key)
+        s = self._states.used(key)
         if s is None:
             s = self._states[key] = _State(_bucket(limits.requests_per_minute, now),
                                            _bucket(limits.tokens_per_minute, now))

@@ -30,6 +30,28 @@ def test_a_map_of_kept_entries_still_holds_its_bound() -> None:
     assert sorted(names) == ["d", "e", "f"]
 
 
+def test_an_entry_read_with_used_is_the_last_to_go() -> None:
+    names: KeepingLRU[str, Slot] = KeepingLRU(3)
+    names["a"], names["b"], names["c"] = Slot(), Slot(), Slot()
+    assert names.used("a") is not None
+    names["d"] = Slot()
+    assert list(names) == ["c", "a", "d"]
+
+
+def test_an_entry_read_with_get_keeps_its_place() -> None:
+    names: KeepingLRU[str, Slot] = KeepingLRU(3)
+    names["a"], names["b"], names["c"] = Slot(), Slot(), Slot()
+    assert names.get("a") is not None
+    names["d"] = Slot()
+    assert list(names) == ["b", "c", "d"]
+
+
+def test_used_on_a_missing_name_adds_nothing() -> None:
+    names: KeepingLRU[str, Slot] = KeepingLRU(3)
+    assert names.used("nobody") is None
+    assert len(names) == 0
+
+
 async def open_breaker(store: MemoryBreakerStore, key: str) -> None:
     admission = await store.admit(key, POLICY, now=0.0)
     await store.record(key, admission, POLICY, failed=True, slow=False, now=0.0)
