@@ -41,9 +41,10 @@ class Deadlines:
     async def run(self, limit_s: float, call: Awaitable[T], expired: Callable[[], Exception]) -> T:
         """Await ``call`` for at most ``limit_s``; past it, raise ``expired()`` instead. A cancellation
         from elsewhere, or a ``TimeoutError`` raised inside, propagates unchanged."""
-        loop = asyncio.get_running_loop()
+        # The running loop from the task, not asked again: on Python 3.11 each asking is a getpid
+        # system call (asyncio's fork check), and current_task() asks once already.
         task = asyncio.current_task()
-        if task is None or (self._loop is not loop and not self._bind(loop)):
+        if task is None or (self._loop is not (loop := task.get_loop()) and not self._bind(loop)):
             async with asyncio.timeout(limit_s):  # another loop holds this owner: the plain way
                 return await call
         cancelling = task.cancelling()

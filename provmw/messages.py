@@ -205,14 +205,22 @@ class Message:
     def tool(cls, tool_call_id: str, text: str) -> Message:
         return cls("tool", text, tool_call_id=tool_call_id)
 
+    # Both read several times a call (needs, estimates, the adapter's body): a message of one
+    # text part, most of them, answers without a generator.
     @property
     def text(self) -> str:
         """The text parts joined together."""
-        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+        content = self.content
+        if len(content) == 1 and type(content[0]) is TextPart:
+            return content[0].text
+        return "".join(p.text for p in content if isinstance(p, TextPart))
 
     @property
     def images(self) -> tuple[ImagePart, ...]:
-        return tuple(p for p in self.content if isinstance(p, ImagePart))
+        content = self.content
+        if len(content) == 1 and type(content[0]) is TextPart:
+            return ()
+        return tuple(p for p in content if isinstance(p, ImagePart))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": [p.to_dict() for p in self.content]}
