@@ -26,12 +26,12 @@ def get(data: Mapping[str, Any], key: str, kind: type[T] | tuple[type, ...], whe
         default: Any = _MISSING) -> T:
     """Return ``data[key]`` checked against ``kind``; ``default`` when absent if given."""
     value = data.get(key, _MISSING)
-    if type(value) is kind:  # the common case, exactly the type asked for (a bool is never an int here)
-        return value
     if value is _MISSING:
         if default is _MISSING:
             raise InvalidDataError(f"{where}: missing field {key!r}")
         return default  # type: ignore[no-any-return]
+    if type(value) is kind:  # the common case, exactly the type asked for (a bool is never an int here)
+        return value
     if value is None and default is None:
         return default  # type: ignore[return-value]
     kinds = kind if isinstance(kind, tuple) else (kind,)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 __all__ = ["MAX_NAMES", "KeepingLRU"]
 
@@ -46,10 +46,10 @@ class KeepingLRU(collections.OrderedDict[K, V]):
         return value
 
     def __setitem__(self, key: K, value: V) -> None:
+        if key not in self and len(self) >= self.maxsize:
+            self._evict()  # first, so that the entry written now stays, the most recently used
         super().__setitem__(key, value)
         self.move_to_end(key)
-        if len(self) > self.maxsize:
-            self._evict()
 
     def _evict(self) -> None:
         for _ in range(len(self)):
@@ -58,3 +58,12 @@ class KeepingLRU(collections.OrderedDict[K, V]):
                 return
             super().__setitem__(key, value)  # put back, now the most recently used
         self.popitem(last=False)
+
+    # OrderedDict copies and pickles by calling the class with no arguments: this one needs its bound.
+    def copy(self) -> KeepingLRU[K, V]:
+        kept: KeepingLRU[K, V] = KeepingLRU(self.maxsize, self._keep)
+        kept.update(self)
+        return kept
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.maxsize, self._keep), None, None, iter(self.items())

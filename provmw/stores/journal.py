@@ -50,12 +50,12 @@ Outcome = Literal["stored", "spilled", "set_aside", "lost", "journaled"]
 
 
 class _Entry:
-    """A queued record and the future of whoever waits for it (None: nobody, so far)."""
+    """A queued record, its key, and the future of whoever waits for it (None: nobody, so far)."""
 
-    __slots__ = ("future", "record")
+    __slots__ = ("future", "key", "record")
 
-    def __init__(self, record: UsageRecord, future: asyncio.Future[Outcome] | None) -> None:
-        self.record, self.future = record, future
+    def __init__(self, record: UsageRecord, key: tuple[str, int], future: asyncio.Future[Outcome] | None) -> None:
+        self.record, self.key, self.future = record, key, future
 
 
 def _spill_beside(store: UsageStore) -> SpillFile | None:
@@ -141,12 +141,13 @@ class UsageJournal:
     def _queue(self, record: UsageRecord, future: asyncio.Future[Outcome] | None) -> asyncio.Future[Outcome] | None:
         """Queue ``record`` once per key; return the future of its entry, ``future`` (None: nobody waits,
         and none is made) unless the key is queued already."""
-        entry = self._queued.get(record.key) or self._inflight.get(record.key)
+        key = record.key
+        entry = self._queued.get(key) or self._inflight.get(key)
         if entry is not None:
             if entry.future is None:  # queued unwaited: whoever waits now gets its outcome
                 entry.future = future
             return entry.future
-        self._queued[record.key] = _Entry(record, future)
+        self._queued[key] = _Entry(record, key, future)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_all(), name="provmw-usage-writer")
         return future
@@ -233,15 +234,18 @@ class UsageJournal:
         except Exception as exc:  # the store is down: spill, and watch for its return
             self._start_recovery(exc)
             return await self._set_aside(batch, "spilled")
+        if not poison:  # the usual: all of it stored
+            self._settle(batch, "stored")
+            return True
         keys = {record.key for record in poison}
-        kept = await self._set_aside([e for e in batch if e.record.key in keys], "set_aside")
-        self._settle([e for e in batch if e.record.key not in keys], "stored")
+        kept = await self._set_aside([e for e in batch if e.key in keys], "set_aside")
+        self._settle([e for e in batch if e.key not in keys], "stored")
         return kept
 
     def _take(self) -> list[_Entry]:
         batch = list(self._queued.values())
         self._queued.clear()
-        self._inflight.update((entry.record.key, entry) for entry in batch)
+        self._inflight.update((entry.key, entry) for entry in batch)
         return batch
 
     def _seal(self) -> list[Segment]:
@@ -265,7 +269,7 @@ class UsageJournal:
 
     def _settle(self, entries: Sequence[_Entry], outcome: Outcome) -> None:
         for entry in entries:
-            self._inflight.pop(entry.record.key, None)
+            self._inflight.pop(entry.key, None)
             if entry.future is not None and not entry.future.done():
                 entry.future.set_result(outcome)
 
