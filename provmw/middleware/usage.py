@@ -123,6 +123,7 @@ class UsageHitsMiddleware:
                                         config_id=response.served_by or config.identifier,
                                         provider=response.provider, model=response.model,
                                         status="cache_hit", billed="no", cost_usd=0.0))
+            await self.journal.room()  # hits that never wait for a socket must not outrun the writer
         return response
 
 

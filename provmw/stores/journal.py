@@ -92,6 +92,7 @@ class UsageJournal:
         self._queued: dict[tuple[str, int], _Entry] = {}
         self._inflight: dict[tuple[str, int], _Entry] = {}
         self._writer: asyncio.Task[None] | None = None
+        self._taken: asyncio.Future[None] | None = None  # what ``room`` waits for: the writer's next take
         self._recovery: asyncio.Task[None] | None = None
         self._outside = 0  # spilled because the store was down, not yet replayed
         self._failing = False
@@ -119,6 +120,17 @@ class UsageJournal:
         """Queue ``record``, to be written or spilled without anyone waiting (a hit, a cancelled
         attempt). Never raises."""
         self._queue(record, None)
+
+    async def room(self) -> None:
+        """Return at once unless a whole batch waits for the writer; then wait until the writer
+        takes it. A caller whose calls never give the loop a turn (a loop of cache hits: no
+        socket to wait for) would otherwise queue records for as long as it runs."""
+        if len(self._queued) < self._batch_size:
+            return
+        if self._taken is None:
+            self._taken = asyncio.get_running_loop().create_future()
+        # Shielded: one waiter cancelled must not cancel the others' future.
+        await asyncio.shield(self._taken)
 
     async def durable(self, record: UsageRecord) -> Outcome:
         """Queue ``record`` and wait until it is in the store or the spill file, or only until it is
@@ -214,7 +226,8 @@ class UsageJournal:
         if not self._replayed:
             await self.replay()
         while self._queued:
-            if self._linger_s:  # before every batch: records that came during the last one wait for more
+            # Before every batch, records that came during the last one wait for more; a whole batch does not.
+            if self._linger_s and len(self._queued) < self._batch_size:
                 await self._sleep(self._linger_s)
             batch = self._take()  # everything queued: all that a segment sealed now holds
             sealed = self._seal() if self._ahead is not None and self._ahead.full else []
@@ -246,6 +259,9 @@ class UsageJournal:
         batch = list(self._queued.values())
         self._queued.clear()
         self._inflight.update((entry.key, entry) for entry in batch)
+        if self._taken is not None:
+            self._taken.set_result(None)
+            self._taken = None
         return batch
 
     def _seal(self) -> list[Segment]:

@@ -85,6 +85,19 @@ async def test_a_cache_hit_is_recorded_as_attempt_0_and_costs_nothing(
     assert fake.count() == 1
 
 
+async def test_a_loop_of_cache_hits_never_holds_more_than_two_batches_of_records(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    async with ServiceManager(settings(fake, tmp_path / "u.db"), host=builtin_only) as manager:
+        journal = ledger_of(manager).journal
+        queued = []
+        for _ in range(2_500):  # a hit waits for no socket: only the journal gives the loop a turn
+            await manager.embed("same text", configuration="oa")
+            queued.append(journal.pending)
+    assert max(queued) <= 2_000  # a batch queued, and at most the one the writer has taken
+    assert len(await records(tmp_path / "u.db")) == 2_500
+    assert fake.count() == 1
+
+
 async def test_ten_thousand_calls_through_a_failing_store_are_all_recorded_once(
         fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
     locked = LockedLedger(tmp_path / "u.db")

@@ -131,6 +131,28 @@ async def test_concurrent_records_share_one_commit(tmp_path: Path) -> None:
     await journal.aclose()
 
 
+async def test_a_caller_that_never_yields_waits_for_room_once_a_whole_batch_is_queued(tmp_path: Path) -> None:
+    journal = UsageJournal(SqliteUsageStore(tmp_path / "u.db"), batch_size=10, write_ahead=True)
+    queued = []
+    for i in range(95):  # nothing here gives the loop a turn but room()
+        journal.record(record(f"h{i}"))
+        queued.append(journal.pending)
+        await journal.room()
+    await journal.flush()
+    assert max(queued) <= 20  # a batch queued, and at most the one the writer has taken
+    assert len(await journal.store.records()) == 95
+    await journal.aclose()
+
+
+async def test_room_returns_at_once_while_less_than_a_batch_is_queued() -> None:
+    journal = UsageJournal(MemoryUsageStore(), batch_size=10)
+    for i in range(9):
+        journal.record(record(f"h{i}"))
+    await journal.room()
+    assert journal.pending == 9 and await journal.store.records() == []
+    await journal.aclose()
+
+
 async def test_a_locked_store_sends_records_to_the_spill_file(locked: LockedLedger) -> None:
     journal = UsageJournal(locked.store())
     assert await journal.durable(record("a")) == "spilled"
