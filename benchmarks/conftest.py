@@ -7,14 +7,6 @@ from typing import Any
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def _in_tmp_path(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Settings built in code keep ``provmw.sqlite3`` in the working folder, the embedded defaults
-    in the user's data folder: both are the test's own."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
-
-
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
     event_loop = asyncio.new_event_loop()

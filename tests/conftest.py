@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -20,14 +19,6 @@ BUILTIN_MIDDLEWARE = ("deadline", "usage_hits", "idempotency", "cache", "budget"
 LOOPBACK_ALLOWED = DestinationPolicy(ad_hoc_destinations=("public", "loopback"))
 # Settings sections that switch every built-in middleware off: for tests of the bare wiring.
 BUILTIN_MIDDLEWARE_OFF = {name: {"enabled": False} for name in BUILTIN_MIDDLEWARE}
-
-
-@pytest.fixture(autouse=True)
-def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run each test in its own folder, with its own user data folder: settings built in code
-    keep ``provmw.sqlite3`` in the working folder, the embedded defaults in the data folder."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
 
 
 @pytest.fixture

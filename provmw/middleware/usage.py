@@ -118,12 +118,13 @@ class UsageHitsMiddleware:
         started, start = self._wall_clock(), self._clock()
         response = await next(config)
         if response.cached:
-            # A hit bills nothing, so it does not wait for the disk: a hit stays a memory lookup.
+            # A hit bills nothing, so it does not wait for its record to reach the disk; but hits
+            # that never wait for a socket must not outrun the writer (``room``: once a batch waits).
             self.journal.record(_record(ctx, config, 0, started, self._clock() - start,
                                         config_id=response.served_by or config.identifier,
                                         provider=response.provider, model=response.model,
                                         status="cache_hit", billed="no", cost_usd=0.0))
-            await self.journal.room()  # hits that never wait for a socket must not outrun the writer
+            await self.journal.room()
         return response
 
 
