@@ -7,10 +7,11 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from conftest import state_settings
 from provmw_redis import RedisState
 
 from provmw.stores.breakers import Admission, BreakerPolicy, BreakerState, Transition
+
+from conftest import state_settings
 
 pytestmark = pytest.mark.redis
 

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import state_settings
 from provmw_redis import RedisState
 from test_redis_processes import document, manager
 
 from provmw.testing import FakeProvider
+
+from conftest import state_settings
 
 pytestmark = pytest.mark.redis
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REDIS_URL
 from provmw_redis import RedisState
 from provmw_redis.breakers import RedisBreakerStore
 from provmw_redis.budgets import RedisBudgetStore
@@ -24,6 +23,8 @@ from provmw.plugins import PluginHost, PluginPolicy
 from provmw.settings import parse_settings
 from provmw.stores.cache import MemoryCacheStore
 from provmw.testing import FakeProvider
+
+from conftest import REDIS_URL
 
 BUDGET = {"limits": [{"scope": "global", "period": "day", "max_cost_usd": 1.0}]}
 CONFIGURATIONS = {"main": {"provider": "openai", "model": "gpt-4o-mini", "base_url": "http://127.0.0.1:1/v1"}}

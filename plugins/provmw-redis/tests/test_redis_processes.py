@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REDIS_URL, ROOT, spawn, state_settings
 from provmw_redis import RedisState
 
 from provmw.errors import CircuitOpenError
@@ -25,6 +24,8 @@ from provmw.plugins import PluginHost, PluginPolicy
 from provmw.settings import parse_settings
 from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
 from provmw.testing import FakeProvider, Fault
+
+from conftest import REDIS_URL, ROOT, spawn, state_settings
 
 pytestmark = pytest.mark.redis
 

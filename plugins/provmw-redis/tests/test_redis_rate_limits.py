@@ -6,10 +6,11 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from conftest import state_settings
 from provmw_redis import RedisState
 
 from provmw.stores.rate_limits import RateLimits
+
+from conftest import state_settings
 
 pytestmark = pytest.mark.redis
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import REDIS_URL, state_settings
 from provmw_redis import RedisState
 from provmw_redis.cache import RedisCacheStore
 from test_redis_plugin import build
@@ -17,6 +16,8 @@ from test_redis_processes import document, manager
 
 from provmw.errors import ConfigurationError
 from provmw.testing import FakeProvider
+
+from conftest import REDIS_URL, state_settings
 
 pytestmark = pytest.mark.redis
 
