@@ -214,6 +214,7 @@ class UsageJournal:
         kept = await self._set_aside([*self._inflight.values(), *self._queued.values()], "spilled")
         self._inflight.clear()
         self._queued.clear()
+        self._made_room()
         self._seal()
         self._close_segments(list(self._segments), kept)
         try:
@@ -259,10 +260,14 @@ class UsageJournal:
         batch = list(self._queued.values())
         self._queued.clear()
         self._inflight.update((entry.key, entry) for entry in batch)
+        self._made_room()
+        return batch
+
+    def _made_room(self) -> None:
+        """The queue was emptied: whoever waits in ``room`` goes on."""
         if self._taken is not None:
             self._taken.set_result(None)
             self._taken = None
-        return batch
 
     def _seal(self) -> list[Segment]:
         sealed = self._ahead.seal() if self._ahead is not None else None

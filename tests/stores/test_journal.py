@@ -144,6 +144,23 @@ async def test_a_caller_that_never_yields_waits_for_room_once_a_whole_batch_is_q
     await journal.aclose()
 
 
+async def test_a_caller_waiting_for_room_goes_on_when_close_spills_the_queue(tmp_path: Path) -> None:
+    store = HeldStore()
+    journal = UsageJournal(store, spill=SpillFile(tmp_path / "u.db.spill"), batch_size=2)
+    journal.record(record("a"))
+    journal.record(record("b"))
+    await journal.room()  # the writer took a and b, and holds them in a write that never ends
+    await store.writing.wait()
+    journal.record(record("c"))
+    journal.record(record("d"))
+    waiting = asyncio.ensure_future(journal.room())
+    closing = asyncio.ensure_future(journal.aclose(timeout_s=0.05))
+    await asyncio.wait_for(waiting, 5)  # close gave up on the write and spilled all four
+    assert journal.spilled == 4
+    store.release.set()  # close then replays the spill file into the store
+    await asyncio.wait_for(closing, 5)
+
+
 async def test_room_returns_at_once_while_less_than_a_batch_is_queued() -> None:
     journal = UsageJournal(MemoryUsageStore(), batch_size=10)
     for i in range(9):
