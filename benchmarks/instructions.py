@@ -11,6 +11,7 @@ system calls are counted apart::
 
     python -m benchmarks.instructions                 # needs valgrind; strace for --syscalls
     python -m benchmarks.instructions --only full --syscalls
+    python -m benchmarks.instructions --only full --without cache   # a layer's share: the difference
 """
 
 from __future__ import annotations
@@ -34,41 +35,53 @@ __all__ = ["main"]
 WARM_UP = 300
 
 
-async def _calls(name: str, calls: int, folder: Path) -> None:
+def _without(template: str, layers: list[str]) -> str:
+    """``template`` with each of ``layers`` (built-in middleware names) switched off."""
+    for layer in layers:
+        head = f"[middleware.{layer}]"
+        if f"{head}\nenabled = false" in template:
+            continue
+        template = template.replace(head, f"{head}\nenabled = false") if head in template \
+            else f"{template}\n{head}\nenabled = false\n"
+    return template
+
+
+async def _calls(name: str, calls: int, folder: Path, without: list[str]) -> None:
     template, text = TEMPLATES[name]
-    async with _manager(template.format(url=URL), folder) as manager:
+    async with _manager(_without(template, without).format(url=URL), folder) as manager:
         manager.http = InstantHttp()
         for _ in range(WARM_UP + calls):
             await manager.chat(text(), user="ada", tenant="acme")
 
 
-def _child(name: str, calls: int) -> None:
+def _child(name: str, calls: int, without: list[str]) -> None:
     with tempfile.TemporaryDirectory(prefix="provmw-count-") as folder:
-        asyncio.run(_calls(name, calls, Path(folder)))
+        asyncio.run(_calls(name, calls, Path(folder), without))
 
 
-def _run(tool: list[str], name: str, calls: int) -> str:
-    command = [*tool, sys.executable, "-m", "benchmarks.instructions", "--child", name, str(calls)]
+def _run(tool: list[str], name: str, calls: int, without: list[str]) -> str:
+    command = [*tool, sys.executable, "-m", "benchmarks.instructions", "--child", name, str(calls),
+               "--without", *without]
     return subprocess.run(command, capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONHASHSEED": "0"}).stderr
 
 
-def instructions(name: str, calls: int) -> float:
-    """Instructions per call of contender ``name``."""
+def instructions(name: str, calls: int, without: list[str]) -> float:
+    """Instructions per call of contender ``name``, with the layers ``without`` names switched off."""
     def count(n: int) -> int:
         found = re.search(r"Collected : (\d+)", _run(["valgrind", "--tool=callgrind",
-                                                      "--callgrind-out-file=/dev/null"], name, n))
+                                                      "--callgrind-out-file=/dev/null"], name, n, without))
         assert found is not None, "callgrind printed no total"
         return int(found.group(1))
 
     return (count(calls) - count(0)) / calls
 
 
-def syscalls(name: str, calls: int) -> dict[str, float]:
+def syscalls(name: str, calls: int, without: list[str]) -> dict[str, float]:
     """System calls per call of contender ``name``, by name (those made at least once every 100 calls)."""
     def count(n: int) -> Counter[str]:
         with tempfile.NamedTemporaryFile(suffix=".strace") as out:
-            _run(["strace", "-f", "-c", "-o", out.name], name, n)
+            _run(["strace", "-f", "-c", "-o", out.name], name, n, without)
             rows = (line.split() for line in Path(out.name).read_text().splitlines())
             return Counter({row[-1]: int(row[3]) for row in rows if len(row) >= 5 and row[0][0].isdigit()})
 
@@ -82,10 +95,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--only", nargs="*", default=["bare", "full", "hit"], choices=list(TEMPLATES))
     parser.add_argument("--syscalls", action="store_true", help="also count system calls (strace)")
+    parser.add_argument("--without", nargs="*", default=[], metavar="LAYER",
+                        help="built-in middleware to switch off (a layer's share is the difference)")
     parser.add_argument("--child", nargs=2, metavar=("NAME", "CALLS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        _child(args.child[0], int(args.child[1]))
+        _child(args.child[0], int(args.child[1]), args.without)
         return
     tools = ["valgrind"] + (["strace"] if args.syscalls else [])
     if missing := [tool for tool in tools if shutil.which(tool) is None]:
@@ -93,9 +108,10 @@ def main(argv: list[str] | None = None) -> None:
     print("| contender | instructions per call |" + (" system calls per call |" if args.syscalls else ""))
     print("|---|---|" + ("---|" if args.syscalls else ""))
     for name in args.only:
-        row = f"| {name} | {instructions(name, args.calls):,.0f} |"
+        row = f"| {name} | {instructions(name, args.calls, args.without):,.0f} |"
         if args.syscalls:
-            row += " " + ", ".join(f"{call} {n:.2f}" for call, n in syscalls(name, args.calls).items()) + " |"
+            made = syscalls(name, args.calls, args.without)
+            row += " " + ", ".join(f"{call} {n:.2f}" for call, n in made.items()) + " |"
         print(row, flush=True)
 
 

@@ -56,8 +56,7 @@ class UsageBody:
             value = value.get(key)
         if value is None:
             return 0
-        if (type(value) is not int and (isinstance(value, bool) or not isinstance(value, int))) \
-                or not 0 <= value < MAX_TOKEN_COUNT:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_TOKEN_COUNT:
             raise self._error(".".join(path), "must be an integer from 0 to 2**40", value)
         return value
 

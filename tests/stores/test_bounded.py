@@ -35,17 +35,21 @@ def test_a_map_of_kept_entries_still_holds_its_bound() -> None:
     assert sorted(names) == ["d", "e", "f"]
 
 
-def test_an_entry_read_with_used_is_the_last_to_go() -> None:
+def full_of_abc() -> KeepingLRU[str, Slot]:
     names: KeepingLRU[str, Slot] = KeepingLRU(3)
     names["a"], names["b"], names["c"] = Slot(), Slot(), Slot()
+    return names
+
+
+def test_an_entry_read_with_used_is_the_last_to_go() -> None:
+    names = full_of_abc()
     assert names.used("a") is not None
     names["d"] = Slot()
     assert list(names) == ["c", "a", "d"]
 
 
 def test_an_entry_read_with_get_keeps_its_place() -> None:
-    names: KeepingLRU[str, Slot] = KeepingLRU(3)
-    names["a"], names["b"], names["c"] = Slot(), Slot(), Slot()
+    names = full_of_abc()
     assert names.get("a") is not None
     names["d"] = Slot()
     assert list(names) == ["b", "c", "d"]
