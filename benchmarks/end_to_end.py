@@ -10,6 +10,7 @@ Every contender posts the same chat completion to one loopback server (its own p
   missing, retry, breaker, deadline, rate limits that never bind, a SQLite ledger);
 - ``budget``: ``full`` plus one strict per-user budget in the ledger's SQLite file;
 - ``hit``: ``full`` asked the same question every time: a cache hit through ``manager.chat``;
+- ``floor``: one hand-written function doing ``full``'s jobs (:mod:`benchmarks.floor`);
 - ``openai-sdk`` and ``litellm``: the peers, when the ``peers`` extra is installed.
 
 The machine is shared, so rounds are interleaved (each round runs every contender once,
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib.util
 import os
 import statistics
@@ -37,6 +39,7 @@ from typing import Any
 import aiohttp
 
 from benchmarks._loopback import serving
+from benchmarks.floor import floor
 from provmw.config import ProviderConfig
 from provmw.http import HttpClient
 from provmw.manager import ServiceManager
@@ -192,6 +195,7 @@ def contender(name: str) -> Contender:
 CONTENDERS: dict[str, Contender] = {
     "raw": raw, "adapter": adapter, "bare": _managed(BARE), "full": _managed(FULL),
     "budget": _managed(FULL + BUDGET), "hit": _managed(FULL, lambda: "Say hello"),
+    "floor": functools.partial(floor, key=KEY, options=OPTIONS, prompt=prompt),
     "openai-sdk": openai_sdk, "litellm": litellm,
 }
 _PEERS = {"openai-sdk": "openai", "litellm": "litellm"}
