@@ -11,7 +11,6 @@ builds one in a line.
 from __future__ import annotations
 
 import enum
-import functools
 import hashlib
 import itertools
 import json
@@ -166,13 +165,24 @@ class CallFacts:
     # none of them (rate limits, budgets and the fallback layer do, on a miss).
     sizes: Callable[[], tuple[int, int | None, Mapping[str, tuple[str, ...]]]] | None = attrs.field(
         default=None, eq=False, repr=False)
+    # What the lazy facts came to, once read. Plain slots rather than cached properties: on a
+    # slotted class those reach their value through an AttributeError and ``__getattr__``.
+    _sized: tuple[int, int | None, FrozenMap] | None = attrs.field(default=None, init=False, eq=False, repr=False)
+    _bounded: tuple[int, float | None, float | None] | None = attrs.field(
+        default=None, init=False, eq=False, repr=False)
+    _keys: tuple[str | None, str | None] | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
-    @functools.cached_property
+    @property
     def _sizes(self) -> tuple[int, int | None, FrozenMap]:
-        if self.sizes is not None:
-            estimated, max_output, unmet = self.sizes()
-            return estimated, max_output, _freeze(unmet)
-        return self._estimated_input_tokens, self._max_output_tokens, self._unmet
+        sized = self._sized
+        if sized is None:
+            if self.sizes is not None:
+                estimated, max_output, unmet = self.sizes()
+                sized = estimated, max_output, _freeze(unmet)
+            else:
+                sized = self._estimated_input_tokens, self._max_output_tokens, self._unmet
+            object.__setattr__(self, "_sized", sized)
+        return sized
 
     @property
     def estimated_input_tokens(self) -> int:
@@ -189,11 +199,14 @@ class CallFacts:
         """For each configuration of the fallback chain that cannot honour ``needs``: what it lacks."""
         return self._sizes[2]
 
-    @functools.cached_property
+    @property
     def _bounds(self) -> tuple[int, float | None, float | None]:
-        if self.bounds is not None:
-            return self.bounds()
-        return self._max_input_tokens, self._planned_cost_usd, self._estimated_cost_usd
+        bounded = self._bounded
+        if bounded is None:
+            bounded = self.bounds() if self.bounds is not None else \
+                (self._max_input_tokens, self._planned_cost_usd, self._estimated_cost_usd)
+            object.__setattr__(self, "_bounded", bounded)
+        return bounded
 
     @property
     def max_input_tokens(self) -> int:
@@ -210,16 +223,24 @@ class CallFacts:
         """The worst case over the fallback chain at the estimate."""
         return self._bounds[2]
 
-    @functools.cached_property
+    @property
     def shared_cache_key(self) -> str | None:
         """The canonical request's digest, for nobody in particular (shared cache namespaces)."""
-        return None if self.digest is None else self.digest()
+        return self._cache_keys[0]
 
-    @functools.cached_property
+    @property
     def cache_key(self) -> str | None:
         """The digest bound to the caller's tenant and user: what the cache keys answers by."""
-        shared = self.shared_cache_key
-        return None if shared is None else scoped_key(shared, self.tenant, self.user)
+        return self._cache_keys[1]
+
+    @property
+    def _cache_keys(self) -> tuple[str | None, str | None]:
+        keys = self._keys
+        if keys is None:
+            shared = None if self.digest is None else self.digest()
+            keys = shared, None if shared is None else scoped_key(shared, self.tenant, self.user)
+            object.__setattr__(self, "_keys", keys)
+        return keys
 
 
 class AttemptLog:

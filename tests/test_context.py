@@ -8,7 +8,7 @@ import uuid
 import attrs
 import pytest
 
-from provmw.context import FrozenMap, ProviderCallContext, ProviderOperation
+from provmw.context import CallFacts, FrozenMap, ProviderCallContext, ProviderOperation, scoped_key
 from provmw.testing import call_context
 
 
@@ -116,3 +116,26 @@ def test_a_forked_child_does_not_hand_out_its_parents_next_ids() -> None:
     os.close(reader)
     os.close(writer)
     assert child != ProviderCallContext(ProviderOperation.CHAT).correlation_id
+
+
+def test_each_lazy_fact_is_computed_once_however_often_it_is_read() -> None:
+    made: list[str] = []
+
+    def computing(name: str, value: object) -> object:
+        return lambda: made.append(name) or value
+
+    facts = CallFacts(digest=computing("digest", "d" * 64), sizes=computing("sizes", (3, 5, {})),
+                      bounds=computing("bounds", (7, 0.5, 0.25)), tenant="acme")
+    for _ in range(3):
+        seen = (facts.cache_key, facts.shared_cache_key, facts.estimated_input_tokens, facts.max_output_tokens,
+                facts.unmet, facts.max_input_tokens, facts.planned_cost_usd, facts.estimated_cost_usd)
+    assert sorted(made) == ["bounds", "digest", "sizes"]
+    assert seen[1:] == ("d" * 64, 3, 5, FrozenMap(), 7, 0.5, 0.25)
+    assert seen[0] == scoped_key("d" * 64, "acme", None)
+
+
+def test_facts_compare_equal_whether_or_not_their_lazy_facts_were_read() -> None:
+    read, unread = CallFacts(user="ada", deterministic=True), CallFacts(user="ada", deterministic=True)
+    assert (read.cache_key, read.estimated_input_tokens, read.max_input_tokens) == (None, 0, 0)
+    assert read == unread
+    assert pickle.loads(pickle.dumps(read)) == unread
