@@ -4,6 +4,8 @@ import os
 import pickle
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import pytest
@@ -121,8 +123,11 @@ def test_a_forked_child_does_not_hand_out_its_parents_next_ids() -> None:
 def test_each_lazy_fact_is_computed_once_however_often_it_is_read() -> None:
     made: list[str] = []
 
-    def computing(name: str, value: object) -> object:
-        return lambda: made.append(name) or value
+    def computing(name: str, value: Any) -> Callable[[], Any]:
+        def compute() -> Any:
+            made.append(name)
+            return value
+        return compute
 
     facts = CallFacts(digest=computing("digest", "d" * 64), sizes=computing("sizes", (3, 5, {})),
                       bounds=computing("bounds", (7, 0.5, 0.25)), tenant="acme")
