@@ -14,7 +14,9 @@ Every contender posts the same chat completion to one loopback server (its own p
 - ``openai-sdk`` and ``litellm``: the peers, when the ``peers`` extra is installed.
 
 The machine is shared, so rounds are interleaved (each round runs every contender once,
-in a rotated order) and the table shows medians over rounds, with the range. Script mode::
+in a rotated order) and the table shows medians over rounds, with the range. At c=64 the
+client is CPU bound, so the table also gives its CPU time per call (``time.process_time``:
+user and system, every thread of the process; the server's is not in it). Script mode::
 
     python -m benchmarks.end_to_end --rounds 7 --calls 300 --concurrent-calls 1280
 """
@@ -234,7 +236,7 @@ def _folder() -> Iterator[Path]:
 
 
 async def _rounds(url: str, names: list[str], args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
-    results: dict[str, dict[str, list[float]]] = {n: {"c1": [], "c64": []} for n in names}
+    results: dict[str, dict[str, list[float]]] = {n: {"c1": [], "c64": [], "cpu64": []} for n in names}
     with _folder() as folder:
         calls: dict[str, Call] = {}
         async with _opened(names, url, folder, calls):
@@ -244,7 +246,10 @@ async def _rounds(url: str, names: list[str], args: argparse.Namespace) -> dict[
                 order = names[round_ % len(names):] + names[:round_ % len(names)]
                 for name in order:
                     results[name]["c1"].append(await per_call_us(calls[name], args.calls))
+                    cpu = time.process_time()
                     results[name]["c64"].append(await throughput(calls[name], args.concurrent_calls, 64))
+                    cpu = (time.process_time() - cpu) / args.concurrent_calls * 1e6
+                    results[name]["cpu64"].append(cpu)
                 print(f"round {round_ + 1}/{args.rounds} done", flush=True)
     return results
 
@@ -264,15 +269,18 @@ def _span(values: list[float], scale: float = 1.0) -> str:
 
 
 def table(results: dict[str, dict[str, list[float]]]) -> str:
-    """Markdown: per-call time at c=1 and throughput at c=64, medians (ranges), ratios to raw."""
+    """Markdown: per-call time at c=1 and throughput at c=64, medians (ranges), ratios to raw;
+    and the client's CPU (user and system, every thread) per call at c=64, where it is the bound."""
     raw_c1 = statistics.median(results["raw"]["c1"])
     raw_c64 = statistics.median(results["raw"]["c64"])
-    lines = ["| contender | c=1 us/call median (range) | x raw | c=64 calls/s median (range) | raw / this |",
-             "|---|---|---|---|---|"]
+    raw_cpu = statistics.median(results["raw"]["cpu64"])
+    lines = ["| contender | c=1 us/call median (range) | x raw | c=64 calls/s median (range) | raw / this "
+             "| c=64 CPU us/call median (range) | x raw |",
+             "|---|---|---|---|---|---|---|"]
     for name, found in results.items():
-        c1, c64 = statistics.median(found["c1"]), statistics.median(found["c64"])
+        c1, c64, cpu = (statistics.median(found[k]) for k in ("c1", "c64", "cpu64"))
         lines.append(f"| {name} | {_span(found['c1'])} | {c1 / raw_c1:.2f} | {_span(found['c64'])} | "
-                     f"{raw_c64 / c64:.2f} |")
+                     f"{raw_c64 / c64:.2f} | {_span(found['cpu64'])} | {cpu / raw_cpu:.2f} |")
     return "\n".join(lines)
 
 

@@ -12,6 +12,14 @@ system calls are counted apart::
     python -m benchmarks.instructions                 # needs valgrind; strace for --syscalls
     python -m benchmarks.instructions --only full --syscalls
     python -m benchmarks.instructions --only full --without cache   # a layer's share: the difference
+
+``--network C`` counts the end-to-end contenders instead (:mod:`benchmarks.end_to_end`: raw
+aiohttp, the floor, the full stack...), ``C`` calls at once against the loopback server, in
+its own process and not counted: the client's whole cost of a call, aiohttp and the socket's
+system calls included, where the timed c=64 figures move by a fifth between runs::
+
+    python -m benchmarks.instructions --network 64 --only raw floor full
+    python -m benchmarks.instructions --network 64 --only full --without usage
 """
 
 from __future__ import annotations
@@ -27,8 +35,9 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from benchmarks._loopback import serving
 from benchmarks.cpu import TEMPLATES, URL, InstantHttp
-from benchmarks.end_to_end import _manager
+from benchmarks.end_to_end import CONTENDERS, _managed, _manager, contender, throughput
 
 __all__ = ["main"]
 
@@ -54,23 +63,34 @@ async def _calls(name: str, calls: int, folder: Path, without: list[str]) -> Non
             await manager.chat(text(), user="ada", tenant="acme")
 
 
-def _child(name: str, calls: int, without: list[str]) -> None:
+async def _network_calls(name: str, calls: int, folder: Path, without: list[str], concurrency: int) -> None:
+    made = _managed(_without(TEMPLATES[name][0], without), TEMPLATES[name][1]) if without else contender(name)
+    with serving() as url:
+        async with made(url, folder) as call:
+            await throughput(call, WARM_UP, concurrency)
+            if calls:
+                await throughput(call, calls, concurrency)
+
+
+def _child(name: str, calls: int, without: list[str], network: int) -> None:
     with tempfile.TemporaryDirectory(prefix="provmw-count-") as folder:
-        asyncio.run(_calls(name, calls, Path(folder), without))
+        asyncio.run(_network_calls(name, calls, Path(folder), without, network) if network
+                    else _calls(name, calls, Path(folder), without))
 
 
-def _run(tool: list[str], name: str, calls: int, without: list[str]) -> str:
+def _run(tool: list[str], name: str, calls: int, without: list[str], network: int) -> str:
     command = [*tool, sys.executable, "-m", "benchmarks.instructions", "--child", name, str(calls),
-               "--without", *without]
+               "--network", str(network), "--without", *without]
     return subprocess.run(command, capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONHASHSEED": "0"}).stderr
 
 
-def instructions(name: str, calls: int, without: list[str]) -> float:
-    """Instructions per call of contender ``name``, with the layers ``without`` names switched off."""
+def instructions(name: str, calls: int, without: list[str], network: int = 0) -> float:
+    """Instructions per call of contender ``name``, with the layers ``without`` names switched off
+    (or, with ``network`` calls at once, of the end-to-end contender ``name``)."""
     def count(n: int) -> int:
-        found = re.search(r"Collected : (\d+)", _run(["valgrind", "--tool=callgrind",
-                                                      "--callgrind-out-file=/dev/null"], name, n, without))
+        found = re.search(r"Collected : (\d+)", _run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"],
+                                                     name, n, without, network))
         assert found is not None, "callgrind printed no total"
         return int(found.group(1))
 
@@ -81,7 +101,7 @@ def syscalls(name: str, calls: int, without: list[str]) -> dict[str, float]:
     """System calls per call of contender ``name``, by name (those made at least once every 100 calls)."""
     def count(n: int) -> Counter[str]:
         with tempfile.NamedTemporaryFile(suffix=".strace") as out:
-            _run(["strace", "-f", "-c", "-o", out.name], name, n, without)
+            _run(["strace", "-f", "-c", "-o", out.name], name, n, without, 0)
             rows = (line.split() for line in Path(out.name).read_text().splitlines())
             return Counter({row[-1]: int(row[3]) for row in rows if len(row) >= 5 and row[0][0].isdigit()})
 
@@ -93,22 +113,32 @@ def syscalls(name: str, calls: int, without: list[str]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=1000)
-    parser.add_argument("--only", nargs="*", default=["bare", "full", "hit"], choices=list(TEMPLATES))
+    parser.add_argument("--only", nargs="*", default=None, choices=sorted({*TEMPLATES, *CONTENDERS}),
+                        help="contenders (default: bare full hit; with --network: raw floor full)")
     parser.add_argument("--syscalls", action="store_true", help="also count system calls (strace)")
     parser.add_argument("--without", nargs="*", default=[], metavar="LAYER",
                         help="built-in middleware to switch off (a layer's share is the difference)")
+    parser.add_argument("--network", type=int, default=0, metavar="C",
+                        help="count the end-to-end contenders, C calls at once, against the loopback server")
     parser.add_argument("--child", nargs=2, metavar=("NAME", "CALLS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        _child(args.child[0], int(args.child[1]), args.without)
+        _child(args.child[0], int(args.child[1]), args.without, args.network)
         return
+    names = args.only or (["raw", "floor", "full"] if args.network else ["bare", "full", "hit"])
+    if unknown := [n for n in names if n not in (CONTENDERS if args.network else TEMPLATES)]:
+        parser.error(f"not a contender{' of the end-to-end benchmark' if args.network else ''}: {', '.join(unknown)}")
+    if args.network and args.syscalls:
+        parser.error("--network counts instructions only (strace would count the server's system calls too)")
+    if args.without and (unmanaged := [n for n in names if n not in TEMPLATES]):
+        parser.error(f"--without switches off layers of provmw's manager, which {', '.join(unmanaged)} does not use")
     tools = ["valgrind"] + (["strace"] if args.syscalls else [])
     if missing := [tool for tool in tools if shutil.which(tool) is None]:
         parser.error(f"needs {' and '.join(missing)} on PATH")
     print("| contender | instructions per call |" + (" system calls per call |" if args.syscalls else ""))
     print("|---|---|" + ("---|" if args.syscalls else ""))
-    for name in args.only:
-        row = f"| {name} | {instructions(name, args.calls, args.without):,.0f} |"
+    for name in names:
+        row = f"| {name} | {instructions(name, args.calls, args.without, args.network):,.0f} |"
         if args.syscalls:
             made = syscalls(name, args.calls, args.without)
             row += " " + ", ".join(f"{call} {n:.2f}" for call, n in made.items()) + " |"
