@@ -121,8 +121,9 @@ async def floor(url: str, folder: Path, *, key: str, options: Mapping[str, Any],
                     answer = await response.json()
                 else:
                     await response.read()  # an error's body: read, not parsed
-        except BaseException:
-            outcome(False)
+        except BaseException as exc:
+            if isinstance(exc, aiohttp.ClientError | TimeoutError):  # a cancellation says nothing of the endpoint
+                outcome(False)
             ledger.record((call_id, number, started, tenant, user, "gpt-4o-mini", 0, 0, None,
                            time.time() - started, "error"))
             raise
