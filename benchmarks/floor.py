@@ -110,8 +110,8 @@ async def floor(url: str, folder: Path, *, key: str, options: Mapping[str, Any],
             open_until = time.monotonic() + 30
             outcomes.clear()
 
-    async def attempt(call_id: str, number: int, text: str, tenant: str, user: str) -> tuple[int, Any]:
-        """One attempt: its status and answer (None unless 2xx), its row written either way."""
+    async def attempt(call_id: str, number: int, text: str, tenant: str, user: str) -> tuple[int, Any, int]:
+        """One attempt: its status, answer (None unless 2xx) and tokens used; its row written either way."""
         started, status, answer = time.time(), 0, None
         try:
             async with asyncio.timeout(30), session.post(f"{url}/chat/completions", data=text,
@@ -133,7 +133,7 @@ async def floor(url: str, folder: Path, *, key: str, options: Mapping[str, Any],
                        used_in * _PRICE_IN + used_out * _PRICE_OUT, time.time() - started,
                        "ok" if status < 300 else "error"))
         outcome(status < 500)
-        return status, answer
+        return status, answer, used_in + used_out
 
     async def call(_: int, tenant: str = "acme", user: str = "ada") -> Any:
         nonlocal in_flight
@@ -154,11 +154,11 @@ async def floor(url: str, folder: Path, *, key: str, options: Mapping[str, Any],
             async with asyncio.timeout(120):
                 for number in range(1, 4):
                     try:
-                        status, answer = await attempt(call_id, number, text, tenant, user)
+                        status, answer, tokens_used = await attempt(call_id, number, text, tenant, user)
                     except (aiohttp.ClientError, TimeoutError):
-                        status, answer = 0, None
+                        status, answer, tokens_used = 0, None, 0
+                    used += tokens_used
                     if answer is not None:
-                        used += answer.get("usage", {}).get("total_tokens", 0)
                         break
                     if number == 3 or (status and status not in _RETRIED):
                         raise RuntimeError(f"status {status}" if status else "no answer")
