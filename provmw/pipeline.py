@@ -109,12 +109,14 @@ def _resolve(middlewares: Iterable[object]) -> tuple[Middleware, ...]:
 class MiddlewarePipeline:
     """An ordered stack of middleware around a terminal call, built once, run per call."""
 
-    __slots__ = ("_handlers", "_middlewares", "controls")
+    __slots__ = ("_inner", "_middlewares", "_outer", "controls")
 
     def __init__(self, middlewares: Iterable[object] = ()) -> None:
         self._middlewares = _resolve(middlewares)
-        # Bound methods looked up once; run() only composes them around the terminal.
-        self._handlers = tuple(m.handle for m in reversed(self._middlewares))
+        # Bound methods looked up once; run() only composes them around the terminal: the
+        # outermost is called directly, the others (innermost first) through one function each.
+        self._outer = self._middlewares[0].handle if self._middlewares else None
+        self._inner = tuple(m.handle for m in reversed(self._middlewares[1:]))
         self.controls: frozenset[str] = frozenset().union(
             *(m.controls for m in self._middlewares if isinstance(m, DeclaresControls)))
 
@@ -146,13 +148,16 @@ class MiddlewarePipeline:
 
     def run(self, ctx: ProviderCallContext, config: ProviderConfig, terminal: Terminal[R]) -> Awaitable[R]:
         """Run the call described by ``ctx`` through every layer down to ``terminal``; await the result."""
-        # Not a coroutine function itself, and no helper call per layer: each layer is a plain
-        # function whose defaults hold what it calls, so a call through N layers costs N handler
-        # coroutines and little else (a helper building a closure per layer cost 1.7 times
-        # hand-nested lambdas, benchmarks/test_bench_pipeline.py).
+        # Not a coroutine function itself, and no helper call per layer: each inner layer is a
+        # plain function whose defaults hold what it calls, and the outermost is called as it is,
+        # so a call through N layers costs N handler coroutines and N - 1 small functions (a
+        # helper building a closure per layer cost 1.7 times hand-nested lambdas,
+        # benchmarks/test_bench_pipeline.py).
+        if self._outer is None:
+            return terminal(config)
         call: Next[R] = terminal
-        for handle in self._handlers:
+        for handle in self._inner:
             def call(config: ProviderConfig, handle: Callable[..., Awaitable[R]] = handle, inner: Next[R] = call,
                      ctx: ProviderCallContext = ctx) -> Awaitable[R]:
                 return handle(ctx, config, inner)
-        return call(config)
+        return self._outer(ctx, config, call)
