@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -117,19 +118,47 @@ async def test_a_generator_works_as_the_middleware_list() -> None:
     assert [j[0] for j in journal][:2] == ["a:in", "b:in"]
 
 
+@attrs.define
+class Twice:
+    name: str = "twice"
+    priority: int = 1
+
+    async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
+        await next(config)
+        return await next(config)
+
+
 async def test_next_may_be_called_several_times() -> None:
-    @attrs.define
-    class TwiceMiddleware:
-        name: str = "twice"
-        priority: int = 1
+    journal: list[Any] = []
+    await MiddlewarePipeline([Twice()]).run(ctx(), CONFIG, terminal_into(journal))
+    assert [j[0] for j in journal] == ["terminal", "terminal"]
+
+
+async def test_an_outer_layer_calling_next_twice_runs_the_inner_layers_twice() -> None:
+    journal: list[Any] = []
+    pipeline = MiddlewarePipeline([Twice(priority=3), Recorder("inner", 1, journal)])
+    await pipeline.run(ctx(), CONFIG, terminal_into(journal))
+    assert [j[0] for j in journal] == ["inner:in", "terminal", "inner:out"] * 2
+
+
+async def test_concurrent_runs_each_carry_their_own_context_and_configuration() -> None:
+    journal: list[Any] = []
+    both_in = asyncio.Barrier(2)
+
+    class Meet:
+        name, priority = "meet", 2
 
         async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
-            await next(config)
+            await both_in.wait()  # both calls are inside the pipeline before either goes on
             return await next(config)
 
-    journal: list[Any] = []
-    await MiddlewarePipeline([TwiceMiddleware()]).run(ctx(), CONFIG, terminal_into(journal))
-    assert [j[0] for j in journal] == ["terminal", "terminal"]
+    pipeline = MiddlewarePipeline([Recorder("outer", 3, journal), Meet(), Recorder("inner", 1, journal)])
+    first, second = ctx(), ctx()
+    answers = await asyncio.gather(pipeline.run(first, CONFIG, terminal_into(journal)),
+                                   pipeline.run(second, OTHER, terminal_into(journal)))
+    assert [a.served_by for a in answers] == ["primary", "other"]
+    seen = {(c.call_id, identifier) for _, c, identifier in journal if c is not None}
+    assert seen == {(first.call_id, "primary"), (second.call_id, "other")}
 
 
 def test_ties_are_broken_by_name() -> None:
