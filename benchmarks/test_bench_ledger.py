@@ -3,7 +3,8 @@
 Each call goes through a ``ServiceManager`` to the fake provider on loopback and returns
 only once its ledger record is committed to the SQLite file (WAL; ``synchronous`` NORMAL,
 the default, or FULL). At concurrency 1 every call pays one commit; at 64, concurrent
-records share one commit (group commit). 256 calls per round.
+records share one commit (group commit). 256 calls per round. ``python -m
+benchmarks.durable_recording`` times c=1 as alternating pairs, which a shared machine's drift moves less.
 """
 
 from __future__ import annotations
@@ -15,15 +16,10 @@ from typing import Any
 
 import pytest
 
-from provmw.config import ProviderConfig
-from provmw.manager import ServiceManager
-from provmw.plugins import PluginHost, PluginPolicy
-from provmw.settings import Settings
+from benchmarks.durable_recording import manager
 from provmw.testing import FakeProvider
 
 CALLS = 256
-OTHERS_OFF = {name: {"enabled": False} for name in (
-    "deadline", "usage_hits", "cache", "budget", "fallback", "rate_limit", "retry", "circuit_breaker", "timeout")}
 
 
 @pytest.fixture
@@ -31,15 +27,6 @@ def fake(loop: asyncio.AbstractEventLoop) -> Iterator[FakeProvider]:
     server = loop.run_until_complete(FakeProvider().start())
     yield server
     loop.run_until_complete(server.stop())
-
-
-def manager(fake: FakeProvider, ledger: Path, synchronous: str) -> ServiceManager:
-    config = ProviderConfig(identifier="a", provider="openai", model="m", base_url=fake.openai_base_url,
-                            price={"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0})
-    usage: dict[str, Any] = ({"enabled": False} if synchronous == "off"
-                             else {"path": str(ledger), "synchronous": synchronous})
-    settings = Settings(configurations={"a": config}, default="a", middleware={**OTHERS_OFF, "usage": usage})
-    return ServiceManager(settings, host=PluginHost(PluginPolicy(autoload=False), environ={}))
 
 
 @pytest.mark.parametrize("concurrency", [1, 64])
