@@ -9,10 +9,11 @@ anything is sent, after DNS resolution, and every address the name resolves to m
     ad_hoc_destinations = ["public", "private", "loopback"]    # a gateway on the LAN, a local server
 
 Link-local and cloud metadata addresses (169.254.169.254, fd00:ec2::254, 100.100.100.200,
-``metadata.google.internal``) are never reachable ad hoc; a named configuration can still
-name them. Ad-hoc calls go through an HTTP client of their own whose resolver is the checking
-one, so a connection only ever opens to an address that passed (no DNS rebinding between the
-check and the connect); IP literals never reach a resolver and are checked by value.
+``metadata.google.internal``), with or without an IPv6 zone id, are never reachable ad hoc; a
+named configuration can still name them. Ad-hoc calls go through an HTTP client of their own
+whose resolver is the checking one, so a connection only ever opens to an address that passed
+(no DNS rebinding between the check and the connect); IP literals never reach a resolver and
+are checked by value.
 """
 
 from __future__ import annotations
@@ -62,9 +63,13 @@ _NUMERIC = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
 
 
 def _embedded_v4(address: IPAddress) -> IPAddress:
-    """The IPv4 address an IPv6 one carries (mapped, NAT64, 6to4), else ``address``."""
+    """The IPv4 address an IPv6 one carries (mapped, NAT64, 6to4), else ``address`` without its scope."""
     if isinstance(address, ipaddress.IPv4Address):
         return address
+    if address.scope_id is not None:
+        # A zone id (``%eth0``, ``%251`` in a URL) names an interface, not another address;
+        # ipaddress counts it in equality, so fd00:ec2::254%1 would not be the metadata address.
+        address = ipaddress.IPv6Address(address.packed)
     if address.ipv4_mapped is not None:
         return address.ipv4_mapped
     if address in _NAT64:

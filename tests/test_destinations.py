@@ -110,6 +110,29 @@ async def test_metadata_addresses_are_refused_even_when_every_class_is_allowed(
             await manager.chat("hi", provider="openai", model="m", base_url=url)
 
 
+@pytest.mark.parametrize(("url", "kind"), [
+    ("http://[fd00:ec2::254%251]/v1", "metadata"), ("http://[fd00:ec2::254%eth0]/v1", "metadata"),
+    ("http://[fd00:ec2::254%25eth0]:8080/v1", "metadata"), ("http://[fe80::1%25eth0]/v1", "link_local"),
+    ("http://[::ffff:169.254.169.254%251]/v1", "metadata"), ("http://[64:ff9b::a9fe:a9fe%251]/v1", "metadata"),
+])
+async def test_a_zone_id_does_not_change_the_class_of_an_address(
+        url: str, kind: str, builtin_only: PluginHost) -> None:
+    # A scope (zone id, URL-encoded as %25) names an interface, not another address.
+    policy = DestinationPolicy(ad_hoc_destinations=("public", "private", "loopback"))
+    async with ServiceManager(bare(policy), host=builtin_only) as manager:
+        with pytest.raises(DestinationRefusedError, match="never reachable by an ad-hoc call") as caught:
+            await manager.chat("hi", provider="openai", model="m", api_key=SENTINEL_KEY, base_url=url)
+    assert caught.value.kind == kind
+
+
+@given(st.ip_addresses(v=6) | st.sampled_from([ipaddress.IPv6Address("fd00:ec2::254"),
+                                               ipaddress.IPv6Address("fe80::a9fe:a9fe")]),
+       st.sampled_from(["1", "251", "eth0", "25eth0"]))
+def test_an_ipv6_address_with_a_scope_is_of_its_class_without_one(
+        address: ipaddress.IPv6Address, scope: str) -> None:
+    assert address_kind(ipaddress.IPv6Address(f"{address}%{scope}")) == address_kind(address)
+
+
 async def test_an_allowed_class_reaches_the_server(fake: FakeProvider, builtin_only: PluginHost) -> None:
     async with ServiceManager(bare(LOOPBACK_ALLOWED), host=builtin_only) as manager:
         response = await manager.chat("hi", provider="openai", model="m",
