@@ -8,6 +8,8 @@ import zlib
 import pytest
 from botocore.eventstream import EventStreamBuffer
 from provmw_bedrock.eventstream import (
+    MAX_HEADER_BYTES,
+    MAX_HEADERS,
     EventStreamDecoder,
     EventStreamError,
     EventTooLargeError,
@@ -57,10 +59,33 @@ def test_a_message_over_the_limit_is_refused_from_its_prelude() -> None:
     assert caught.value.limit_bytes == 4096
 
 
-def test_a_header_running_past_its_block_is_refused() -> None:
-    # A string header declaring 200 bytes in a block of a dozen: CRCs right, content wrong.
-    headers = b"\x01a\x07\x00\xc8abc"
+def framed(headers: bytes) -> bytes:
+    """A message of raw header bytes and no payload, both checksums right."""
     prelude = struct.pack(">II", 16 + len(headers), len(headers))
     body = prelude + struct.pack(">I", zlib.crc32(prelude)) + headers
+    return body + struct.pack(">I", zlib.crc32(body))
+
+
+def test_a_header_running_past_its_block_is_refused() -> None:
+    # A string header declaring 200 bytes in a block of a dozen: CRCs right, content wrong.
     with pytest.raises(EventStreamError, match="runs past"):
-        EventStreamDecoder(1024).feed(body + struct.pack(">I", zlib.crc32(body)))
+        EventStreamDecoder(1024).feed(framed(b"\x01a\x07\x00\xc8abc"))
+
+
+def test_headers_over_their_byte_limit_are_refused_from_the_prelude() -> None:
+    message = framed(b"\x01a\x00" * (MAX_HEADER_BYTES // 3 + 1))
+    with pytest.raises(EventStreamError, match=f"over the limit of {MAX_HEADER_BYTES}"):
+        EventStreamDecoder(1 << 20).feed(message[:12])
+
+
+def test_headers_past_the_count_limit_are_not_decoded() -> None:
+    # Header number MAX_HEADERS + 1 has no known type: refused for the count, so it was never read.
+    headers = b"\x01a\x00" * MAX_HEADERS + b"\x01b\xff" * 10_000
+    with pytest.raises(EventStreamError, match=f"more than {MAX_HEADERS} headers"):
+        EventStreamDecoder(1 << 20).feed(framed(headers))
+
+
+def test_a_message_of_as_many_headers_as_the_limit_decodes() -> None:
+    names = [f"h{i:02d}" for i in range(MAX_HEADERS)]
+    [message] = EventStreamDecoder(1024 * 4).feed(encode_message(dict.fromkeys(names, True), b"{}"))
+    assert list(message.headers) == names

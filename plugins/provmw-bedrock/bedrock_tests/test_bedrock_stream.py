@@ -10,6 +10,7 @@ from aiohttp.test_utils import TestServer
 from provmw_bedrock import BedrockAdapter
 from provmw_bedrock.adapter import EVENT_STREAM
 from provmw_bedrock.answers import finish_reason
+from provmw_bedrock.eventstream import MAX_HEADERS, encode_message
 from provmw_bedrock.fake import converse_answer, converse_events, event_frame
 
 from provmw.config import ProviderConfig
@@ -131,3 +132,19 @@ def test_stop_reasons_are_normalised(reason: str, normalised: str) -> None:
 def test_malformed_output_stop_reasons_raise(reason: str) -> None:
     with pytest.raises(MalformedResponseError, match=reason):
         finish_reason(reason, "m")
+
+
+async def test_a_message_of_too_many_headers_is_a_malformed_answer() -> None:
+    flood = encode_message({f"h{i}": True for i in range(MAX_HEADERS * 100)}, b"{}")
+
+    async def many_headers(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": EVENT_STREAM})
+        await response.prepare(request)
+        await response.write(flood)
+        return response
+
+    app = web.Application()
+    app.router.add_post("/model/{model}/converse-stream", many_headers)
+    async with TestServer(app, host="127.0.0.1") as server:
+        with pytest.raises(MalformedResponseError, match=f"more than {MAX_HEADERS} headers"):
+            await chunks(str(server.make_url("")).rstrip("/"))

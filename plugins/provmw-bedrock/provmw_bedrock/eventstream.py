@@ -4,7 +4,10 @@ Each message is a 12-byte prelude (total length, headers length, the prelude's C
 headers, its payload and the CRC32 of everything before it, all big-endian. ConverseStream
 answers in it; the fake provider writes it. The decoder holds at most one message (bounded
 by ``max_message_bytes``) plus the chunk that is being read, and refuses a message whose
-prelude declares more as soon as the prelude has arrived, before its bytes do.
+prelude declares more as soon as the prelude has arrived, before its bytes do. Headers are
+bounded too, before any is decoded: their bytes from the prelude (AWS's own framing limit,
+128 KiB), their count as they are walked (``MAX_HEADERS``; an answer carries three or four),
+so one message of millions of two-byte headers costs a prelude check, not seconds of work.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
-__all__ = ["EventMessage", "EventStreamDecoder", "EventStreamError", "EventTooLargeError", "HeaderValue",
-           "encode_message"]
+__all__ = ["MAX_HEADERS", "MAX_HEADER_BYTES", "EventMessage", "EventStreamDecoder", "EventStreamError",
+           "EventTooLargeError", "HeaderValue", "encode_message"]
 
 HeaderValue = bool | int | bytes | str | uuid.UUID
 
@@ -25,6 +28,10 @@ _PRELUDE = struct.Struct(">III")
 _CRC = struct.Struct(">I")
 # Prelude, message CRC: a message with no header and no payload is this long.
 _EMPTY_MESSAGE_BYTES = _PRELUDE.size + _CRC.size
+# The framing's own limit on a message's headers (botocore refuses more too).
+MAX_HEADER_BYTES = 128 * 1024
+# Bedrock sends :event-type, :content-type and :message-type (an exception one more): room to spare.
+MAX_HEADERS = 32
 
 
 class EventStreamError(ValueError):
@@ -55,8 +62,11 @@ class EventMessage:
 class EventStreamDecoder:
     """Splits a byte stream into messages, checking both checksums of each."""
 
-    def __init__(self, max_message_bytes: int) -> None:
+    def __init__(self, max_message_bytes: int, *, max_headers: int = MAX_HEADERS,
+                 max_header_bytes: int = MAX_HEADER_BYTES) -> None:
         self._limit = max_message_bytes
+        self._max_headers = max_headers
+        self._max_header_bytes = max_header_bytes
         self._buffer = bytearray()
 
     @property
@@ -75,6 +85,19 @@ class EventStreamDecoder:
     def _next(self) -> EventMessage | None:
         if len(self._buffer) < _PRELUDE.size:
             return None
+        total, headers_length = self._prelude()
+        if len(self._buffer) < total:
+            return None
+        message = bytes(self._buffer[:total])
+        del self._buffer[:total]
+        if zlib.crc32(message[:-_CRC.size]) != _CRC.unpack_from(message, total - _CRC.size)[0]:
+            raise EventStreamError("event-stream message checksum does not match")
+        headers_end = _PRELUDE.size + headers_length
+        headers = _headers(message[_PRELUDE.size:headers_end], self._max_headers)
+        return EventMessage(headers, message[headers_end:-_CRC.size])
+
+    def _prelude(self) -> tuple[int, int]:
+        """The message's total and headers lengths, checked as soon as they arrive, before the bytes they declare."""
         total, headers_length, prelude_crc = _PRELUDE.unpack_from(self._buffer)
         if zlib.crc32(self._buffer[:8]) != prelude_crc:
             raise EventStreamError("event-stream prelude checksum does not match")
@@ -83,14 +106,10 @@ class EventStreamDecoder:
                                      f"{self._limit} bytes ([http] max_event_bytes)", limit_bytes=self._limit)
         if total < _EMPTY_MESSAGE_BYTES or headers_length > total - _EMPTY_MESSAGE_BYTES:
             raise EventStreamError(f"event-stream lengths are inconsistent (total {total}, headers {headers_length})")
-        if len(self._buffer) < total:
-            return None
-        message = bytes(self._buffer[:total])
-        del self._buffer[:total]
-        if zlib.crc32(message[:-_CRC.size]) != _CRC.unpack_from(message, total - _CRC.size)[0]:
-            raise EventStreamError("event-stream message checksum does not match")
-        headers_end = _PRELUDE.size + headers_length
-        return EventMessage(_headers(message[_PRELUDE.size:headers_end]), message[headers_end:-_CRC.size])
+        if headers_length > self._max_header_bytes:
+            raise EventStreamError(f"an event-stream message declares {headers_length} bytes of headers, over the "
+                                   f"limit of {self._max_header_bytes}")
+        return total, headers_length
 
 
 def _fixed(size: int, convert: Callable[[bytes], HeaderValue]) -> Callable[[bytes, int], tuple[HeaderValue, int]]:
@@ -138,10 +157,14 @@ _READERS: Mapping[int, Callable[[bytes, int], tuple[HeaderValue, int]]] = {
 }
 
 
-def _headers(data: bytes) -> dict[str, HeaderValue]:
+def _headers(data: bytes, max_headers: int) -> dict[str, HeaderValue]:
     headers: dict[str, HeaderValue] = {}
-    at = 0
+    at = count = 0
     while at < len(data):
+        # Counted, not len(headers): a repeated name would not grow the dict but costs a walk all the same.
+        count += 1
+        if count > max_headers:
+            raise EventStreamError(f"an event-stream message carries more than {max_headers} headers")
         length = data[at]
         name, kind = _text(data[at + 1:at + 1 + length]), data[at + 1 + length:at + 2 + length]
         if len(kind) != 1 or kind[0] not in _READERS:
