@@ -4,6 +4,11 @@ One transaction per step, on the caller's thread when the file is free (ADR 0030
 ``NORMAL`` a settle is written to this process's settle journal and committed with the next
 step, or within ``settle_delay_s`` (ADR 0032); at either setting a step replays the journals
 dead processes left. ``provmw.stores.budget_blocks`` reserves many calls at once over it.
+
+Leases expire by the store's clock, read inside each step's transaction: the clock of the host
+that holds the file (every process sharing a WAL file runs on that host), never the caller's
+``now``, so a process whose clock is skewed (or injected) can neither expire another's lease
+early nor make its own outlive its time (ADR 0044).
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import logging
 import math
 import sqlite3
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from provmw.stores._settles import Orphans, Settle, SettleJournal, merged
@@ -62,7 +68,8 @@ class SqliteBudgetStore:
     """Budgets in a SQLite file shared by every process that opens it (see the module's text)."""
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0, synchronous: Synchronous = "FULL",
-                 settle_delay_s: float = 0.02) -> None:
+                 settle_delay_s: float = 0.02, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock  # the store's clock: leases go by it, whatever ``now`` callers pass
         self.db = SqliteDatabase(path, _SCHEMA, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
         self._purged_at = self._replayed_at = -math.inf
         self._journal = SettleJournal(self.db.path)
@@ -80,28 +87,30 @@ class SqliteBudgetStore:
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None:
-        purge = now - self._purged_at >= _PURGE_EVERY_S
+        started = self._clock()  # the caller's ``now`` does not count (see the module's text)
+        purge = started - self._purged_at >= _PURGE_EVERY_S
         # Dead processes' settles go in well before their reservations' leases run out.
-        orphans = self._journal.orphans() if now - self._replayed_at >= lease_s / 4 else None
+        orphans = self._journal.orphans() if started - self._replayed_at >= lease_s / 4 else None
         if orphans is not None:
-            self._replayed_at = now
+            self._replayed_at = started
 
         def work(connection: sqlite3.Connection) -> Refusal | None:
             refusal = None
             with transaction(connection):
+                at = self._clock()  # once the file is ours: a wait for its lock does not age the leases
                 applied = self._apply_pending(connection, orphans)
                 if purge:
-                    connection.execute("DELETE FROM budget_reservations WHERE expires_at < ?", (now - KEEP_EXPIRED_S,))
+                    connection.execute("DELETE FROM budget_reservations WHERE expires_at < ?", (at - KEEP_EXPIRED_S,))
                 known = []
                 for charge in charges:
-                    spent, reserved, exists = self._held(connection, charge.bucket.key, now)
+                    spent, reserved, exists = self._held(connection, charge.bucket.key, at)
                     refusal = check(charge, spent, reserved)
                     if refusal is not None:
                         break
                     known.append(exists)
                 else:
                     for charge, exists in zip(charges, known, strict=True):
-                        self._hold(connection, reservation_id, charge, exists, now + lease_s)
+                        self._hold(connection, reservation_id, charge, exists, at + lease_s)
             self._committed(applied, orphans)
             return refusal
 
@@ -111,13 +120,13 @@ class SqliteBudgetStore:
             if orphans is not None:
                 orphans.release()  # a no-op once they are committed
         if purge:
-            self._purged_at = now
+            self._purged_at = started
         return refusal
 
     async def renew(self, reservation_id: str, *, now: float, lease_s: float) -> None:
         def work(connection: sqlite3.Connection) -> None:
             connection.execute("UPDATE budget_reservations SET expires_at = MAX(expires_at, ?) WHERE id = ?",
-                               (now + lease_s, reservation_id))
+                               (self._clock() + lease_s, reservation_id))
 
         await self.db.run(work)
 
@@ -184,8 +193,9 @@ class SqliteBudgetStore:
             orphans.release()
 
         def select(connection: sqlite3.Connection) -> list[BucketState]:
+            at = self._clock()
             rows = connection.execute("SELECT key, scope, subject, period, window, resets_at FROM budget_buckets")
-            return [BucketState(BucketId(*row[1:]), *self._held(connection, row[0], now)[:2]) for row in list(rows)]
+            return [BucketState(BucketId(*row[1:]), *self._held(connection, row[0], at)[:2]) for row in list(rows)]
 
         return await self.db.run(select)
 

@@ -18,6 +18,7 @@ from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
 from provmw.stores.budgets_sqlite import SqliteBudgetStore
 from provmw.stores.journal import UsageJournal
 from provmw.stores.usage import SqliteUsageStore
+from provmw.testing import FakeClock
 
 BUCKET = BucketId("global", "*", "total", "total")
 DOLLAR = Limits(cost_micro_usd=1_000_000)
@@ -60,8 +61,10 @@ async def test_a_killed_holder_frees_its_reservation_within_the_lease(tmp_path: 
 
 
 async def test_a_late_settle_from_a_survivor_counts_once(tmp_path: Path) -> None:
-    store = SqliteBudgetStore(tmp_path / "b.db")
+    clock = FakeClock(0.0)  # the store's: leases go by it (ADR 0044)
+    store = SqliteBudgetStore(tmp_path / "b.db", clock=clock)
     await store.reserve("slow", [Charge(BUCKET, DOLLAR, Amounts(900_000, 0, 1))], now=0, lease_s=LEASE_S)
+    clock.advance(2)
     await store.reserve("next", [Charge(BUCKET, DOLLAR, Amounts(900_000, 0, 1))], now=2, lease_s=LEASE_S)
     await store.settle("slow", Amounts(400_000, 0, 1))  # its lease ran out long ago
     await store.settle("slow", Amounts(400_000, 0, 1))
