@@ -126,6 +126,20 @@ def test_determinism_is_temperature_zero_or_a_seed() -> None:
     assert is_deterministic(CONFIG, EmbeddingRequest(["x"]))
 
 
+@pytest.mark.parametrize("where", ["call", "configuration"])
+def test_seed_zero_makes_a_call_deterministic_like_any_seed(where: str) -> None:
+    options = {"temperature": 0.7, "seed": 0}
+    config = attrs.evolve(CONFIG, options=options) if where == "configuration" else CONFIG
+    request = attrs.evolve(CHAT, options=options if where == "call" else {})
+    assert is_deterministic(config, request)
+
+
+def test_the_calls_options_decide_over_the_configurations() -> None:
+    config = attrs.evolve(CONFIG, options={"temperature": 0, "seed": 5})
+    assert not is_deterministic(config, attrs.evolve(CHAT, options={"temperature": 0.7, "seed": None}))
+    assert is_deterministic(attrs.evolve(CONFIG, options={"temperature": 0.7}), CHAT)
+
+
 def test_credentials_inside_the_base_url_are_part_of_the_fingerprint() -> None:
     one = ProviderConfig(identifier="a", provider="openai", model="m", base_url="https://h.test/v1?key=account-one")
     two = attrs.evolve(one, base_url="https://h.test/v1?key=account-two")

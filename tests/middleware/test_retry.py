@@ -179,6 +179,26 @@ def test_the_budget_never_grants_more_than_its_share_plus_the_initial_tokens(
     assert granted <= initial + share * sum(events) + 1e-9
 
 
+@given(events=st.lists(st.booleans(), max_size=300), share=st.floats(0, 1), initial=st.integers(0, 20),
+       maximum=st.integers(0, 10))
+def test_the_budget_never_holds_more_than_its_maximum(events: list[bool], share: float, initial: int,
+                                                      maximum: int) -> None:
+    budget = RetryBudget(share, initial, maximum)
+    for is_first_attempt in events:
+        budget.deposit() if is_first_attempt else budget.withdraw()
+    burst = 0
+    while budget.withdraw():  # what it grants in a row, with no call offered meanwhile
+        burst += 1
+    assert burst <= maximum
+
+
+def test_a_budget_saturated_by_deposits_grants_exactly_its_maximum() -> None:
+    budget = RetryBudget(0.5, 0, 3)
+    for _ in range(100):
+        budget.deposit()
+    assert [budget.withdraw() for _ in range(4)] == [True, True, True, False]
+
+
 async def test_a_spent_budget_stops_retrying_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
     middleware = RetryMiddleware(RetryOptions(budget_initial=1, budget_share=0), sleep=FakeClock().sleep)
     inner = ScriptedNext(*[ProviderUnavailableError("down")] * 10)
