@@ -1,6 +1,7 @@
 """What the manager's terminal uses besides the adapters: the method serving each operation, the
-repair turn, the attempt's timeout error, an ad-hoc call's key from the environment, and the
-ending of streams a call opened and dropped."""
+repair turn, the attempt's timeout error, an ad-hoc call's key from the environment, the
+answer's output bound, the meters of a stream's attempt, and the ending of streams a call
+opened and dropped."""
 
 from __future__ import annotations
 
@@ -9,14 +10,16 @@ import os
 from collections.abc import Mapping, Sequence
 
 from provmw.config import ProviderConfig, Secret
-from provmw.context import ProviderCallContext, ProviderOperation
-from provmw.errors import AttemptTimeoutError
+from provmw.context import AttemptMeter, ProviderCallContext, ProviderOperation
+from provmw.errors import AttemptTimeoutError, MalformedResponseError
 from provmw.providers import ProviderAdapter
 from provmw.requests import ChatRequest, ProviderRequest
-from provmw.streams import OpenedStream
+from provmw.responses import ProviderResponse
+from provmw.streams import OpenedStream, StreamEnd
 from provmw.structured import repaired
 
-__all__ = ["METHODS", "attempt_timeout", "end_all", "environment_key", "with_repair"]
+__all__ = ["METHODS", "attempt_timeout", "end_all", "environment_key", "meter_stream", "with_repair",
+           "within_output_bound"]
 
 
 # The adapter method that serves each operation (ProviderAdapter documents them).
@@ -51,3 +54,21 @@ def with_repair(request: ProviderRequest, ctx: ProviderCallContext) -> ProviderR
 def attempt_timeout(config: ProviderConfig) -> AttemptTimeoutError:
     return AttemptTimeoutError(f"attempt on {config.identifier!r} exceeded its timeout of {config.timeout_s:g}s",
                                limit_s=config.timeout_s, provider=config.provider, model=config.model)
+
+
+def within_output_bound(response: ProviderResponse, bound: int | None) -> None:
+    """Refuse an answer that reports more output than the call allowed (``max_tokens``): a provider
+    stops there, so a larger count is a malformed answer, never a charge to book."""
+    output = response.usage.output_tokens
+    if bound is not None and output > bound:
+        raise MalformedResponseError(f"the answer reports {output} output tokens, above the call's bound of {bound} "
+                                     "(max_tokens)", provider=response.provider, model=response.model)
+
+
+def meter_stream(meters: Sequence[AttemptMeter], config: ProviderConfig, opened: OpenedStream) -> None:
+    """Tell ``meters`` of a stream's attempt at its end, with the usage it reported or an estimate."""
+    async def ended(end: StreamEnd) -> None:
+        for meter in meters:
+            await meter.ended(config, "yes", end.response.usage)
+
+    opened.on_end(ended)

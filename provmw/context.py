@@ -20,16 +20,18 @@ import time
 import warnings
 from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from json.encoder import encode_basestring_ascii
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 if TYPE_CHECKING:
-    from provmw.responses import Attempt
+    from provmw.config import ProviderConfig
+    from provmw.responses import Attempt, Usage
+    from provmw.stores.usage import Billed
     from provmw.structured import RepairNote
 
-__all__ = ["AttemptLog", "CallFacts", "FrozenMap", "ProviderCallContext", "ProviderOperation", "RepairSlot",
-           "scoped_key"]
+__all__ = ["AttemptLog", "AttemptMeter", "CallFacts", "FrozenMap", "ProviderCallContext", "ProviderOperation",
+           "RepairSlot", "scoped_key"]
 
 
 class ProviderOperation(enum.Enum):
@@ -243,19 +245,31 @@ class CallFacts:
         return keys
 
 
+class AttemptMeter(Protocol):
+    """What a layer outside retry and fallback learns of each attempt of its call (ADR 0040)."""
+
+    async def sending(self, config: ProviderConfig) -> None:
+        """The attempt is about to leave for ``config``; raising refuses it, and nothing is sent."""
+
+    async def ended(self, config: ProviderConfig, billed: Billed, usage: Usage | None) -> None:
+        """The attempt ended: ``usage`` (priced) when answered, None with ``billed`` from its error."""
+
+
 class AttemptLog:
     """The attempts of one logical call: numbers for ledger records, and what reached a provider.
 
     The manager creates one per call. Numbers are unique within the call even when a
     middleware runs attempts in parallel (a hedge); the terminal records each request that
-    reached a provider, and the manager puts them in ``response.attempts``.
+    reached a provider, and the manager puts them in ``response.attempts``. ``meters`` are told
+    of every attempt the terminal sends, before it leaves and once it ended (a stream: at its end).
     """
 
-    __slots__ = ("_numbers", "recorded")
+    __slots__ = ("_numbers", "meters", "recorded")
 
     def __init__(self) -> None:
         self._numbers = itertools.count(1)
         self.recorded: list[Attempt] = []
+        self.meters: tuple[AttemptMeter, ...] = ()
 
     def number(self) -> int:
         """The next attempt number of this call, from 1."""
@@ -264,6 +278,10 @@ class AttemptLog:
     def record(self, attempt: Attempt) -> None:
         """Note one request that reached a provider, and how it ended."""
         self.recorded.append(attempt)
+
+    def meter(self, meter: AttemptMeter) -> None:
+        """Tell ``meter`` of every attempt of this call from now on."""
+        self.meters = (*self.meters, meter)
 
 
 class RepairSlot:

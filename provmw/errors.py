@@ -21,6 +21,7 @@
     │   │   └── ProviderConnectionError    refused, reset, DNS failure
     │   ├── MalformedResponseError         a body that is not the documented JSON
     │   │   └── ResponseTooLargeError      a body, SSE line or event over its limit; limit_bytes
+    │   │       └── StreamTooLargeError    a whole stream over [http] max_stream_bytes; limit_bytes
     │   ├── StreamInterruptedError         a stream failed after its first chunk; the cause is chained
     │   ├── StructuredOutputError          an answer that breaks the call's response_schema, repaired once
     │   ├── AuthenticationError            401, 403
@@ -80,6 +81,7 @@ __all__ = [
     "RateLimitError",
     "ResponseTooLargeError",
     "StreamInterruptedError",
+    "StreamTooLargeError",
     "StructuredOutputError",
     "UnknownArgumentError",
     "UnsupportedOperationError",
@@ -285,6 +287,12 @@ class ResponseTooLargeError(MalformedResponseError):
         self.limit_bytes = limit_bytes
 
 
+class StreamTooLargeError(ResponseTooLargeError):
+    """A stream's bytes, all its events together, ran past ``limit_bytes`` (``[http]
+    max_stream_bytes``); reading stopped there. After the first chunk it is the ``__cause__``
+    of the ``StreamInterruptedError`` the caller gets."""
+
+
 class StructuredOutputError(ProviderError):
     """The answer does not follow the call's ``response_schema``, even after one repair turn.
 
@@ -368,6 +376,8 @@ class BudgetExceededError(ProvmwError):
     is an ISO 8601 time in the budget's time zone, or None for a total.
     """
 
+    never_sent = True  # refused before the request left: the ledger records it as not billed
+
     def __init__(
         self,
         bucket: str,
@@ -397,10 +407,14 @@ class BudgetUnavailableError(ProvmwError):
     """The budget store could not be reached: a fail-closed budget refuses the call before it
     reaches a provider, rather than spend without counting."""
 
+    never_sent = True
+
 
 class UsageLedgerUnavailableError(ProvmwError):
     """The usage store is failing and its journal is full: a fail-closed ledger refuses the call
     before it reaches a provider, rather than lose the record."""
+
+    never_sent = True
 
 
 @attrs.frozen

@@ -15,7 +15,15 @@ from provmw._arguments import CallArguments, call_options
 from provmw._checks import did_you_mean
 from provmw._deadlines import Deadlines
 from provmw._redact import Scrubber
-from provmw._terminal import METHODS, attempt_timeout, end_all, environment_key, with_repair
+from provmw._terminal import (
+    METHODS,
+    attempt_timeout,
+    end_all,
+    environment_key,
+    meter_stream,
+    with_repair,
+    within_output_bound,
+)
 from provmw.config import GenerationOptions, ProviderConfig, Secret, fallback_chain
 from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.destinations import DestinationGuard
@@ -38,6 +46,7 @@ from provmw.responses import (
 )
 from provmw.settings import Settings, load_settings
 from provmw.state import open_state
+from provmw.stores.usage import billed_for
 from provmw.streams import OpenedStream, StreamEnd, open_stream
 from provmw.structured import parsed_answer, schema_of
 
@@ -324,7 +333,7 @@ class ServiceManager:
                     idle_s=chosen.stream_idle_timeout_s or chosen.timeout_s, price=prices.price_for(chosen),
                     estimated_input_tokens=ctx.facts.estimated_input_tokens,
                     max_output_tokens=ctx.facts.max_output_tokens,
-                    scrub=Scrubber.for_config(chosen).error)
+                    scrub=Scrubber.for_config(chosen).error, scrub_chunk=Scrubber.for_config(chosen).answer)
                 streams.append(opened)
                 return opened
             call_adapter: Callable[..., Awaitable[ProviderResponse]] = getattr(adapters[chosen.provider], method)
@@ -343,28 +352,40 @@ class ServiceManager:
                 await check_destination(chosen)
             # Again here: a layer may have swapped in a configuration outside the fallback chain.
             capabilities[chosen.provider].require(needs, provider=chosen.provider, configuration=chosen.identifier)
+            meters = attempts.meters
+            for meter in meters:  # a strict budget reserves each attempt after the first (ADR 0040)
+                await meter.sending(chosen)
             started = attempt_log.start()
             try:
                 response = await send(chosen)
+                if not stream:
+                    within_output_bound(response, ctx.facts.max_output_tokens)
             except BaseException as exc:
                 Scrubber.for_config(chosen).error(exc)
                 attempts.record(Attempt(config_id=chosen.identifier, error_type=type(exc).__name__,
                                         status=getattr(exc, "status", None)))
                 if started is not None:
                     attempt_log.log_attempt(chosen, started, exc)
+                for meter in meters:
+                    await meter.ended(chosen, billed_for(exc), None)
                 raise
             attempts.record(Attempt(config_id=chosen.identifier))
             if started is not None:
                 attempt_log.log_attempt(chosen, started)
+            response = Scrubber.for_config(chosen).answer(response)  # a provider may echo a key in model or id
             if type(response) is not response_type:  # vision is a chat whose answer is typed apart
                 response = response_type(**{f.name: getattr(response, f.name) for f in attrs.fields(type(response))})
             if stream:
+                if meters and isinstance(response, OpenedStream):
+                    meter_stream(meters, chosen, response)
                 return response
             # Priced, and carrying the call's attempts so far (this one last): one evolve, and the
             # manager adds none after the pipeline unless a later attempt was made (a repair turn).
             usage, price = response.usage, prices.price_for(chosen)
             if price is not None and usage.cost_usd is None:
                 usage = attrs.evolve(usage, cost_usd=price.cost_usd(usage))
+            for meter in meters:
+                await meter.ended(chosen, "yes", usage)
             return attrs.evolve(response, usage=usage, attempts=tuple(attempts.recorded))
 
         response = await self.pipeline.run(ctx, config, terminal)

@@ -34,7 +34,9 @@ from provmw.errors import BudgetExceededError, ConfigurationError
 from provmw.middleware._common import Clock
 from provmw.periods import PERIODS, Period, Window, window
 from provmw.pipeline import Next, R
+from provmw.responses import ProviderResponse, Usage
 from provmw.stores.budgets import (
+    DIMENSIONS,
     Amounts,
     BucketId,
     BudgetStore,
@@ -44,6 +46,7 @@ from provmw.stores.budgets import (
     Refusal,
     one_per_bucket,
 )
+from provmw.stores.usage import Billed
 from provmw.streams import OpenedStream, StreamEnd
 
 __all__ = ["BudgetLimit", "BudgetMiddleware", "BudgetOptions"]
@@ -160,27 +163,17 @@ class BudgetMiddleware:
         charges = self.charges(ctx, config, now)
         if not charges:
             return await next(config)
-        reservation = os.urandom(16).hex()
-        refusal = await self.store.reserve(reservation, charges, now=now, lease_s=self.options.lease_s)
+        bill = _Bill(self, charges)
+        refusal = await bill.reserve(now)
         if refusal is not None:
             raise _error(refusal)
-        renewals = self._renewals
-        renewals.start(reservation)
+        ctx.attempts.meter(bill)
         try:
             response = await next(config)
         except BaseException:
-            renewals.stop(reservation)
-            await self.store.settle(reservation, Amounts())  # release: nothing was spent
+            await bill.close(ctx, None)
             raise
-        if isinstance(response, OpenedStream):  # settled when the stream ends, with what it spent
-            async def settle_end(end: StreamEnd) -> None:
-                renewals.stop(reservation)
-                await self.store.settle(reservation, _actual(end.response))
-
-            response.on_end(settle_end)
-            return response
-        renewals.stop(reservation)
-        await self.store.settle(reservation, _actual(response))
+        await bill.close(ctx, response)
         return response
 
     def charges(self, ctx: ProviderCallContext, config: ProviderConfig, now: float) -> list[Charge]:
@@ -233,15 +226,112 @@ class BudgetMiddleware:
         return Amounts(math.ceil((planned or 0.0) * 1e6), tokens, 1)
 
 
-def _actual(response: Any) -> Amounts:
-    """What the answer spent; a negative figure (an adapter that let one through) counts as nothing,
-    never as a credit."""
-    usage = response.usage
-    cost = 0 if usage.cost_usd is None else round(usage.cost_usd * 1e6)
-    if cost < 0 or usage.total_tokens < 0:
-        log.error("budget: %s reported negative usage (cost %r, %d tokens); settled as zero",
-                  response.served_by or response.provider, usage.cost_usd, usage.total_tokens)
-    return Amounts(max(cost, 0), max(usage.total_tokens, 0), 1)
+def _micro_usd(cost_usd: float | None) -> int:
+    """Micro-dollars rounded up, as reservations are, so that no call is free; a negative cost
+    (an adapter that let one through) counts as nothing, never as a credit."""
+    if cost_usd is None or cost_usd <= 0:
+        return 0
+    return math.ceil(round(cost_usd * 1e6, 3))  # the round keeps 3.0000000000000004 at 3
+
+
+class _Bill:
+    """One call's reservations and what its attempts spent (ADR 0040).
+
+    The call's reservation covers its first attempt; each further attempt (a retry, a fallback,
+    a hedge, a repair turn) reserves as much again before it is sent, or is refused. An attempt
+    never sent costs nothing; one answered costs its priced usage (in strict mode at most its
+    reservation, the excess logged); one sent whose usage is unknown (a timeout, a cancelled
+    caller, a body that does not parse) costs its reservation. All of it is settled at once when
+    the call is over and its streams have ended.
+    """
+
+    def __init__(self, layer: BudgetMiddleware, charges: Sequence[Charge]) -> None:
+        self._store, self._renewals, self._clock = layer.store, layer._renewals, layer._clock
+        self._lease_s = layer.options.lease_s
+        self._charges = charges
+        self._each = charges[0].amount  # one attempt's worth: the same in every bucket
+        strict = layer.options.mode == "strict"
+        # Strict reservations are true bounds in the dimensions a limit holds (else the call was refused).
+        self._capped = (strict and any(c.limits.cost_micro_usd is not None for c in charges),
+                        strict and any(c.limits.tokens is not None for c in charges))
+        self._ids: list[str] = []
+        self._started = self._open = 0
+        self._spent = Amounts()
+        self._billed = self._closed = self._settled = False
+
+    async def reserve(self, now: float) -> Refusal | None:
+        charges = self._charges
+        if self._ids:  # a further attempt of a call already counted as one request
+            charges = [attrs.evolve(c, amount=attrs.evolve(c.amount, requests=0)) for c in charges]
+        reservation = os.urandom(16).hex()
+        refusal = await self._store.reserve(reservation, charges, now=now, lease_s=self._lease_s)
+        if refusal is None:
+            self._ids.append(reservation)
+            self._renewals.start(reservation)
+        return refusal
+
+    async def sending(self, config: ProviderConfig) -> None:
+        self._started += 1
+        if self._started > len(self._ids):
+            refusal = await self.reserve(self._clock())
+            if refusal is not None:
+                self._started -= 1
+                raise _error(refusal)
+        self._open += 1
+
+    async def ended(self, config: ProviderConfig | None, billed: Billed, usage: Usage | None) -> None:
+        self._open -= 1
+        if billed != "no":
+            self._billed = True
+            self._spent += self._cost(config, usage)
+        await self._settle_if_over()
+
+    async def close(self, ctx: ProviderCallContext, response: object) -> None:
+        """The call returned (``response``) or failed (None): settle once its attempts have ended."""
+        ctx.attempts.meters = tuple(m for m in ctx.attempts.meters if m is not self)
+        if self._started == 0 and isinstance(response, ProviderResponse):
+            # Answered by a layer below without a provider attempt: its answer is what it spent.
+            self._started = self._open = 1
+            if isinstance(response, OpenedStream):
+                response.on_end(self._stream_ended)
+            else:
+                await self.ended(None, "yes", response.usage)
+        self._closed = True
+        await self._settle_if_over()
+
+    async def _stream_ended(self, end: StreamEnd) -> None:
+        await self.ended(None, "yes", end.response.usage)
+
+    def _cost(self, config: ProviderConfig | None, usage: Usage | None) -> Amounts:
+        each = self._each
+        if usage is None:
+            return Amounts(each.cost_micro_usd, each.tokens, 0)
+        if usage.total_tokens < 0:
+            log.error("budget: %s reported negative usage (%d tokens); settled as zero",
+                      config.identifier if config else "an answer", usage.total_tokens)
+        cost, tokens = _micro_usd(usage.cost_usd), max(usage.total_tokens, 0)
+        cap_cost, cap_tokens = self._capped
+        if (cap_cost and cost > each.cost_micro_usd) or (cap_tokens and tokens > each.tokens):
+            log.error("budget: %s reported usage above the call's worst case (%d micro-USD, %d tokens; "
+                      "reserved %d, %d); settled at the reservation", config.identifier if config else "an answer",
+                      cost, tokens, each.cost_micro_usd, each.tokens)
+            cost = min(cost, each.cost_micro_usd) if cap_cost else cost
+            tokens = min(tokens, each.tokens) if cap_tokens else tokens
+        return Amounts(cost, tokens, 0)
+
+    async def _settle_if_over(self) -> None:
+        if not self._closed or self._open > 0 or self._settled:
+            return
+        self._settled = True
+        for reservation in self._ids:
+            self._renewals.stop(reservation)
+        left = attrs.evolve(self._spent, requests=1 if self._billed else 0)
+        last = len(self._ids) - 1
+        for i, reservation in enumerate(self._ids):  # each settled at most at its own, the rest on the last
+            share = left if i == last else Amounts(*(min(getattr(left, d), getattr(self._each, d))
+                                                     for d in DIMENSIONS))
+            left = Amounts(*(getattr(left, d) - getattr(share, d) for d in DIMENSIONS))
+            await self._store.settle(reservation, share)
 
 
 def _error(refusal: Refusal) -> BudgetExceededError:

@@ -37,7 +37,7 @@ from provmw.pipeline import Next, R
 from provmw.responses import ProviderResponse
 from provmw.stores.journal import FailurePolicy, UsageJournal
 from provmw.stores.shared import masked_url
-from provmw.stores.usage import Billed, UsageRecord, ledger_location
+from provmw.stores.usage import UsageRecord, billed_for, ledger_location
 from provmw.streams import OpenedStream, StreamEnd
 
 __all__ = ["UsageHitsMiddleware", "UsageMiddleware", "UsageOptions"]
@@ -54,14 +54,6 @@ class UsageOptions:
     max_journal_records: int = attrs.field(default=50_000, validator=number(gt=0, integer=True))
     synchronous: Literal["normal", "full"] = attrs.field(default="normal", validator=one_of(("normal", "full")))
     busy_timeout_s: float = attrs.field(default=5.0, validator=number(ge=0))
-
-
-def _billed(exc: BaseException) -> Billed:
-    """Not billed: a request that never left (ADR 0004) or an error the provider answered with a
-    status; anything else (timeouts, dropped connections, malformed bodies) may have been."""
-    if getattr(exc, "never_sent", False) is True:
-        return "no"
-    return "no" if getattr(exc, "status", None) is not None else "unknown"
 
 
 class UsageMiddleware:
@@ -82,7 +74,7 @@ class UsageMiddleware:
         try:
             response = await next(config)
         except Exception as exc:
-            billed = _billed(exc)
+            billed = billed_for(exc)
             await self.journal.durable(_record(ctx, config, attempt, started, self._clock() - start,
                                                status="error", error_type=type(exc).__name__, billed=billed,
                                                cost_usd=0.0 if billed == "no" else None))

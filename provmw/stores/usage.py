@@ -28,12 +28,25 @@ from provmw.stores._sqlite import SqliteDatabase, Synchronous, transaction
 from provmw.stores.shared import masked_url
 from provmw.stores.summary import Group, usage_rows
 
-__all__ = ["Billed", "MemoryUsageStore", "SqliteUsageStore", "UsageRecord", "UsageStore", "is_store_url",
+__all__ = ["Billed", "MemoryUsageStore", "billed_for", "SqliteUsageStore", "UsageRecord", "UsageStore", "is_store_url",
            "ledger_location"]
 
 # "estimated": billed, but the provider's usage never came (a stream cut or left early), so
 # the counts are an estimate from what was streamed.
 Billed = Literal["yes", "no", "unknown", "estimated"]
+
+
+def billed_for(exc: BaseException) -> Billed:
+    """Whether an attempt that ended in ``exc`` was billed: the one rule the ledger and budgets share.
+
+    Not billed: a request that never left (ADR 0004), or an error status the provider answered
+    with. Anything else (a timeout, a dropped connection, a cancelled caller, a 2xx body that
+    does not parse) may have been: ``unknown``.
+    """
+    if getattr(exc, "never_sent", False) is True:
+        return "no"
+    status = getattr(exc, "status", None)
+    return "no" if isinstance(status, int) and status >= 400 else "unknown"
 
 
 @attrs.frozen(kw_only=True)
