@@ -8,15 +8,17 @@ provider sent back, before an error leaves the manager (ADR 0014, amended by ADR
 from __future__ import annotations
 
 import base64
+import functools
 import re
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import SplitResult, quote, quote_plus, unquote_plus, urlsplit
 
 import attrs
 
 if TYPE_CHECKING:
     from provmw.config import ProviderConfig
+    from provmw.responses import ChatChunk, ProviderResponse
 
 __all__ = ["MASK", "Scrubber", "is_key_like", "masked_url", "url_secrets"]
 
@@ -83,6 +85,12 @@ def _forms(secret: str) -> tuple[str, ...]:
             base64.urlsafe_b64encode(raw).decode("ascii").rstrip("="))
 
 
+# The strings an answer carries that the provider chose and that leave provmw whatever the
+# content settings: the ledger's model column, the call log line, span and metric attributes.
+_NAMING_FIELDS = ("model", "response_id", "finish_reason")
+A = TypeVar("A", "ProviderResponse", "ChatChunk")
+
+
 @attrs.frozen
 class Scrubber:
     """Replaces known secrets (and their encoded forms) in text and in errors with ``***``."""
@@ -100,10 +108,12 @@ class Scrubber:
         """Every credential a request made from ``config`` carries: the key, each header value,
         and the credentials inside ``base_url``."""
         key = config.api_key.reveal() if config.api_key else ""
-        return cls.of((key, *config.headers.values(), *url_secrets(config.base_url)))
+        return _scrubber_of((key, *config.headers.values(), *url_secrets(config.base_url)))
 
     def text(self, text: str) -> str:
         """``text`` without any secret, including one cut short at its end (a truncated snippet)."""
+        if not any(form[:_MIN_TAIL_CHARS] in text for form in self.forms):
+            return text  # the usual case, and cheap: every match below begins with one of these
         before = None
         while before != text:  # a replacement can join the pieces of another occurrence
             before = text
@@ -112,6 +122,19 @@ class Scrubber:
         for form in self.forms:
             text = _masked_tail(text, form)
         return text
+
+    def answer(self, answer: A) -> A:
+        """``answer`` (a response or a streamed chunk) with no secret in the fields that name it
+        (model, id, finish reason): a provider may echo a key there, and logs, the ledger and
+        traces copy them whatever their content settings."""
+        if not self.forms:
+            return answer
+        changed: dict[str, Any] = {}
+        for name in _NAMING_FIELDS:
+            value = getattr(answer, name, None)
+            if isinstance(value, str) and (clean := self.text(value)) != value:
+                changed[name] = clean
+        return attrs.evolve(answer, **changed) if changed else answer
 
     def error(self, exc: BaseException) -> None:
         """Scrub ``exc`` in place (its arguments and string attributes), and the errors it chains."""
@@ -138,8 +161,18 @@ class Scrubber:
         return value
 
 
+# Every answer is scrubbed: a configuration's few secrets are encoded once, not on every call.
+@functools.lru_cache(maxsize=256)
+def _scrubber_of(secrets: tuple[str, ...]) -> Scrubber:
+    return Scrubber.of(secrets)
+
+
 def _masked_tail(text: str, form: str) -> str:
-    for cut in range(len(form) - 1, _MIN_TAIL_CHARS - 1, -1):
-        if text.endswith(form[:cut]):
-            return text[:-cut] + MASK
+    # Where text's last len(form) - 1 characters hold the start of ``form`` (the longest first),
+    # found with ``find`` rather than one ``endswith`` per length: answers pass here on every call.
+    head, at = form[:_MIN_TAIL_CHARS], max(0, len(text) - len(form) + 1)
+    while (at := text.find(head, at)) != -1:
+        if form.startswith(text[at:]):
+            return text[:at] + MASK
+        at += 1
     return text

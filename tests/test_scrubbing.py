@@ -161,6 +161,13 @@ def test_scrubbed_text_never_contains_the_secret(secret: str, before: str, after
     assert secret not in Scrubber.of([secret]).text(before + secret + after)
 
 
+@given(secret=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="*"), min_size=7, max_size=40),
+       before=st.text(max_size=40), data=st.data())
+def test_a_secret_cut_short_at_the_end_of_any_text_is_masked(secret: str, before: str, data: st.DataObject) -> None:
+    cut = data.draw(st.integers(min_value=6, max_value=len(secret) - 1))
+    assert Scrubber.of([secret]).text(before + secret[:cut]).endswith("***")
+
+
 @pytest.fixture
 async def hostile_provider() -> AsyncIterator[HostileProvider]:
     async with HostileProvider() as server:
