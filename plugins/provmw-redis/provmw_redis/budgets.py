@@ -4,7 +4,9 @@ The semantics are the core stores' (``provmw.stores.budgets``): a reservation is
 nothing across its buckets, its lease expires, a settle counts once, even late. Every key
 carries the hash tag ``{<prefix>:budget}``, so the scripts touch one slot and also run on
 a Redis Cluster. A bucket of a calendar window is kept 35 days past its end, then expires.
-Time is the caller's wall clock (``now``), as with SQLite. While Redis is unreachable every
+Leases expire by the server's clock (``TIME``, read inside each script), never by the caller's
+``now``: a process whose clock is skewed can neither expire another's lease early nor stretch
+its own (ADR 0044). While Redis is unreachable every
 method raises ``RedisUnavailableError``, which the budget middleware turns into its
 ``failure_policy``.
 """
@@ -12,7 +14,7 @@ method raises ``RedisUnavailableError``, which the budget middleware turns into 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -33,18 +35,19 @@ _KEEP_EXPIRED_S = 86_400.0  # an expired reservation may still be settled for a 
 class RedisBudgetStore:
     """A ``BudgetStore`` shared by every process that names the same Redis and key prefix."""
 
-    def __init__(self, state: RedisState) -> None:
+    def __init__(self, state: RedisState, *, clock: Callable[[], float] | None = None) -> None:
         self._state = state
+        self._clock = clock  # None: the server's TIME; a clock of their own only for tests
         self._prefix = f"{{{state.options.key_prefix}:budget}}:"
         self._index = self._prefix + "buckets"
         self._reserve = state.script("budget_reserve", common="budget_common")
-        self._renew = state.script("budget_renew")
+        self._renew = state.script("budget_renew", common="budget_common")
         self._settle = state.script("budget_settle", common="budget_common")
         self._states = state.script("budget_states", common="budget_common")
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None:
-        args: list[str | int | float] = [self._prefix, repr(now), repr(now + lease_s), reservation_id,
+        args: list[str | int | float] = [self._prefix, self._now(), repr(lease_s), reservation_id,
                                          milliseconds(lease_s + _KEEP_EXPIRED_S), len(charges)]
         for charge in charges:
             b = charge.bucket
@@ -59,14 +62,14 @@ class RedisBudgetStore:
 
     async def renew(self, reservation_id: str, *, now: float, lease_s: float) -> None:
         await self._state.run(lambda: self._renew(keys=[self._reservation(reservation_id)], args=[
-            self._prefix, repr(now + lease_s), milliseconds(lease_s + _KEEP_EXPIRED_S)]))
+            self._prefix, self._now(), repr(lease_s), milliseconds(lease_s + _KEEP_EXPIRED_S)]))
 
     async def settle(self, reservation_id: str, actual: Amounts) -> None:
         await self._state.run(lambda: self._settle(
             keys=[self._reservation(reservation_id)], args=[self._prefix, *attrs.astuple(actual)]))
 
     async def states(self, *, now: float) -> list[BucketState]:
-        rows = await self._state.run(lambda: self._states(keys=[self._index], args=[self._prefix, repr(now)]))
+        rows = await self._state.run(lambda: self._states(keys=[self._index], args=[self._prefix, self._now()]))
         result = []
         for i in range(0, len(rows), 7):
             bucket = BucketId(*json.loads(rows[i]))
@@ -76,6 +79,9 @@ class RedisBudgetStore:
 
     async def aclose(self) -> None:
         return None  # the backend's client is closed with the manager
+
+    def _now(self) -> str:
+        return "" if self._clock is None else repr(self._clock())
 
     def _reservation(self, reservation_id: str) -> str:
         return f"{self._prefix}r:{reservation_id}"

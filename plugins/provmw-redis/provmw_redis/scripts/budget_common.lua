@@ -3,6 +3,14 @@
 -- scored by when its lease expires. Amounts stay strings on their way to HINCRBY, so no
 -- large integer passes through a float.
 local HELD = {'rc', 'rt', 'rr'}
+
+-- The time leases go by: the server's own clock (TIME), so that a client whose clock is skewed can
+-- neither expire another's lease nor stretch its own; a time given by the caller only in tests.
+local function clock(given)
+  if given ~= '' then return tonumber(given) end
+  local now = redis.call('TIME')
+  return tonumber(now[1]) + tonumber(now[2]) / 1000000
+end
 local SPENT = {'c', 't', 'r'}
 
 local function free(bucket, member)

@@ -1,9 +1,10 @@
 -- Reserve one call's charges against every bucket it touches, all or nothing.
 -- KEYS[1]: the bucket index (sorted set: bucket key, scored by when it may be forgotten);
--- KEYS[2]: the reservation (hash: bucket key -> its lease member). ARGV: prefix, now,
--- expires_at, reservation id, reservation TTL in ms, bucket count, then per bucket: key,
--- JSON, keep-until (ms, 0: always), limits (cost, tokens, requests; -1: none), amounts.
-local prefix, now, expires_at, id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+-- KEYS[2]: the reservation (hash: bucket key -> its lease member). ARGV: prefix, now ('': the
+-- server's clock), lease in s, reservation id, reservation TTL in ms, bucket count, then per bucket:
+-- key, JSON, keep-until (ms, 0: always), limits (cost, tokens, requests; -1: none), amounts.
+local prefix, now, id = ARGV[1], clock(ARGV[2]), ARGV[4]
+local expires_at = now + tonumber(ARGV[3])
 local count = tonumber(ARGV[6])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. tostring(now * 1000))  -- buckets long gone
 

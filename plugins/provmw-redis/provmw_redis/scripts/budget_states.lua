@@ -1,6 +1,6 @@
 -- Every bucket still kept: its JSON, spend and live reservations (expired leases purged).
--- KEYS[1]: the bucket index. ARGV: prefix, now.
-local prefix, now = ARGV[1], tonumber(ARGV[2])
+-- KEYS[1]: the bucket index. ARGV: prefix, now ('': the server's clock).
+local prefix, now = ARGV[1], clock(ARGV[2])
 local result = {}
 for _, key in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local bucket = prefix .. 'b:' .. key
