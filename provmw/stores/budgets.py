@@ -7,6 +7,12 @@ it has died, or forgot it). Settling adds the real amounts to ``spent`` and remo
 reservation; settling it again, or settling one unknown to the store, changes nothing.
 An expired reservation can still be settled, and counts once.
 
+Leases go by the store's clock (ADR 0044). A shared store reads its own, inside the step that
+judges them (SQLite: the clock of the host holding the file, in the transaction; Redis: the
+server's ``TIME``), so a process whose clock is skewed can neither expire another's lease early
+nor stretch its own; the ``now`` callers pass only serves the memory store, which one process
+owns, so its caller's clock is the store's.
+
 The memory store is here; the SQLite one, shared by processes, is ``budgets_sqlite``.
 """
 
@@ -138,7 +144,10 @@ def _tighter(first: int | None, second: int | None) -> int | None:
 
 
 class BudgetStore(Protocol):
-    """Reserve, renew, settle, release; served by memory and SQLite here, Redis by its plugin."""
+    """Reserve, renew, settle, release; served by memory and SQLite here, Redis by its plugin.
+
+    ``now`` is the caller's wall clock; a store shared by processes judges leases by its own
+    clock instead (see the module's text)."""
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None: ...
