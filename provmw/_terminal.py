@@ -8,13 +8,15 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Mapping, Sequence
+from urllib.parse import urlsplit
 
 from provmw.config import ProviderConfig, Secret
 from provmw.context import AttemptMeter, ProviderCallContext, ProviderOperation
-from provmw.errors import AttemptTimeoutError, MalformedResponseError
+from provmw.errors import AttemptTimeoutError, ConfigurationError, MalformedResponseError
 from provmw.providers import ProviderAdapter
 from provmw.requests import ChatRequest, ProviderRequest
 from provmw.responses import ProviderResponse
+from provmw.stores.shared import masked_url
 from provmw.streams import OpenedStream, StreamEnd
 from provmw.structured import repaired
 
@@ -38,11 +40,28 @@ async def end_all(streams: Sequence[OpenedStream]) -> None:
         await asyncio.shield(asyncio.gather(*(s.aclose() for s in streams)))
 
 
-def environment_key(adapter: ProviderAdapter) -> Secret | None:
-    """The key in the adapter's usual variable (``OPENAI_API_KEY``...), for an ad-hoc call given none."""
+def environment_key(adapter: ProviderAdapter, base_url: str | None) -> Secret | None:
+    """The key in the adapter's usual variable (``OPENAI_API_KEY``...), for an ad-hoc call given none.
+
+    That key belongs to the provider's own endpoint (``default_base_url``): an ad-hoc call that
+    names another ``base_url`` is refused rather than hand the operator's key to the caller's host.
+    """
     variable = getattr(adapter, "api_key_env", None)  # optional in the contract (ADR 0014)
     value = os.environ.get(variable) if isinstance(variable, str) else None
-    return Secret(value) if value else None
+    if not value:
+        return None
+    own = getattr(adapter, "default_base_url", None)
+    if base_url is not None and (not isinstance(own, str) or _endpoint(base_url) != _endpoint(own)):
+        where = f"its own endpoint, {own}" if isinstance(own, str) else "the endpoints its operator configured"
+        raise ConfigurationError(
+            f"an ad-hoc {adapter.name} call to base_url {masked_url(base_url)} needs api_key=: {variable} holds the "
+            f"key of {where}, and is never sent to another host")
+    return Secret(value)
+
+
+def _endpoint(url: str) -> tuple[str, str, str]:
+    parts = urlsplit(url.strip())
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.path.rstrip("/")
 
 
 def with_repair(request: ProviderRequest, ctx: ProviderCallContext) -> ProviderRequest:

@@ -266,7 +266,7 @@ class ServiceManager:
             raise ConfigurationError("name a configuration, or give both provider= and model=, not a mix")
         adapter = self._adapter(provider, where="provider")
         fields: dict[str, Any] = {"base_url": base_url, "api_key": api_key if api_key is not None
-                                  else environment_key(adapter)}
+                                  else environment_key(adapter, base_url)}
         if timeout_s is not None:
             fields["timeout_s"] = timeout_s
         return ProviderConfig.ad_hoc(provider, model, **fields)
@@ -376,8 +376,9 @@ class ServiceManager:
             if type(response) is not response_type:  # vision is a chat whose answer is typed apart
                 response = response_type(**{f.name: getattr(response, f.name) for f in attrs.fields(type(response))})
             if stream:
-                if meters and isinstance(response, OpenedStream):
-                    meter_stream(meters, chosen, response)
+                opened: object = response
+                if meters and isinstance(opened, OpenedStream):
+                    meter_stream(meters, chosen, opened)
                 return response
             # Priced, and carrying the call's attempts so far (this one last): one evolve, and the
             # manager adds none after the pipeline unless a later attempt was made (a repair turn).

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from provmw.errors import ConfigurationError
 from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost
 from provmw.providers.anthropic import AnthropicAdapter
@@ -34,19 +35,42 @@ def test_the_builtin_adapters_declare_their_variables() -> None:
     assert (OpenAIAdapter.api_key_env, AnthropicAdapter.api_key_env) == ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 
-async def test_an_ad_hoc_openai_call_sends_the_key_from_openai_api_key(
+async def test_an_ad_hoc_call_to_another_host_with_no_key_is_refused_before_sending(
         manager: ServiceManager, keyed: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SENTINEL_KEY)
-    answer = await manager.chat("hi", provider="openai", model="m", base_url=keyed.openai_base_url)
-    assert answer.text == "echo: hi"
-    assert keyed.received[0].headers["Authorization"] == f"Bearer {SENTINEL_KEY}"
+    with pytest.raises(ConfigurationError, match="needs api_key=: OPENAI_API_KEY holds the key of its own endpoint"):
+        await manager.chat("hi", provider="openai", model="m", base_url=keyed.openai_base_url)
+    assert keyed.count() == 0
 
 
-async def test_an_ad_hoc_anthropic_call_sends_the_key_from_anthropic_api_key(
+async def test_an_ad_hoc_anthropic_call_to_another_host_is_refused_too(
         manager: ServiceManager, keyed: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", SENTINEL_KEY)
-    await manager.chat("hi", provider="anthropic", model="m", base_url=keyed.anthropic_base_url)
-    assert keyed.received[0].headers["x-api-key"] == SENTINEL_KEY
+    with pytest.raises(ConfigurationError, match="ANTHROPIC_API_KEY"):
+        await manager.chat("hi", provider="anthropic", model="m", base_url=keyed.anthropic_base_url)
+    assert keyed.count() == 0
+
+
+def test_the_variable_is_used_for_the_providers_own_endpoint(
+        manager: ServiceManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SENTINEL_KEY)
+    key = manager.resolve(provider="anthropic", model="m", base_url="https://API.anthropic.com/").api_key
+    assert key is not None and key.reveal() == SENTINEL_KEY
+
+
+def test_the_refusal_never_shows_credentials_in_the_base_url(
+        manager: ServiceManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SENTINEL_KEY)
+    with pytest.raises(ConfigurationError) as refused:
+        manager.resolve(provider="openai", model="m", base_url="https://user:hunter2@evil.example/v1")
+    assert "hunter2" not in str(refused.value) and SENTINEL_KEY not in str(refused.value)
+
+
+async def test_an_ad_hoc_call_to_another_host_goes_without_a_key_when_the_variable_is_unset(
+        manager: ServiceManager, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    await manager.chat("hi", provider="openai", model="m", base_url=fake.openai_base_url)
+    assert "Authorization" not in fake.received[0].headers
 
 
 async def test_a_key_given_to_the_call_wins_over_the_variable(
@@ -65,11 +89,9 @@ def test_the_variable_is_read_when_the_ad_hoc_configuration_is_made(
     assert key is not None and key.reveal() == SENTINEL_KEY
 
 
-async def test_the_key_from_the_variable_is_never_logged(
-        manager: ServiceManager, keyed: FakeProvider, monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:
+def test_the_key_from_the_variable_is_never_logged(
+        manager: ServiceManager, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SENTINEL_KEY)
     with caplog.at_level(logging.DEBUG):
-        config = manager.resolve(provider="openai", model="m", base_url=keyed.openai_base_url)
-        await manager.chat("hi", provider="openai", model="m", base_url=keyed.openai_base_url)
+        config = manager.resolve(provider="openai", model="m")
     assert SENTINEL_KEY not in caplog.text + repr(config) + str(config)

@@ -68,10 +68,12 @@ class ProviderAdapter(Protocol):
     ``name`` is what a configuration puts in ``provider``; it is unique among installed
     adapters. An adapter may also declare ``api_key_env: str | None``, the environment
     variable its provider's own SDK reads the key from (``"OPENAI_API_KEY"``): an ad-hoc
-    call given no ``api_key`` takes the key from it. It is optional (read with ``getattr``,
-    hence not a protocol member, which would make it mandatory for type checkers), and the
-    manager never logs the value. The manager calls exactly the four methods below and
-    reads ``name`` and ``api_key_env``; every
+    call given no ``api_key`` takes the key from it, and ``default_base_url: str``, the
+    provider's own endpoint: that key is sent only there (an ad-hoc call naming another
+    ``base_url`` must bring its own key). Both are optional (read with ``getattr``, hence not
+    protocol members, which would make them mandatory for type checkers), and the manager
+    never logs the key. The manager calls exactly the four methods below and reads ``name``,
+    ``api_key_env`` and ``default_base_url``; every
     type they mention is public (``provmw.http``, ``provmw.config``, ``provmw.requests``,
     ``provmw.responses``, ``provmw.messages``, ``provmw.errors``).
 

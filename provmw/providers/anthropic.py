@@ -207,6 +207,7 @@ class AnthropicAdapter:
 
     name = "anthropic"
     api_key_env = "ANTHROPIC_API_KEY"
+    default_base_url = DEFAULT_BASE_URL
     capabilities = Capabilities(completion=False, embeddings=False, schema=True)
 
     def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:

@@ -89,6 +89,7 @@ class GeminiAdapter:
 
     name = "gemini"
     api_key_env = "GEMINI_API_KEY"
+    default_base_url = DEFAULT_BASE_URL
     capabilities = Capabilities(schema=True, response_format=True)
 
     async def chat(self, http: HttpClient, config: ProviderConfig, request: ChatRequest) -> CompletionResponse:
