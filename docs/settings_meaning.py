@@ -83,6 +83,9 @@ MEANING: dict[str, dict[str, str]] = {
     "http": {
         "max_body_bytes": "The largest answer body read; a larger one is a `ResponseTooLargeError`.",
         "max_event_bytes": "The largest line or event of a stream.",
+        "max_stream_bytes": "The most bytes one stream may send, every event together; past it the stream "
+                            "ends with a `StreamTooLargeError` (after its first chunk, as the cause of a "
+                            "`StreamInterruptedError`), its end settled on what was seen.",
         "stream_idle_s": "A stream with no event (keepalives aside) this long is a timeout.",
     },
     "middleware.deadline": {

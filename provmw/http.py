@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from provmw._json import decode_json, encode_body, plain_json
-from provmw._reads import ERROR_BODY_BYTES, ReadLimits, ReadRefused, read_capped
+from provmw._reads import ERROR_BODY_BYTES, ReadLimits, ReadRefused, check_stream_size, read_capped
 from provmw._timers import WaitLimit
 from provmw._wire_errors import (
     COMMON_CODES,
@@ -153,14 +153,17 @@ class HttpClient:
     async def post_stream(self, url: Url, body: Body, headers: Mapping[str, str], *,
                           read_timeout_s: float | None = None) -> AsyncGenerator[bytes, None]:
         """POST ``body`` and yield the raw chunks of the 2xx answer, for a stream in a framing of its
-        own (AWS event streams): the caller decodes it and bounds each event's size and the idle time.
-        ``read_timeout_s`` is as for ``post_sse``."""
+        own (AWS event streams): the caller decodes it and bounds each event's size and the idle time;
+        the stream's whole size is bounded here. ``read_timeout_s`` is as for ``post_sse``."""
         timeout = _read_timer(read_timeout_s)
         async with self.session.post(url, data=_payload(body), headers=headers, allow_redirects=False,
                                      timeout=timeout) as response:
             if response.status >= 300:
                 raise await _status_of(response, self.limits)
+            size = 0
             while chunk := await response.content.readany():
+                size += len(chunk)
+                check_stream_size(size, self.limits)
                 yield chunk
 
 
@@ -189,12 +192,16 @@ async def _status_of(response: aiohttp.ClientResponse, limits: ReadLimits) -> Ht
 
 
 async def _events(content: aiohttp.StreamReader, limits: ReadLimits) -> AsyncIterator[SSEEvent]:
-    """The events of a stream, refused once ``stream_idle_s`` passes with no event but keepalives."""
+    """The events of a stream, refused once ``stream_idle_s`` passes with no event but keepalives,
+    or once its bytes pass ``max_stream_bytes``."""
     decoder = SSEDecoder(limits.max_event_bytes)
     limit = WaitLimit()
     idle_until = limit.loop_time() + limits.stream_idle_s
+    size = 0
     try:
         while chunk := await _read_before(content, limit, idle_until, limits.stream_idle_s):
+            size += len(chunk)
+            check_stream_size(size, limits)
             for event in decoder.feed(chunk):
                 yield event
                 if event.event not in KEEPALIVE_EVENTS:  # after the yield: a slow consumer is not an idle provider

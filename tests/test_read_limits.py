@@ -17,16 +17,19 @@ def parse(http: dict[str, object]) -> Settings:
     return parse_settings({"http": http}, "provmw.toml", environ={})
 
 
-def test_the_defaults_are_64_mib_16_mib_and_60_s() -> None:
-    assert Settings().http == ReadLimits(max_body_bytes=64 * MIB, max_event_bytes=16 * MIB, stream_idle_s=60.0)
+def test_the_defaults_are_64_mib_16_mib_256_mib_and_60_s() -> None:
+    assert Settings().http == ReadLimits(max_body_bytes=64 * MIB, max_event_bytes=16 * MIB,
+                                         max_stream_bytes=256 * MIB, stream_idle_s=60.0)
 
 
 def test_the_http_section_sets_the_limits() -> None:
-    settings = parse({"max_body_bytes": 1024, "max_event_bytes": 512, "stream_idle_s": 5})
-    assert settings.http == ReadLimits(max_body_bytes=1024, max_event_bytes=512, stream_idle_s=5)
+    settings = parse({"max_body_bytes": 1024, "max_event_bytes": 512, "max_stream_bytes": 4096, "stream_idle_s": 5})
+    assert settings.http == ReadLimits(max_body_bytes=1024, max_event_bytes=512, max_stream_bytes=4096,
+                                       stream_idle_s=5)
 
 
 @pytest.mark.parametrize(("key", "value"), [("max_body_bytes", 0), ("max_body_bytes", 1.5), ("max_event_bytes", "16M"),
+                                            ("max_stream_bytes", 0), ("max_stream_bytes", True),
                                             ("stream_idle_s", -1), ("stream_idle_s", float("nan"))])
 def test_a_bad_limit_names_the_section_and_key(key: str, value: object) -> None:
     with pytest.raises(ConfigurationError, match=rf"provmw.toml: \[http\]: {key} must be"):

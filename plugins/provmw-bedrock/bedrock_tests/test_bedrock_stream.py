@@ -22,6 +22,7 @@ from provmw.errors import (
     ProviderUnavailableError,
     RateLimitError,
     ResponseTooLargeError,
+    StreamTooLargeError,
 )
 from provmw.http import HttpClient, ReadLimits
 from provmw.messages import Message, ToolSpec
@@ -31,6 +32,7 @@ from provmw.testing import FakeProvider, Fault, words
 
 ADAPTER = BedrockAdapter()
 HELLO = ChatRequest((Message.user("hello world"),))
+HELLO_MANY = ChatRequest((Message.user("one two three four five six seven eight nine ten"),))
 HELLO_BODY = {"messages": [{"role": "user", "content": [{"text": "hello world"}]}]}
 LOOKUP = ToolSpec(name="lookup", description="Look a word up", parameters={"type": "object"})
 
@@ -148,3 +150,9 @@ async def test_a_message_of_too_many_headers_is_a_malformed_answer() -> None:
     async with TestServer(app, host="127.0.0.1") as server:
         with pytest.raises(MalformedResponseError, match=f"more than {MAX_HEADERS} headers"):
             await chunks(str(server.make_url("")).rstrip("/"))
+
+
+async def test_a_stream_past_max_stream_bytes_is_a_stream_too_large_error(fake: FakeProvider) -> None:
+    with pytest.raises(StreamTooLargeError, match=r"\[http\] max_stream_bytes") as caught:
+        await chunks(fake, HELLO_MANY, limits=ReadLimits(max_stream_bytes=512))
+    assert caught.value.limit_bytes == 512
