@@ -2,8 +2,9 @@
 
 Calls read a configuration's key variables only when they first use it (so a fallback that
 never runs needs no key); this is the place that looks at all of them before anything runs:
-the settings file, every configuration's ``api_key_env`` and ``headers_env`` variables, the
-plugins, and everything the stack is built from (middleware sections, providers, the
+the settings file, every configuration's ``api_key_env`` and ``headers_env`` variables (and a
+``base_url`` that carries credentials besides them), the plugin policy and the plugins, and
+everything the stack is built from (middleware sections, providers, the
 ``[state]`` URL and the plugin serving it). Nothing is sent to a provider or a state server.
 """
 
@@ -12,10 +13,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 
+from provmw._redact import masked_url, url_secrets
 from provmw.errors import ProvmwError
 from provmw.settings import Settings, load_settings
 
-__all__ = ["locations", "problems"]
+__all__ = ["keys_given_twice", "locations", "missing_variables", "problems"]
 
 
 async def problems(path: str | os.PathLike[str] | None = None,
@@ -26,7 +28,7 @@ async def problems(path: str | os.PathLike[str] | None = None,
         settings = load_settings(path, environ)
     except ProvmwError as exc:
         return [str(exc)]  # nothing else can be checked without the settings
-    return [*missing_variables(settings), *await _stack_problems(settings, environ)]
+    return [*missing_variables(settings), *keys_given_twice(settings), *await _stack_problems(settings, environ)]
 
 
 def locations(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -54,11 +56,23 @@ def missing_variables(settings: Settings) -> Iterator[str]:
                        f"environment variable {variable} is not set")
 
 
+def keys_given_twice(settings: Settings) -> Iterator[str]:
+    """One line per configuration whose ``base_url`` carries credentials (a user part, a key in its
+    query) while ``api_key_env`` names a key too: its first call would fail, or send two keys."""
+    for config in settings.configurations.values():
+        if config.api_key_env and url_secrets(config.base_url):
+            yield (f"{settings.source}: [configurations.{config.identifier}] base_url {masked_url(config.base_url)} "
+                   f"carries credentials and api_key_env is set too: give the key one way (api_key_env, or the URL)")
+
+
 async def _stack_problems(settings: Settings, environ: Mapping[str, str]) -> list[str]:
     from provmw.manager import ServiceManager
     from provmw.plugins import PluginHost
 
-    host = PluginHost(settings.plugins, environ=environ).load(strict=False)
+    try:
+        host = PluginHost(settings.plugins, environ=environ).load(strict=False)
+    except ProvmwError as exc:  # the plugin policy itself (its environment variables) does not hold
+        return [str(exc)]
     found = [info.error or f"plugin {info.name!r} failed" for info in host.plugins if info.status == "failed"]
     try:
         manager = ServiceManager(settings, host=host)  # a failed plugin is left out, as reported above

@@ -72,3 +72,25 @@ def test_a_file_that_does_not_load_is_the_one_problem(tmp_path: Path) -> None:
     out = io.StringIO()
     assert main(["--config", str(path), "check"], out) == 1
     assert "not valid TOML" in out.getvalue() and out.getvalue().endswith("1 problem(s) found\n")
+
+
+@pytest.mark.parametrize("base_url", ["https://ada:s3cret-pass@llm.example.com/v1",
+                                      "https://llm.example.com/v1?api_key=s3cret-pass"], ids=["userinfo", "query"])
+def test_a_base_url_carrying_credentials_beside_api_key_env_is_a_problem(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, base_url: str) -> None:
+    monkeypatch.setenv("CHECK_A_KEY", "sk-a")
+    monkeypatch.setenv("CHECK_B_HEADER", "h-b")
+    status, printed = check(tmp_path, f'\n[configurations.c]\nprovider = "openai"\nmodel = "m"\n'
+                                      f'api_key_env = "CHECK_A_KEY"\nbase_url = "{base_url}"\n')
+    assert status == 1
+    assert "[configurations.c] base_url" in printed and "carries credentials" in printed
+    assert "s3cret-pass" not in printed
+
+
+def test_an_autoload_switch_neither_true_nor_false_is_a_problem(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHECK_A_KEY", "sk-a")
+    monkeypatch.setenv("CHECK_B_HEADER", "h-b")
+    monkeypatch.setenv("PROVMW_DISABLE_PLUGIN_AUTOLOAD", "maybe")
+    status, printed = check(tmp_path)
+    assert status == 1 and "PROVMW_DISABLE_PLUGIN_AUTOLOAD: 'maybe' is neither true" in printed
