@@ -273,9 +273,12 @@ def _fake_arguments(fake: argparse.ArgumentParser) -> None:
 
 
 def _command(commands: Any, name: str, help: str) -> argparse.ArgumentParser:
-    """A subcommand that also takes ``--config`` after its name (``provmw chat --config X``)."""
+    """A subcommand that also takes ``--config`` and ``-v`` after its name (``provmw usage -v``)."""
     sub: argparse.ArgumentParser = commands.add_parser(name, help=help, allow_abbrev=False)
+    # SUPPRESS: left out, they keep what was given before the command.
     sub.add_argument("--config", default=argparse.SUPPRESS, help="settings file (as before the command)")
+    sub.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                     help="log each attempt and each retry (as before the command)")
     return sub
 
 

@@ -42,3 +42,12 @@ async def test_config_naming_a_pyproject_reads_its_tool_provmw_table(fake: FakeP
     status, text = await asyncio.to_thread(run, "--config", str(pyproject), "chat", "hello")
     assert status == 0
     assert "served_by=a" in text
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_verbose_is_taken_before_or_after_the_command(where: str) -> None:
+    from provmw.cli import _parser
+
+    argv = ["-v", "usage"] if where == "before" else ["usage", "-v"]
+    assert _parser().parse_args(argv).verbose is True
+    assert _parser().parse_args(["usage"]).verbose is False
