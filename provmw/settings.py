@@ -67,6 +67,7 @@ PluginStatus = Literal["loaded", "blocked", "not-allowed", "disabled", "failed"]
 
 
 _AUTOLOAD_ON = frozenset({"", "0", "false", "no", "off"})  # the only values that leave autoload on
+_AUTOLOAD_OFF = frozenset({"1", "true", "yes", "on"})
 
 
 def _entries(value: Iterable[str]) -> tuple[str, ...]:
@@ -92,8 +93,7 @@ class PluginPolicy:
     def with_environment(self, environ: Mapping[str, str]) -> PluginPolicy:
         """Apply ``PROVMW_DISABLE_PLUGIN_AUTOLOAD``, ``PROVMW_PLUGINS``, ``PROVMW_BLOCKED_PLUGINS``."""
         policy = self
-        # Fail safe: a switch meant to turn plugins off must not be defeated by its spelling.
-        if environ.get("PROVMW_DISABLE_PLUGIN_AUTOLOAD", "").strip().lower() not in _AUTOLOAD_ON:
+        if _disables_autoload(environ.get("PROVMW_DISABLE_PLUGIN_AUTOLOAD", "")):
             policy = attrs.evolve(policy, autoload=False)
         if allow := environ.get("PROVMW_PLUGINS", "").strip():
             policy = attrs.evolve(policy, allow=_names(allow, "PROVMW_PLUGINS"))
@@ -123,6 +123,16 @@ class PluginPolicy:
                      if not any(_matches((entry,), name, dist) for name, dist in installed))
 
 
+def _disables_autoload(value: str) -> bool:
+    """``PROVMW_DISABLE_PLUGIN_AUTOLOAD`` read stripped and in any case; a value neither true nor false
+    is refused, never guessed: a switch meant to turn plugins off must not be defeated by its spelling."""
+    word = value.strip().lower()
+    if word not in _AUTOLOAD_ON | _AUTOLOAD_OFF:
+        raise ConfigurationError(f"PROVMW_DISABLE_PLUGIN_AUTOLOAD: {value.strip()!r} is neither true "
+                                 "(1, true, yes, on) nor false (0, false, no, off, or empty), in any case")
+    return word in _AUTOLOAD_OFF
+
+
 def _plugin_entry(entry: str) -> str:
     """``entry`` checked as a policy entry: ``name``, or ``distribution:name`` (normalised)."""
     distribution, colon, name = (part.strip() for part in entry.rpartition(":"))
@@ -132,7 +142,9 @@ def _plugin_entry(entry: str) -> str:
 
 
 def _matches(entries: tuple[str, ...], name: str, distribution: str) -> bool:
-    return name in entries or f"{normalized_distribution(distribution)}:{name}" in entries
+    # In any case: a blocklist entry spelled ``Redis`` must block ``redis``, not match nothing.
+    wanted = {entry.casefold() for entry in entries}
+    return name.casefold() in wanted or f"{normalized_distribution(distribution)}:{name}".casefold() in wanted
 
 
 def normalized_distribution(distribution: str) -> str:

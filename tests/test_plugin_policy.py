@@ -41,10 +41,27 @@ def imported(site: Path) -> set[str]:
     return {path.stem for path in site.glob("*.imported")}
 
 
-@pytest.mark.parametrize("value", ["1", "TRUE", "True", "on", "ON", " yes ", "enabled", "2"])
-def test_any_value_but_an_off_value_disables_autoload(value: str) -> None:
+@pytest.mark.parametrize("value", ["1", "TRUE", "True", "on", "ON", " yes ", "True\n"])
+def test_a_true_value_in_any_case_and_padding_disables_autoload(value: str) -> None:
     policy = PluginPolicy().with_environment({"PROVMW_DISABLE_PLUGIN_AUTOLOAD": value})
     assert policy.autoload is False
+
+
+@pytest.mark.parametrize("value", ["enabled", "2", "0 1", "nope"])
+def test_a_value_neither_true_nor_false_is_refused_naming_the_variable(value: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"PROVMW_DISABLE_PLUGIN_AUTOLOAD: {value!r} is neither"):
+        PluginPolicy().with_environment({"PROVMW_DISABLE_PLUGIN_AUTOLOAD": value})
+
+
+@pytest.mark.parametrize("entry", ["Redis", " REDIS ", "Provmw_Redis:Redis"])
+def test_a_block_entry_matches_whatever_its_case(entry: str) -> None:
+    policy = PluginPolicy().with_environment({"PROVMW_BLOCKED_PLUGINS": entry})
+    assert policy.status_of("redis", "provmw-redis") == "blocked"
+
+
+def test_an_allow_entry_matches_whatever_its_case() -> None:
+    policy = PluginPolicy(allow=["OTel"])
+    assert (policy.status_of("otel", "provmw-otel"), policy.status_of("redis", "provmw-redis")) == (None, "not-allowed")
 
 
 @given(st.sampled_from(OFF), st.sampled_from(["", " ", "\t"]), st.booleans())
