@@ -17,6 +17,11 @@ concern                   when its store fails (ADR 0013)
                           ``failure_policy`` says whether new calls are refused meanwhile
 ========================  ==============================================================
 
+A call that found its store failing gives the event loop a turn before it goes on (refused,
+a miss, or this process's own store): a refused caller that retries at once would otherwise
+never let the loop run, and the store's own connections and timers, the way back out of the
+outage, would wait for as long as it spins.
+
 :class:`provmw.state.State` wraps every store it hands out in these guards, so the
 middleware and the stores themselves never decide what an outage means. Each guard logs
 one warning per outage, not one per call.
@@ -24,6 +29,7 @@ one warning per outage, not one per call.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Sequence
 from typing import Literal, TypeVar
@@ -64,12 +70,17 @@ class _Outage:
         try:
             result = await work
         except failures as exc:
-            self.failed(exc)
+            await self.failed(exc)
             return otherwise
         self.ok()
         return result
 
-    def failed(self, exc: Exception) -> None:
+    async def failed(self, exc: Exception) -> None:
+        """Note the failure (logged once per outage), and give the loop a turn."""
+        self.noted(exc)
+        await asyncio.sleep(0)
+
+    def noted(self, exc: Exception) -> None:
         if not self.down:
             log.warning("%s: the store failed (%s: %s); %s", self._concern, type(exc).__name__, exc,
                         self._consequence)
@@ -98,7 +109,7 @@ class GuardedCache:
         try:
             found = self.store.kept(key)  # type: ignore[attr-defined]
         except Exception as exc:
-            self._outage.failed(exc)
+            self._outage.noted(exc)
             return None
         self._outage.ok()
         return found  # type: ignore[no-any-return]
@@ -107,7 +118,7 @@ class GuardedCache:
         try:
             self.store.keep(key, value, size, ttl_s)  # type: ignore[attr-defined]
         except Exception as exc:
-            self._outage.failed(exc)
+            self._outage.noted(exc)
             return
         self._outage.ok()
 
@@ -136,11 +147,12 @@ class GuardedBudgets:
         try:
             refusal = await self.store.reserve(reservation_id, charges, now=now, lease_s=lease_s)
         except Exception as exc:
+            await asyncio.sleep(0)  # a refusal, or an uncounted call: either way the loop gets a turn
             if self.policy == "fail_closed":
                 raise BudgetUnavailableError(
                     f"budget: the store could not reserve ({type(exc).__name__}: {exc}); refused before any "
                     "request (failure_policy=fail_closed)") from exc
-            self._outage.failed(exc)
+            self._outage.noted(exc)
             return None  # fail_open: the call goes uncounted
         self._outage.ok()
         return refusal
@@ -181,7 +193,7 @@ class GuardedBreakers:
         try:
             admission = await self.shared.admit(key, policy, now)
         except _UNREACHABLE as exc:
-            self._outage.failed(exc)
+            await self._outage.failed(exc)
             return _flipped(await self.local.admit(key, policy, now))
         self._outage.ok()
         return admission
@@ -216,7 +228,7 @@ class GuardedRateLimiter:
         try:
             grant = await self.shared.acquire(key, limits, tokens, now)
         except _UNREACHABLE as exc:
-            self._outage.failed(exc)
+            await self._outage.failed(exc)
             return attrs.evolve(await self.local.acquire(key, limits, tokens, now), permit=_LOCAL_PERMIT)
         self._outage.ok()
         return grant

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -72,3 +75,24 @@ async def test_rate_limits_fall_back_to_this_processs_own_and_release_there() ->
     assert grant.admitted and not (await local.acquire("k", limits, 1, 0.0)).admitted
     await limiter.release("k", limits, permit=grant.permit, reserved=1, used=1, now=0.0)
     assert (await local.acquire("k", limits, 1, 0.0)).admitted
+
+
+async def turned(work: Awaitable[object]) -> bool:
+    """Whether the loop ran a callback while ``work`` ran."""
+    ran: list[bool] = []
+    asyncio.get_running_loop().call_soon(ran.append, True)
+    with contextlib.suppress(BudgetUnavailableError):
+        await work
+    return ran == [True]
+
+
+@pytest.mark.parametrize("work", [
+    lambda: GuardedCache(Down()).get("k"),
+    lambda: GuardedBudgets(Down()).reserve("r", [], now=0.0, lease_s=1.0),
+    lambda: GuardedBudgets(Down(), "fail_open").reserve("r", [], now=0.0, lease_s=1.0),
+    lambda: GuardedBreakers(Down(), MemoryBreakerStore()).admit("k", POLICY, 0.0),
+    lambda: GuardedRateLimiter(Down(), MemoryRateLimiter()).acquire("k", RateLimits(max_concurrency=1), 1, 0.0),
+], ids=["cache", "budget-fail_closed", "budget-fail_open", "circuit_breaker", "rate_limit"])
+async def test_a_call_that_finds_its_store_down_gives_the_loop_a_turn(work: Callable[[], Awaitable[object]]) -> None:
+    # A caller retrying a refusal at once would otherwise keep the loop, and the store's way back, from running.
+    assert await turned(work())
