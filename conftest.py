@@ -1,10 +1,16 @@
-"""For every test under this folder (provmw's, the plugins', the benchmarks'): a folder of its own."""
+"""For every test under this folder (provmw's, the plugins', the benchmarks'): a folder of its own.
+
+``provmw.ci`` is loaded as a plugin: under CI the session cannot go green by skipping (a
+missing service, a service's tests none of which passed, or no test passed at all fails it).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+pytest_plugins = ["provmw.ci"]
 
 
 @pytest.fixture(autouse=True)

@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from provmw.ci import service_missing
 from provmw.stores.usage import SqliteUsageStore, UsageRecord, UsageStore
 
 URL = os.environ.get("PROVMW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -31,7 +32,7 @@ def schema() -> Iterator[str]:
     try:
         psycopg.connect(URL, connect_timeout=2).close()
     except psycopg.Error as exc:
-        pytest.skip(f"no PostgreSQL at {URL} ({exc})")
+        service_missing(f"no PostgreSQL at {URL} ({exc})")
     name = f"provmw_bench_{uuid.uuid4().hex[:12]}"
     yield name
     with psycopg.connect(URL, autocommit=True) as connection:

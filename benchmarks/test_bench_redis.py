@@ -5,7 +5,7 @@
 2. A cache hit through the ``cache`` layer: one GET (plus an HMAC check when signing is on),
    against the memory store. 200 calls per round.
 
-Skipped when no Redis answers at ``PROVMW_TEST_REDIS_URL`` (default 127.0.0.1:6379).
+Skipped when no Redis answers at ``PROVMW_TEST_REDIS_URL`` (default 127.0.0.1:6379); failed instead under CI.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import redis
 
 from benchmarks.conftest import run_batch
 from benchmarks.test_bench_budget import CONFIG, CTX, terminal
+from provmw.ci import service_missing
 from provmw.context import ProviderOperation
 from provmw.middleware.budget import BudgetMiddleware, BudgetOptions
 from provmw.middleware.cache import CacheMiddleware, CacheOptions
@@ -46,7 +47,7 @@ def prefix(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     try:
         client.ping()
     except redis.RedisError as exc:
-        pytest.skip(f"no Redis at {URL} ({exc})")
+        service_missing(f"no Redis at {URL} ({exc})")
     monkeypatch.setenv("PROVMW_BENCH_SIGNING_KEY", "bench-secret-of-enough-characters")
     name = f"provmw-bench-{uuid.uuid4().hex[:12]}"
     yield name
