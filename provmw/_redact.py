@@ -93,7 +93,12 @@ A = TypeVar("A", "ProviderResponse", "ChatChunk")
 
 @attrs.frozen
 class Scrubber:
-    """Replaces known secrets (and their encoded forms) in text and in errors with ``***``."""
+    """Replaces known secrets (and their encoded forms) in text and in errors with ``***``.
+
+    An adapter that sends credentials the configuration does not hold (a signature's key id, a
+    token it fetched) scrubs its own errors: ``with Scrubber.of(sent):`` around the request,
+    inside any code that cuts or re-wraps an error body, so no cut-off secret is left behind.
+    """
 
     forms: tuple[str, ...]
 
@@ -136,6 +141,14 @@ class Scrubber:
                 changed[name] = clean
         return attrs.evolve(answer, **changed) if changed else answer
 
+    def __enter__(self) -> Scrubber:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        """``with scrubber:`` scrubs whatever error leaves the block, in place, and lets it go on."""
+        if exc is not None:
+            self.error(exc)
+
     def error(self, exc: BaseException) -> None:
         """Scrub ``exc`` in place (its arguments and string attributes), and the errors it chains."""
         seen: set[int] = set()
@@ -156,9 +169,21 @@ class Scrubber:
             return self.text(value)
         if isinstance(value, bytes):
             return self.text(value.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
-        if isinstance(value, Mapping) and any(isinstance(v, str) for v in value.values()):
-            return {k: self.text(v) if isinstance(v, str) else v for k, v in value.items()}
+        if isinstance(value, Mapping):
+            return self._mapping(value)
         return value
+
+    def _mapping(self, value: Mapping[Any, Any]) -> Mapping[Any, Any]:
+        items = [(k, self.text(v) if isinstance(v, str) else v) for k, v in value.items()]
+        if all(new == old for (_, new), old in zip(items, value.values(), strict=True)):
+            return value
+        # Of the kind a copy is (headers stay case-insensitive, so a retry hint is still found), else a dict.
+        copy = getattr(value, "copy", None)
+        kind = type(copy()) if callable(copy) else dict
+        try:
+            return kind(items)
+        except TypeError:
+            return dict(items)
 
 
 # Every answer is scrubbed: a configuration's few secrets are encoded once, not on every call.

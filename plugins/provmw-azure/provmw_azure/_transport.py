@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from provmw._redact import Scrubber
 from provmw.http import Body, HttpClient, HttpStatusError, SSEEvent, Url, decode_json
 from provmw_azure._deployment import Deployment
 from provmw_azure._wire import filtered_answer, openai_error
@@ -26,7 +27,8 @@ _FILTER_FINISH = '"content_filter"'
 
 
 class AzureTransport(HttpClient):
-    """``inner`` for one call on ``deployment``; ``secrets`` (a bearer token) are masked in errors."""
+    """``inner`` for one call on ``deployment``; ``secrets`` (a bearer token, the ``api-key``) are
+    masked in errors, by ``scrubber``: the adapter scrubs every error of the call with it."""
 
     def __init__(self, inner: HttpClient, deployment: Deployment, *, provider: str, model: str,
                  secrets: tuple[str, ...] = ()) -> None:
@@ -35,6 +37,7 @@ class AzureTransport(HttpClient):
         self._deployment = deployment
         self._provider, self._model = provider, model
         self._secrets = secrets
+        self.scrubber = Scrubber.of(secrets)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -75,6 +78,7 @@ class AzureTransport(HttpClient):
             raise filtered
 
     def _error(self, exc: HttpStatusError) -> HttpStatusError:
+        self.scrubber.error(exc)  # before its body is cut and re-wrapped: a cut secret is past finding
         hint = (f" (is {self._deployment.name!r} a deployment of {self._deployment.host}, and "
                 f"api-version {self._deployment.api_version} one it serves?)")
         return openai_error(exc, not_found_hint=hint, secrets=self._secrets)

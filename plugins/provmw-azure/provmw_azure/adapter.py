@@ -43,29 +43,34 @@ class AzureOpenAIAdapter(OpenAIAdapter):
 
     async def chat(self, http: HttpClient, config: ProviderConfig, request: ChatRequest) -> CompletionResponse:
         transport, routed = await self._route(http, config)
-        return await super().chat(transport, routed, request)
+        with transport.scrubber:
+            return await super().chat(transport, routed, request)
 
     async def complete(self, http: HttpClient, config: ProviderConfig,
                        request: CompletionRequest) -> CompletionResponse:
         transport, routed = await self._route(http, config)
-        return await super().complete(transport, routed, request)
+        with transport.scrubber:
+            return await super().complete(transport, routed, request)
 
     async def embed(self, http: HttpClient, config: ProviderConfig, request: EmbeddingRequest) -> EmbeddingResponse:
         transport, routed = await self._route(http, config)
-        return await super().embed(transport, routed, request)
+        with transport.scrubber:
+            return await super().embed(transport, routed, request)
 
     async def stream_chat(self, http: HttpClient, config: ProviderConfig,
                           request: ChatRequest) -> AsyncIterator[ChatChunk]:
         transport, routed = await self._route(http, config)
-        async for chunk in super().stream_chat(transport, routed, request):
-            yield chunk
+        with transport.scrubber:
+            async for chunk in super().stream_chat(transport, routed, request):
+                yield chunk
 
     async def _route(self, http: HttpClient, config: ProviderConfig) -> tuple[AzureTransport, ProviderConfig]:
-        """The client and configuration the OpenAI adapter is handed for one call on ``config``."""
+        """The client and configuration the OpenAI adapter is handed for one call on ``config``;
+        every error of the call is scrubbed of what it carried (a token the manager never saw)."""
         deployment = Deployment.of(config)
         headers, token = await self._credentials(config)
         transport = AzureTransport(http, deployment, provider=self.name, model=config.model,
-                                   secrets=() if token is None else (token,))
+                                   secrets=(*(() if token is None else (token,)), *headers.values()))
         # The OpenAI adapter sends a configuration's key as a bearer token: just what Entra ID takes.
         return transport, attrs.evolve(config, base_url=deployment.base_url, api_key=token, headers=headers)
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from provmw import wire
+from provmw._redact import Scrubber
 from provmw.config import ProviderConfig
 from provmw.errors import (
     MalformedResponseError,
@@ -29,7 +30,7 @@ from provmw_bedrock import answers
 from provmw_bedrock.converse import request_body
 from provmw_bedrock.errors import ERROR_CODES, error_type_header, in_band_error
 from provmw_bedrock.eventstream import EventMessage, EventStreamDecoder, EventStreamError, EventTooLargeError
-from provmw_bedrock.signing import AwsAuth, sign
+from provmw_bedrock.signing import AwsAuth, sent_secrets, sign
 
 if TYPE_CHECKING:
     from botocore.session import Session
@@ -56,7 +57,9 @@ class BedrockAdapter:
 
     async def chat(self, http: HttpClient, config: ProviderConfig, request: ChatRequest) -> CompletionResponse:
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model), error_type_header():
-            url, body, headers = await self._request(config, request, "converse", "application/json")
+            url, body, headers, sent = await self._request(config, request, "converse", "application/json")
+        # ``sent`` innermost: an echoed credential is masked before an error body is cut or re-wrapped.
+        with wire_errors(ERROR_CODES, provider=self.name, model=config.model), error_type_header(), sent:
             data = await http.post_json(url, body, headers)
         try:
             text, calls, reason, usage = answers.answer(data, config.model)
@@ -79,7 +82,8 @@ class BedrockAdapter:
                           request: ChatRequest) -> AsyncIterator[ChatChunk]:
         reader = answers.StreamReader(config.model)
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model), error_type_header():
-            url, body, headers = await self._request(config, request, "converse-stream", EVENT_STREAM)
+            url, body, headers, sent = await self._request(config, request, "converse-stream", EVENT_STREAM)
+        with wire_errors(ERROR_CODES, provider=self.name, model=config.model), error_type_header(), sent:
             chunks = http.post_stream(url, body, headers)
             async for message in self._messages(chunks, http.limits, config.model):
                 chunk = self._read(reader, message, config.model)
@@ -91,8 +95,9 @@ class BedrockAdapter:
                                      provider=self.name, model=config.model)
 
     async def _request(self, config: ProviderConfig, request: ChatRequest, operation: str,
-                       accept: str) -> tuple[URL, bytes, dict[str, str]]:
-        """The URL, body and headers of a call, signed unless the configuration has a key."""
+                       accept: str) -> tuple[URL, bytes, dict[str, str], Scrubber]:
+        """The URL, body and headers of a call, signed unless the configuration has a key, and
+        the scrubber of the credentials they carry."""
         bearer = config.api_key.reveal() if config.api_key else None
         account = await self._auth.account(config, signed=bearer is None)
         # The model id is one path segment (an ARN's ":" and "/" escaped), sent as it was signed.
@@ -101,12 +106,14 @@ class BedrockAdapter:
         headers = {"Content-Type": "application/json", "Accept": accept, **config.headers}
         if bearer is not None:
             headers["Authorization"] = f"Bearer {bearer}"
+            sent: tuple[str, ...] = (bearer,)
         else:
             credentials = await account.frozen_credentials(self.name, config.model)
             headers = sign(credentials, account.region, url, body, headers)
+            sent = sent_secrets(credentials, headers)
         from yarl import URL  # aiohttp's: imported with the first request, not with the plugin
 
-        return URL(url, encoded=True), body, headers
+        return URL(url, encoded=True), body, headers, Scrubber.of((*sent, *config.headers.values()))
 
     async def _messages(self, chunks: AsyncGenerator[bytes, None], limits: ReadLimits,
                         model: str) -> AsyncIterator[EventMessage]:

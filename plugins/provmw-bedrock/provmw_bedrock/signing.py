@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from botocore.credentials import Credentials, ReadOnlyCredentials
     from botocore.session import Session
 
-__all__ = ["SERVICE", "Account", "AwsAuth", "region_in", "sign"]
+__all__ = ["SERVICE", "Account", "AwsAuth", "region_in", "sent_secrets", "sign"]
 
 SERVICE = "bedrock"  # the signing name of the bedrock-runtime endpoint
 _AWS_HOST = re.compile(r"(?:^|\.)bedrock-runtime(?:-fips)?\.([a-z]{2}(?:-[a-z]+)+-\d+)\.", re.IGNORECASE)
@@ -116,6 +116,14 @@ class AwsAuth:
 
 def _endpoint(base_url: str | None, region: str) -> str:
     return (base_url or f"https://bedrock-runtime.{region}.amazonaws.com").rstrip("/")
+
+
+def sent_secrets(credentials: ReadOnlyCredentials, headers: Mapping[str, str]) -> tuple[str, ...]:
+    """What a request signed with ``credentials`` carries that a server may echo and no error may
+    show: the access key id (``Credential=``), the session token (``X-Amz-Security-Token``), the
+    signature, and the secret key (never sent, but never shown either)."""
+    signature = headers.get("Authorization", "").rpartition("Signature=")[2]
+    return tuple(s for s in (credentials.access_key, credentials.secret_key, credentials.token, signature) if s)
 
 
 def sign(credentials: ReadOnlyCredentials, region: str, url: str, body: bytes,
