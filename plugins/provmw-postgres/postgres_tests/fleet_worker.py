@@ -1,9 +1,10 @@
 """A host of the fleet tests: one ServiceManager whose ledger is in PostgreSQL, many calls.
 
 ``python fleet_worker.py JOB`` where JOB is JSON: ``settings`` (a settings document),
-``calls`` (how many; 0 means until killed), ``concurrency`` and ``start_at`` (wall-clock
-time to begin, so that every host starts together). Each call's correlation id is printed
-once the call has returned (answered or failed); a last line ``done`` follows a clean exit.
+``calls`` (how many; 0 means until killed) and ``concurrency``. Once its manager is built it
+prints ``ready`` and waits for a line on stdin (the test's barrier: every host starts together).
+Each call's correlation id is printed once the call has returned (answered or failed); a last
+line ``done`` follows a clean exit.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import contextlib
 import itertools
 import json
 import sys
-import time
 import uuid
 from typing import Any
 
@@ -41,7 +41,8 @@ async def caller(manager: ServiceManager, numbers: itertools.count[int], calls: 
 async def main(job: dict[str, Any]) -> None:
     settings = parse_settings(job["settings"], "<worker>", {})
     async with ServiceManager(settings, host=host()) as manager:
-        await asyncio.sleep(max(0.0, job["start_at"] - time.time()))
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)  # every host is ready: the test says go
         numbers = itertools.count()
         await asyncio.gather(*(caller(manager, numbers, job["calls"]) for _ in range(job["concurrency"])))
     print("done", flush=True)

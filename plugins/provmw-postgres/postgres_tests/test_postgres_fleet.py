@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +46,20 @@ def document(fake: FakeProvider, url: str, schema: str) -> dict[str, Any]:
 
 async def start_hosts(settings: dict[str, Any], processes: int, calls: int, cwd: Path,
                       concurrency: int = 8) -> list[asyncio.subprocess.Process]:
-    job = json.dumps({"settings": settings, "calls": calls, "concurrency": concurrency,
-                      "start_at": time.time() + 2.0})
+    """Hosts past the start barrier: each built its manager and said ``ready``, then all were told to go."""
+    job = json.dumps({"settings": settings, "calls": calls, "concurrency": concurrency})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return [await asyncio.create_subprocess_exec(sys.executable, WORKER, job, cwd=cwd, env=env,
-                                                 stdout=asyncio.subprocess.PIPE) for _ in range(processes)]
+    hosts = [await asyncio.create_subprocess_exec(sys.executable, WORKER, job, cwd=cwd, env=env,
+                                                  stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+             for _ in range(processes)]
+    for ready in hosts:
+        assert ready.stdout is not None
+        assert await ready.stdout.readline() == b"ready\n", "a host died before it was ready"
+    for ready in hosts:
+        assert ready.stdin is not None
+        ready.stdin.write(b"go\n")
+        await ready.stdin.drain()
+    return hosts
 
 
 async def test_every_attempt_of_a_call_is_a_row(fake: FakeProvider, postgres_url: str, schema: str) -> None:

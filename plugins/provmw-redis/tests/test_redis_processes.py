@@ -50,17 +50,29 @@ async def run_workers(document: dict[str, Any], processes: int, calls: int, oper
                       watch: bool = False, idempotency_key: str | None = None) -> list[dict[str, Any]]:
     # A loaded machine can take longer than the 0.5 s default to answer four busy processes.
     patient = {**document, "state": {**document["state"], "timeout_s": 5.0}}
-    job = {"settings": patient, "calls": calls, "operation": operation, "start_at": time.time() + 3.0,
-           "watch": watch, "idempotency_key": idempotency_key}
+    job = {"settings": patient, "calls": calls, "operation": operation, "watch": watch,
+           "idempotency_key": idempotency_key}
     workers = [await asyncio.create_subprocess_exec(sys.executable, WORKER, json.dumps(job), cwd=ROOT,
-                                                    stdout=asyncio.subprocess.PIPE)
+                                                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
                for _ in range(processes)]
+    await start_together(workers)
     results = []
     for worker in workers:
         out, _ = await worker.communicate()
         assert worker.returncode == 0
         results.append(json.loads(out))
     return results
+
+
+async def start_together(workers: list[asyncio.subprocess.Process]) -> None:
+    """The start barrier: once every worker has said ``ready``, tell them all to go."""
+    for worker in workers:
+        assert worker.stdout is not None and worker.stdin is not None
+        assert await worker.stdout.readline() == b"ready\n", "a worker died before it was ready"
+    for worker in workers:
+        assert worker.stdin is not None
+        worker.stdin.write(b"go\n")
+        await worker.stdin.drain()
 
 
 def manager(document: dict[str, Any]) -> ServiceManager:
@@ -173,7 +185,8 @@ async def test_a_half_open_breaker_lets_exactly_its_probes_through_across_proces
     await run_workers(settings, processes=1, calls=4)  # opens the breaker
     fake.reset()
     fake.fail_randomly(1.0, Fault(delay_s=1.0))  # healthy again, and slow: probes stay out together
-    results = await run_workers(settings, processes=4, calls=10)  # they start after open_s has passed
+    await asyncio.sleep(BREAKER["circuit_breaker"]["open_s"])  # the time under test: the breaker stays open this long
+    results = await run_workers(settings, processes=4, calls=10)
     assert fake.count() == 3
     assert total(results, "CompletionResponse") == 3
     assert total(results, "CircuitOpenError") == 37

@@ -1,10 +1,10 @@
 """A worker process for the cross-process tests: one ServiceManager, many concurrent calls.
 
 ``python worker.py JOB`` where JOB is JSON: ``settings`` (a settings document), ``calls``,
-``operation`` ("chat" or "embed"), ``start_at`` (wall-clock time to begin, so that every
-worker starts together) and ``watch`` (check budget spend plus reservations after every
-budget step) and ``idempotency_key`` (every chat repeats it). It prints one JSON line:
-outcomes by type, cached answers, and the budget peak it saw.
+``operation`` ("chat" or "embed"), ``watch`` (check budget spend plus reservations after every
+budget step) and ``idempotency_key`` (every chat repeats it). Once its manager is built it
+prints ``ready`` and waits for a line on stdin (the test's barrier: every worker starts together);
+then it prints one JSON line: outcomes by type, cached answers, and the budget peak it saw.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ async def main(job: dict[str, Any]) -> dict[str, Any]:
     outcomes: collections.Counter[str] = collections.Counter()
     cached = 0
     async with ServiceManager(settings, host=host) as manager:
-        await asyncio.sleep(max(0.0, job["start_at"] - time.time()))
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)  # every worker is ready: the test says go
         calls: list[Awaitable[Any]]
         if job["operation"] == "embed":
             calls = [manager.embed("the same words, everywhere") for _ in range(job["calls"])]
