@@ -6,8 +6,9 @@ concern                   when its store fails (ADR 0013)
 ``cache``                 a miss: nothing is read or stored, no claim is waited for
 ``budget``                reserve: the budget's ``failure_policy`` (``fail_closed``:
                           ``BudgetUnavailableError`` before any request; ``fail_open``: the
-                          call goes uncounted); renew and settle: logged, the lease frees
-                          the hold
+                          call goes uncounted); renew: logged, the lease holds; settle:
+                          kept (at most 10,000) and written before the next step once the
+                          store answers (:mod:`provmw.stores._kept_settles`)
 ``circuit_breaker``,      unreachable (``ConnectionError``, ``TimeoutError``): this
 ``rate_limit``            process's own embedded store decides; each outcome goes back
                           to the store that admitted it. Any other error is a bug and
@@ -37,6 +38,7 @@ from typing import Literal, TypeVar
 import attrs
 
 from provmw.errors import BudgetUnavailableError
+from provmw.stores._kept_settles import MAX_KEPT_SETTLES, KeptSettles
 from provmw.stores.breakers import Admission, BreakerPolicy, BreakerStore, Transition
 from provmw.stores.budgets import Amounts, BucketState, BudgetStore, Charge, Refusal
 from provmw.stores.cache import CacheStore
@@ -138,12 +140,15 @@ class GuardedCache:
 class GuardedBudgets:
     """A ``BudgetStore`` whose failure to reserve follows the budget's ``failure_policy``."""
 
-    def __init__(self, store: BudgetStore, policy: BudgetFailurePolicy = "fail_closed") -> None:
+    def __init__(self, store: BudgetStore, policy: BudgetFailurePolicy = "fail_closed", *,
+                 max_kept_settles: int = MAX_KEPT_SETTLES) -> None:
         self.store, self.policy = store, policy
         self._outage = _Outage("budget", f"calls go uncounted (failure_policy={policy})")
+        self.kept = KeptSettles(max_kept_settles)  # settles that failed, until the store answers
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None:
+        await self.kept.write(self.store)  # what the outage's calls spent counts before this call does
         try:
             refusal = await self.store.reserve(reservation_id, charges, now=now, lease_s=lease_s)
         except Exception as exc:
@@ -164,18 +169,25 @@ class GuardedBudgets:
             log.warning("budget: could not renew reservation %s (%s: %s)", reservation_id, type(exc).__name__, exc)
 
     async def settle(self, reservation_id: str, actual: Amounts) -> None:
-        # The call is over either way: a failing store must not turn an answer into an error.
-        # The lease frees the reservation; the usage ledger still has the spend.
+        # The call is over either way: a failing store must not turn an answer into an error. The
+        # settle is kept and written once the store answers (``_kept_settles``).
         try:
             await self.store.settle(reservation_id, actual)
-        except Exception:
-            log.exception("budget: could not settle reservation %s; its lease will expire", reservation_id)
+        except Exception as exc:
+            self.kept.keep(reservation_id, actual, exc)
+            return
+        await self.kept.write(self.store)
 
     async def states(self, *, now: float) -> list[BucketState]:
+        await self.kept.write(self.store)
         return await self.store.states(now=now)
 
     async def aclose(self) -> None:
-        await self.store.aclose()
+        try:
+            await self.kept.write(self.store)
+            self.kept.abandon()
+        finally:
+            await self.store.aclose()
 
 
 class GuardedBreakers:

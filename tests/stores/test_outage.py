@@ -53,9 +53,10 @@ async def test_a_budget_failing_open_admits_uncounted() -> None:
     assert await GuardedBudgets(Down(), "fail_open").reserve("r", [], now=0.0, lease_s=1.0) is None
 
 
-async def test_a_settle_that_fails_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
-    await GuardedBudgets(Down()).settle("r", Amounts())
-    assert "could not settle reservation r" in caplog.text
+async def test_a_settle_that_fails_is_logged_and_kept_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    budgets = GuardedBudgets(Down())
+    await budgets.settle("r", Amounts())
+    assert "could not settle" in caplog.text and len(budgets.kept) == 1
 
 
 async def test_breakers_fall_back_to_this_processs_own_and_report_back_there() -> None:
