@@ -2,7 +2,8 @@
 
 ``masked_url`` is what every display of a URL uses (configuration reprs, settings errors,
 ``provmw stack``). ``Scrubber`` removes the credentials a request carried from whatever a
-provider sent back, before an error leaves the manager (ADR 0014, amended by ADR 0018).
+provider sent back, before an error leaves the manager (ADR 0014, amended by ADR 0018), and
+from the fields that name an answer (ADR 0042).
 """
 
 from __future__ import annotations
