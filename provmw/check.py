@@ -5,17 +5,22 @@ never runs needs no key); this is the place that looks at all of them before any
 the settings file, every configuration's ``api_key_env`` and ``headers_env`` variables (and a
 ``base_url`` that carries credentials besides them), the plugin policy and the plugins, and
 everything the stack is built from (middleware sections, providers, the
-``[state]`` URL and the plugin serving it). Nothing is sent to a provider or a state server.
+``[state]`` URL and the plugin serving it). Nothing is sent to a provider; a state server that
+keeps budgets is asked whether it keeps them across its own restart (Redis: persistence).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from provmw._redact import masked_url, url_secrets
 from provmw.errors import ProvmwError
 from provmw.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from provmw.manager import ServiceManager
 
 __all__ = ["keys_given_twice", "locations", "missing_variables", "problems"]
 
@@ -78,5 +83,19 @@ async def _stack_problems(settings: Settings, environ: Mapping[str, str]) -> lis
         manager = ServiceManager(settings, host=host)  # a failed plugin is left out, as reported above
     except ProvmwError as exc:
         return [*found, str(exc)]
-    await manager.aclose()
+    try:
+        found += await _budget_state_problems(manager)
+    finally:
+        await manager.aclose()
     return found
+
+
+async def _budget_state_problems(manager: ServiceManager) -> list[str]:
+    """What the shared state keeping the budgets reports against them (Redis: no persistence, so a
+    restart forgets the spend); asked only when a budget is in the stack and kept there."""
+    shared, ask = manager.state.shared, getattr(manager.state.shared, "budget_problems", None)
+    if shared is None or ask is None or "budget" not in manager.state.shared_concerns or \
+            "budget" not in manager.pipeline.order:
+        return []
+    problems: list[str] = await ask()
+    return problems

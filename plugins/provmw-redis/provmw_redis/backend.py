@@ -112,6 +112,7 @@ class RedisState:
     def __init__(self, state: StateSettings, source: str = "<settings>") -> None:
         where = f"{source}: [state]"
         self.options = o = options_from(RedisOptions, state.options, where)
+        self.shown_url = state.shown_url  # its password masked
         self.signing_key = _signing_key(o, _SIGNED_CONCERNS & set(state.shared), where)
         # No client-side retries: a paused server must cost one timeout, and the stores decide
         # what a failure means (the budget fails closed before anything is sent). Past
@@ -134,6 +135,17 @@ class RedisState:
             raise RedisUnavailableError(f"redis state unreachable: {type(exc).__name__}: {exc}") from exc
         self.health.ok()
         return result
+
+    async def budget_problems(self) -> list[str]:
+        """What ``provmw check`` reports for a budget kept here: a server that would forget its spend
+        on restart (no persistence), or one that cannot be reached."""
+        from provmw_redis.durability import forgets_on_restart
+
+        try:
+            problem = await forgets_on_restart(self)
+        except RedisUnavailableError as exc:
+            return [f"redis state {self.shown_url}: budgets are kept there and it cannot be reached ({exc})"]
+        return [] if problem is None else [problem]
 
     def script(self, name: str, *, common: str | None = None) -> AsyncScript:
         """A Lua script of this package, registered once (EVALSHA, EVAL after a server restart)."""

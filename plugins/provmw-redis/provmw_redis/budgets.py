@@ -14,6 +14,7 @@ method raises ``RedisUnavailableError``, which the budget middleware turns into 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -21,12 +22,15 @@ from typing import TYPE_CHECKING
 import attrs
 
 from provmw.stores.budgets import DIMENSIONS, Amounts, BucketId, BucketState, Charge, Refusal
-from provmw_redis.backend import lua_limits, milliseconds
+from provmw_redis.backend import RedisUnavailableError, lua_limits, milliseconds
+from provmw_redis.durability import forgets_on_restart
 
 if TYPE_CHECKING:
     from provmw_redis.backend import RedisState
 
 __all__ = ["RedisBudgetStore"]
+
+log = logging.getLogger(__name__)
 
 _KEEP_WINDOW_S = 35 * 86_400.0  # past its end, so last month's spend is still there to read
 _KEEP_EXPIRED_S = 86_400.0  # an expired reservation may still be settled for a day
@@ -38,6 +42,7 @@ class RedisBudgetStore:
     def __init__(self, state: RedisState, *, clock: Callable[[], float] | None = None) -> None:
         self._state = state
         self._clock = clock  # None: the server's TIME; a clock of their own only for tests
+        self._persistence_asked = False
         self._prefix = f"{{{state.options.key_prefix}:budget}}:"
         self._index = self._prefix + "buckets"
         self._reserve = state.script("budget_reserve", common="budget_common")
@@ -47,6 +52,8 @@ class RedisBudgetStore:
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None:
+        if not self._persistence_asked:
+            await self._warn_without_persistence()
         args: list[str | int | float] = [self._prefix, self._now(), repr(lease_s), reservation_id,
                                          milliseconds(lease_s + _KEEP_EXPIRED_S), len(charges)]
         for charge in charges:
@@ -79,6 +86,17 @@ class RedisBudgetStore:
 
     async def aclose(self) -> None:
         return None  # the backend's client is closed with the manager
+
+    async def _warn_without_persistence(self) -> None:
+        """Once, when the server first answers: a warning if a restart of it would forget the spend."""
+        self._persistence_asked = True  # the calls meanwhile do not ask again
+        try:
+            problem = await forgets_on_restart(self._state)
+        except RedisUnavailableError:
+            self._persistence_asked = False  # asked again once it answers; the reserve fails as it would
+            return
+        if problem is not None:
+            log.warning("budget: %s", problem)
 
     def _now(self) -> str:
         return "" if self._clock is None else repr(self._clock())
