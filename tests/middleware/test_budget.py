@@ -24,6 +24,7 @@ from provmw.stores.budgets_sqlite import SqliteBudgetStore
 from provmw.stores.outage import GuardedBudgets
 from provmw.testing import FakeClock, FakeProvider, ScriptedNext, call_context
 from tests.conftest import anthropic_config, openai_config
+from tests.virtual_time import run_virtual
 
 CONFIG = ProviderConfig(identifier="oa", provider="openai", model="gpt-test")
 LA = ZoneInfo("America/Los_Angeles")
@@ -299,18 +300,22 @@ async def slow_answer(config: ProviderConfig) -> CompletionResponse:
     return answer()
 
 
-async def test_a_long_call_renews_its_lease_while_it_runs() -> None:
+def test_a_long_call_renews_its_lease_while_it_runs() -> None:
     store = Renewals()
     middleware = budget({"scope": "global", "period": "day", "max_cost_usd": 1.0}, store=store, lease_s=0.04)
-    await middleware.handle(ctx(), CONFIG, slow_answer)
+    run_virtual(middleware.handle(ctx(), CONFIG, slow_answer))  # the loop's time: 0.1 s is ten quarter leases
     assert store.renewals >= 3
 
 
-async def test_a_call_over_within_a_quarter_lease_is_never_renewed() -> None:
+def test_a_call_over_within_a_quarter_lease_is_never_renewed() -> None:
     store = Renewals()
     middleware = budget({"scope": "global", "period": "day", "max_cost_usd": 1.0}, store=store, lease_s=0.4)
-    await middleware.handle(ctx(), CONFIG, ScriptedNext(answer()))
-    await asyncio.sleep(0.25)  # the layer's timer ticks, and finds nothing running
+
+    async def call_then_wait() -> None:
+        await middleware.handle(ctx(), CONFIG, ScriptedNext(answer()))
+        await asyncio.sleep(0.25)  # on the loop's (virtual) time: the layer's timer ticks, and finds nothing running
+
+    run_virtual(call_then_wait())
     assert store.renewals == 0
 
 

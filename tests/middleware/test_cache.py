@@ -343,9 +343,13 @@ class SharedStore(MemoryCacheStore):
         super().__init__()
         self.held = True
         self.unclaimed: list[str] = []
+        self.refused = asyncio.Event()  # set once a claim was refused: the caller waits for the entry
 
     async def claim(self, key: str, ttl_s: float) -> str | None:
-        return None if self.held else "token"
+        if self.held:
+            self.refused.set()
+            return None
+        return "token"
 
     async def unclaim(self, key: str, token: str) -> None:
         self.unclaimed.append(token)
@@ -355,7 +359,7 @@ async def test_a_miss_whose_claim_is_held_elsewhere_waits_for_that_entry() -> No
     store = SharedStore()
     middleware, upstream = CacheMiddleware(CacheOptions(operations=("chat",)), store=store), ScriptedNext()
     waiting = asyncio.ensure_future(middleware.handle(ctx(), CONFIG, upstream))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(store.refused.wait(), 5)
     await store.set(stored_key(), json.dumps(ANSWER.to_dict()), 60)  # the other process answers
     hit = await waiting
     assert hit.cached and hit.text == "42" and upstream.calls == []
@@ -365,7 +369,7 @@ async def test_a_miss_goes_upstream_once_the_other_claim_is_given_up() -> None:
     store = SharedStore()
     middleware, upstream = CacheMiddleware(CacheOptions(operations=("chat",)), store=store), ScriptedNext(ANSWER)
     waiting = asyncio.ensure_future(middleware.handle(ctx(), CONFIG, upstream))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(store.refused.wait(), 5)
     store.held = False  # the other process failed, or its claim expired
     assert not (await waiting).cached
     assert len(upstream.calls) == 1 and store.unclaimed == ["token"]

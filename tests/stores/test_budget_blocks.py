@@ -16,6 +16,7 @@ from provmw.stores._settles import SettleJournal, merged
 from provmw.stores.budget_blocks import BudgetBlocks
 from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, Refusal
 from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from tests.polling import eventually
 from tests.stores.budget_files import BUCKET, DOLLAR, OTHER, in_file, kill_once_settled
 
 
@@ -237,6 +238,5 @@ async def test_an_idle_block_settles_within_its_age(tmp_path: Path) -> None:
                          max_age_s=0.02)
     await store.reserve("r", [small(1_000)], now=0, lease_s=60)
     await store.settle("r", Amounts(400, 5, 1))
-    await asyncio.sleep(0.2)
-    assert in_file(tmp_path / "b.db") == (400, 0)
+    assert await eventually(lambda: in_file(tmp_path / "b.db"), lambda found: found == (400, 0)) == (400, 0)
     await store.aclose()

@@ -15,9 +15,11 @@ import pytest
 
 from provmw.stores import _settles
 from provmw.stores.budget_blocks import BudgetBlocks
-from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
+from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, Refusal
 from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from tests.polling import eventually
 from tests.stores.budget_files import BUCKET, DOLLAR, OTHER, A, in_file
+from tests.virtual_time import run_virtual
 
 BOB = BucketId("user", "bob", "day", "2026-11-24")
 
@@ -101,10 +103,10 @@ async def test_blocks_closed_full_are_pinned_whole_by_one_long_call_each(tmp_pat
             assert await mine.reserve(rid, [charge], now=0, lease_s=60) is None
     for rid in shorts:
         await mine.settle(rid, Amounts(100, 0, 1))
-    await asyncio.sleep(0.2)  # a while after they closed, the blocks with a long call in them are cut down
-    _, held = in_file(path)
     # 16 long calls in flight (16_000), 240 short ones spent 24_000, one block open (at most 16_000).
     needs = 16 * 1_000 + 240 * 100 + 256_000 // 16
+    # A while after they closed, the blocks with a long call in them are cut down.
+    held = await eventually(lambda: in_file(path)[1], lambda held: held <= needs)
     refusal = await other.reserve("half", [Charge(OTHER, limit, Amounts(128_000, 0, 1))], now=0, lease_s=60)
     await mine.aclose()
     await other.aclose()
@@ -221,28 +223,36 @@ async def test_a_journal_that_starts_over_keeps_a_block_whose_settle_failed(
 # A burst on a file another process holds fails within one busy timeout, as the plain store's calls.
 
 @pytest.mark.parametrize("with_blocks", [False, True], ids=["plain", "blocks"])
-async def test_a_burst_on_a_locked_file_fails_within_one_busy_timeout(tmp_path: Path, with_blocks: bool) -> None:
+def test_a_burst_on_a_locked_file_fails_within_one_busy_timeout(tmp_path: Path, with_blocks: bool) -> None:
     path = tmp_path / "b.db"
     inner = SqliteBudgetStore(path, synchronous="NORMAL", busy_timeout_s=0.2)
     store = BudgetBlocks(inner) if with_blocks else inner
-    assert await store.reserve("warm", [Charge(BUCKET, DOLLAR, A)], now=0, lease_s=60) is None  # file open
-    await store.settle("warm", A)
-    writer = locked(path)
-    started = time.monotonic()
-    results = await asyncio.gather(*(store.reserve(f"c{i}", [Charge(OTHER, DOLLAR, A)], now=0, lease_s=60)
-                                     for i in range(8)), return_exceptions=True)
-    elapsed = time.monotonic() - started
-    writer.execute("ROLLBACK")
-    writer.close()
-    await store.aclose()
+
+    async def burst() -> tuple[float, list[Refusal | BaseException | None]]:
+        """The 8 calls' outcomes, and how long they took by the loop's (virtual) clock."""
+        assert await store.reserve("warm", [Charge(BUCKET, DOLLAR, A)], now=0, lease_s=60) is None  # file open
+        await store.settle("warm", A)
+        writer = locked(path)
+        started = asyncio.get_running_loop().time()
+        results = await asyncio.gather(*(store.reserve(f"c{i}", [Charge(OTHER, DOLLAR, A)], now=0, lease_s=60)
+                                         for i in range(8)), return_exceptions=True)
+        elapsed = asyncio.get_running_loop().time() - started
+        writer.execute("ROLLBACK")
+        writer.close()
+        await store.aclose()
+        return elapsed, results
+
+    # On virtual time (the busy wait paces itself on the loop's clock): one timeout, not eight in a row.
+    elapsed, results = run_virtual(burst())
     assert all(isinstance(r, sqlite3.OperationalError) for r in results), results
-    assert elapsed < 0.6, f"8 calls on a file locked past the 0.2 s busy timeout failed after {elapsed:.2f} s"
+    assert elapsed <= 0.2, f"8 calls on a file locked past the 0.2 s busy timeout failed after {elapsed:.2f} s"
 
 
 # A block of a loop that ended (asyncio.run per call) closes at the process's next step.
 
 @pytest.mark.parametrize("with_blocks", [False, True], ids=["plain", "blocks"])
-def test_a_call_in_a_loop_that_ended_is_counted_once_the_lease_is_over(tmp_path: Path, with_blocks: bool) -> None:
+def test_a_call_in_a_loop_that_ended_is_counted_once_the_lease_is_over(tmp_path: Path, with_blocks: bool,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "b.db"
     inner = SqliteBudgetStore(path, synchronous="NORMAL")
     store = BudgetBlocks(inner) if with_blocks else inner
@@ -252,7 +262,8 @@ def test_a_call_in_a_loop_that_ended_is_counted_once_the_lease_is_over(tmp_path:
         await store.settle(rid, Amounts(400, 5, 1))
 
     asyncio.run(call("ada's", BUCKET, 0))  # one loop per request
-    time.sleep(1.2)  # past the block's age
+    real = time.monotonic
+    monkeypatch.setattr(time, "monotonic", lambda: real() + 1.2)  # past the block's age, with no wait
     asyncio.run(call("bob's", BOB, 100))  # the next request, another user's
 
     async def report() -> int:  # another process, after the first call's lease
