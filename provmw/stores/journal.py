@@ -12,7 +12,16 @@ commit): concurrent calls share one transaction, so the wait stays near one comm
 - **Poison record** (the batch fails but the store takes an empty write): the batch is
   bisected, the records the store refuses on their own are set aside in the spill file with
   an error naming the call, and the others are written.
-- **Close**: what was never acknowledged goes to the spill file; nothing is dropped.
+- **Nowhere to go** (the store is down and the spill file cannot be written: a full disk, a
+  read-only folder): the records are held in memory and offered to the store and the spill
+  file again, with the store's probe, until one takes them. Under ``fail_closed`` their
+  callers wait until then, and new calls are refused before they are sent; under
+  ``fail_open`` callers go on, and past ``max_records`` held the oldest are lost: counted
+  (``lost``), logged, and written to the ledger as one ``RecordsLost`` row per group
+  (configuration, user, tenant) with their tokens and cost once the store is back.
+- **Close**: what was never acknowledged goes to the spill file; what cannot go there is
+  lost, counted and logged (and a ``fail_closed`` caller still waiting gets
+  ``UsageLedgerUnavailableError`` instead of its answer).
 - **Start**: the first use replays any spill file (also one left by a crashed process) into
   the store, and removes it only once the store acknowledged; writes are idempotent per key,
   so a record replayed twice counts once. A poison record stays in the spill file.
@@ -25,19 +34,24 @@ A record so journaled survives kill -9 without waiting for a commit or a thread.
 
 ``fail_open`` never refuses a call. ``fail_closed`` refuses new calls with
 ``UsageLedgerUnavailableError`` (before they reach a provider) once ``max_records`` records
-wait outside the store; records of calls already running are still kept.
+wait outside the store, or once records have nowhere durable to go; records of calls
+already running are still kept, and those calls return only once their records are durable.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
+import attrs
+
 from provmw.errors import UsageLedgerUnavailableError
-from provmw.stores.spill import SpillFile
+from provmw.stores.spill import SpillClaim, SpillFile
 from provmw.stores.usage import UsageRecord, UsageStore
 from provmw.stores.write_ahead import Segment, WriteAheadFile
 
@@ -46,7 +60,8 @@ __all__ = ["FailurePolicy", "Outcome", "UsageJournal"]
 log = logging.getLogger(__name__)
 
 FailurePolicy = Literal["fail_open", "fail_closed"]
-Outcome = Literal["stored", "spilled", "set_aside", "lost", "journaled"]
+Outcome = Literal["stored", "spilled", "set_aside", "lost", "journaled", "held"]
+_LOST_GROUPS = 1_000  # RecordsLost rows kept per outage; past it, groups merge into one without user and tenant
 
 
 class _Entry:
@@ -97,11 +112,19 @@ class UsageJournal:
         self._outside = 0  # spilled because the store was down, not yet replayed
         self._failing = False
         self._replayed = False
+        self._held: dict[tuple[str, int], _Entry] = {}  # went nowhere: neither store nor spill file took them
+        self._lost: dict[tuple[str, ...], UsageRecord] = {}  # what was lost, summed per group, for the ledger
+        self.lost = 0  # records lost (fail_open, past max_records held; or at close)
 
     @property
     def pending(self) -> int:
         """Records neither in the store nor in the spill file yet."""
-        return len(self._queued) + len(self._inflight)
+        return len(self._queued) + len(self._inflight) + len(self._held)
+
+    @property
+    def held(self) -> int:
+        """Records held in memory: neither the store nor the spill file could take them."""
+        return len(self._held)
 
     @property
     def failing(self) -> bool:
@@ -110,8 +133,14 @@ class UsageJournal:
 
     def admit(self) -> None:
         """Refuse a new call when a fail-closed journal holds too much outside the store."""
+        if self.policy != "fail_closed":
+            return
+        if self._held:
+            raise UsageLedgerUnavailableError(
+                f"usage ledger: neither the store nor the spill file takes records ({len(self._held)} "
+                "held in memory); refusing new calls (failure_policy=fail_closed)")
         outside = self.pending + self._outside
-        if self.policy == "fail_closed" and self.failing and outside >= self.max_records:
+        if self.failing and outside >= self.max_records:
             raise UsageLedgerUnavailableError(
                 f"usage ledger: the store is failing and {outside} records wait outside it "
                 f"(max_journal_records={self.max_records}); refusing new calls (failure_policy=fail_closed)")
@@ -154,14 +183,13 @@ class UsageJournal:
         """Queue ``record`` once per key; return the future of its entry, ``future`` (None: nobody waits,
         and none is made) unless the key is queued already."""
         key = record.key
-        entry = self._queued.get(key) or self._inflight.get(key)
+        entry = self._queued.get(key) or self._inflight.get(key) or self._held.get(key)
         if entry is not None:
             if entry.future is None:  # queued unwaited: whoever waits now gets its outcome
                 entry.future = future
             return entry.future
         self._queued[key] = _Entry(record, key, future)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._write_all(), name="provmw-usage-writer")
+        self._queue_writer()
         return future
 
     async def flush(self) -> None:
@@ -190,8 +218,7 @@ class UsageJournal:
                 poison = [p for i in range(0, len(claim.records), self._batch_size)
                           for p in await self._commit(claim.records[i:i + self._batch_size])]
             except Exception as exc:  # still down: back to the spill file for the next start (or recovery)
-                await asyncio.to_thread(self.spill.append, claim.records)
-                claim.done()
+                await self._put_back(claim)
                 log.warning("usage ledger: replay of the spill file failed (%s); it stays for the next start", exc)
                 kept = True
                 continue
@@ -200,6 +227,18 @@ class UsageJournal:
             log.warning("usage ledger: replayed %d records from the spill file", len(claim.records) - len(poison))
         if not kept:  # what was spilled during the replay is in a new file, not yet replayed
             self._outside -= outside
+
+    async def _put_back(self, claim: SpillClaim) -> None:
+        """Return a claim's records to the spill file; if that fails too (a full disk), the claim's own
+        file keeps them for the next replay."""
+        try:
+            await asyncio.to_thread(self.spill.append, claim.records)  # type: ignore[union-attr]
+        except OSError as exc:
+            log.error("usage ledger: could not return %d records to the spill file (%s); they stay in %s",
+                      len(claim.records), exc, claim.path.name)
+            claim.release()
+            return
+        claim.done()
 
     async def aclose(self, timeout_s: float = 10.0) -> None:
         """Write what is pending (for at most ``timeout_s``), spill the rest, then close the store."""
@@ -211,7 +250,9 @@ class UsageJournal:
         for task in (self._writer, self._recovery):
             if task is not None:
                 task.cancel()
-        kept = await self._set_aside([*self._inflight.values(), *self._queued.values()], "spilled")
+        left = [*self._held.values(), *self._inflight.values(), *self._queued.values()]
+        self._held.clear()
+        kept = await self._set_aside(left, "spilled", closing=True)
         self._inflight.clear()
         self._queued.clear()
         self._made_room()
@@ -294,8 +335,8 @@ class UsageJournal:
             if entry.future is not None and not entry.future.done():
                 entry.future.set_result(outcome)
 
-    async def _set_aside(self, entries: Sequence[_Entry], outcome: Outcome) -> bool:
-        """Put ``entries`` in the spill file; False when it failed and they are lost."""
+    async def _set_aside(self, entries: Sequence[_Entry], outcome: Outcome, *, closing: bool = False) -> bool:
+        """Put ``entries`` in the spill file; False when it failed (they are held, or lost at close)."""
         if not entries:
             return True
         records = [e.record for e in entries]
@@ -304,13 +345,54 @@ class UsageJournal:
                 raise OSError("this store declares no spill file")
             await asyncio.to_thread(self.spill.append, records)
         except OSError as exc:
-            log.error("usage ledger: could not spill %d records (%s); they are lost", len(records), exc)
-            outcome = "lost"
-        else:
-            self.spilled += len(records)
-            self._outside += len(records) if outcome == "spilled" else 0
+            if closing or outcome == "set_aside":  # at close, or a record the store never takes
+                self._lose(entries, f"the spill file failed ({exc})")
+            else:
+                self._hold(entries, exc)
+            return False
+        self.spilled += len(records)
+        self._outside += len(records) if outcome == "spilled" else 0
         self._settle(entries, outcome)
-        return outcome != "lost"
+        return True
+
+    def _hold(self, entries: Sequence[_Entry], exc: OSError) -> None:
+        """Keep ``entries`` in memory until the store or the spill file takes them (the probe offers
+        them again); a fail_open journal lets their callers go on, and loses the oldest past its bound."""
+        log.error("usage ledger: could not spill %d records (%s); holding them in memory until the store or the "
+                  "spill file takes them", len(entries), exc)
+        for entry in entries:
+            self._inflight.pop(entry.key, None)
+            self._held[entry.key] = entry
+        self._start_recovery(exc)
+        if self.policy == "fail_closed":
+            return  # their callers wait: the answer goes back once its record is durable
+        for entry in entries:
+            if entry.future is not None and not entry.future.done():
+                entry.future.set_result("held")
+        over = len(self._held) - self.max_records
+        if over > 0:
+            oldest = list(self._held.values())[:over]
+            for entry in oldest:
+                del self._held[entry.key]
+            self._lose(oldest, f"more than max_journal_records={self.max_records} held in memory")
+
+    def _lose(self, entries: Sequence[_Entry], why: str) -> None:
+        """Count ``entries`` as lost, and sum them per group for the ledger's RecordsLost rows."""
+        self.lost += len(entries)
+        log.error("usage ledger: %d records lost (%s); %d lost so far in this process", len(entries), why, self.lost)
+        for entry in entries:
+            record = entry.record
+            group = (record.config_id, record.provider, record.model, record.operation, record.user or "",
+                     record.tenant or "")
+            if group not in self._lost and len(self._lost) >= _LOST_GROUPS:
+                record = attrs.evolve(record, config_id="(lost)", user=None, tenant=None)
+                group = ("(lost)", "", "", "", "", "")
+            self._lost[group] = _summed(self._lost.get(group), record)
+        for entry in entries:
+            if entry.future is not None and not entry.future.done():
+                entry.future.set_exception(UsageLedgerUnavailableError(
+                    f"usage ledger: the record of call {entry.record.call_id} could not be made durable ({why})"))
+                entry.future.exception()  # retrieved: a fail_open caller no longer waits for it
 
     async def _commit(self, records: Sequence[UsageRecord]) -> list[UsageRecord]:
         """Write ``records``; return those the store refuses on their own (poison)."""
@@ -363,7 +445,40 @@ class UsageJournal:
             await self._sleep(delay)
             if await self._store_works():
                 break
+            if self._held:  # the disk may have room again
+                held = list(self._held.values())
+                self._held.clear()
+                await self._set_aside(held, "spilled")
             delay = min(delay * 2, self._max_retry_s)
         self._failing = False
         log.warning("usage ledger: store is back; replaying the spill file")
+        for entry in self._lost_rows():
+            self._queue(entry.record, None)
+        if self._held:  # what went nowhere goes to the store now, its waiters with it
+            for key, entry in self._held.items():
+                self._queued.setdefault(key, entry)
+            self._held.clear()
+            self._queue_writer()
         await self.replay()
+
+    def _lost_rows(self) -> list[_Entry]:
+        rows = [_Entry(record, record.key, None) for record in self._lost.values()]
+        self._lost.clear()
+        return rows
+
+    def _queue_writer(self) -> None:
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_all(), name="provmw-usage-writer")
+
+
+def _summed(row: UsageRecord | None, record: UsageRecord) -> UsageRecord:
+    """The RecordsLost row of a group, with ``record`` added: its tokens and cost, billed unknown."""
+    if row is None:
+        return UsageRecord(call_id=f"lost-{uuid.uuid4().hex}", attempt=1, correlation_id="", timestamp=time.time(),
+                           operation=record.operation, config_id=record.config_id, provider=record.provider,
+                           model=record.model, user=record.user, tenant=record.tenant, input_tokens=record.input_tokens,
+                           output_tokens=record.output_tokens, cost_usd=record.cost_usd, status="error",
+                           error_type="RecordsLost", billed="unknown")
+    cost = None if row.cost_usd is None and record.cost_usd is None else (row.cost_usd or 0) + (record.cost_usd or 0)
+    return attrs.evolve(row, input_tokens=row.input_tokens + record.input_tokens,
+                        output_tokens=row.output_tokens + record.output_tokens, cost_usd=cost)

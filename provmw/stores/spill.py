@@ -106,9 +106,14 @@ class SpillFile:
         data = b"".join(map(encode_record, records))
         fd = self._open_current()
         try:
-            write_all(fd, _after_a_cut(fd) + data)
-            if self.fsync:
-                os.fsync(fd)
+            size = os.fstat(fd).st_size
+            try:
+                write_all(fd, _after_a_cut(fd) + data)
+                if self.fsync:
+                    os.fsync(fd)
+            except OSError:  # a full disk may take part of it: leave no cut line behind, the caller keeps them all
+                os.ftruncate(fd, size)
+                raise
         finally:
             os.close(fd)  # closing drops the lock
 
