@@ -21,9 +21,12 @@ if TYPE_CHECKING:
     from provmw.config import ProviderConfig
     from provmw.responses import ChatChunk, ProviderResponse
 
-__all__ = ["MASK", "Scrubber", "is_key_like", "masked_url", "url_secrets"]
+__all__ = ["CUT", "MASK", "Scrubber", "is_key_like", "masked_url", "url_secrets"]
 
 MASK = "***"
+# Where provmw cut a provider's text short and went on writing (a hint after a quoted body): a
+# secret's beginning right before it is masked, as one at the very end of a text is.
+CUT = "\u2026"
 # A query parameter whose name contains one of these carries a credential (case-insensitive):
 # key, api_key, x-goog-api-key, token, access_token, sig, signature, password, client_secret...
 _KEY_LIKE = re.compile(r"key|token|sig|pass|pwd|secret|auth|credential", re.IGNORECASE)
@@ -117,7 +120,7 @@ class Scrubber:
         return _scrubber_of((key, *config.headers.values(), *url_secrets(config.base_url)))
 
     def text(self, text: str) -> str:
-        """``text`` without any secret, including one cut short at its end (a truncated snippet)."""
+        """``text`` without any secret, including one cut short at its end or before a ``CUT`` mark."""
         if not any(form[:_MIN_TAIL_CHARS] in text for form in self.forms):
             return text  # the usual case, and cheap: every match below begins with one of these
         before = None
@@ -125,6 +128,11 @@ class Scrubber:
             before = text
             for form in self.forms:
                 text = text.replace(form, MASK)
+        if CUT in text:  # each piece before a cut mark may end with a cut-off secret, as the text may
+            return CUT.join(self._tails(piece) for piece in text.split(CUT))
+        return self._tails(text)
+
+    def _tails(self, text: str) -> str:
         for form in self.forms:
             text = _masked_tail(text, form)
         return text

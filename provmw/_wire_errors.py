@@ -26,7 +26,7 @@ import attrs
 
 from provmw._json import decode_json
 from provmw._reads import ReadRefused
-from provmw._redact import masked_url
+from provmw._redact import CUT, masked_url
 from provmw.errors import (
     AuthenticationError,
     ContentPolicyError,
@@ -79,6 +79,7 @@ COMMON_CODES: Mapping[str, type[ProviderError]] = {
 }
 
 _EVENT_MESSAGE_CHARS = 2_000
+_SNIPPET_BYTES = 200  # of a body that is not JSON, quoted in the error
 _URL_QUERY = re.compile(r"(https?://[^\s?'\"]+)\?[^\s'\"]*")
 
 
@@ -191,8 +192,9 @@ def _extract(body: bytes, codes: ErrorCodes) -> tuple[str | None, str | None]:
     try:
         code, message = codes.extract(decode_json(body))
     except (ValueError, TypeError, AttributeError, KeyError, LookupError):
-        snippet = body[:200].decode("utf-8", errors="replace").strip()
-        return None, snippet or None
+        snippet = body[:_SNIPPET_BYTES].decode("utf-8", errors="replace").strip()
+        # Marked where it was cut, so that a secret cut there is masked though a hint follows (a 404).
+        return None, (snippet + CUT if len(body) > _SNIPPET_BYTES else snippet) or None
     # A hostile body may put anything there: only text is kept, so only text needs scrubbing.
     return _text_or_none(code), _text_or_none(message)
 

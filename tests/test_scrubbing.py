@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from provmw._redact import Scrubber
+from provmw._redact import CUT, Scrubber
 from provmw.cli import main
 from provmw.config import ProviderConfig
 from provmw.errors import AuthenticationError, FallbackExhaustedError, ProviderError
@@ -42,8 +42,8 @@ async def _hostile(request: web.Request) -> web.Response:
     key = request.headers.get("Authorization", "").removeprefix("Bearer ")
     if mode == "echo":
         return web.json_response({"error": {"message": f"Incorrect API key provided: {key}"}}, status=401)
-    if mode == "cut":  # the key straddles the 200 bytes an error quotes
-        return web.Response(status=401, text="x" * 190 + key)
+    if mode.startswith("cut"):  # the key straddles the 200 bytes an error quotes (a 404 adds a hint after them)
+        return web.Response(status=404 if mode == "cut404" else 401, text="x" * 190 + key)
     dump = "".join(f"{k}: {v}\n" for k, v in request.headers.items() if k not in _BORING)
     return web.Response(status=502, text=f"<pre>{request.path_qs}\n{dump}</pre>", content_type="text/html")
 
@@ -110,6 +110,12 @@ async def test_a_key_cut_off_by_the_quoted_length_leaves_no_prefix(hostile: str,
     assert SENTINEL_KEY[:6] not in shown(error)
 
 
+async def test_a_key_cut_off_before_a_404_hint_leaves_no_prefix(hostile: str, builtin_only: PluginHost) -> None:
+    error = await failure(builtin_only, config(f"{hostile}/cut404/v1", api_key=SENTINEL_KEY))
+    assert isinstance(error, ProviderError) and error.status == 404 and "(404 from" in str(error)
+    assert SENTINEL_KEY[:6] not in shown(error)
+
+
 async def test_fallback_exhaustion_shows_no_key(hostile: str, builtin_only: PluginHost) -> None:
     first = config(f"{hostile}/dump/v1", identifier="a", api_key=SENTINEL_KEY, fallbacks=("b",))
     second = config(f"{hostile}/dump/v1", identifier="b", api_key=SENTINEL_KEY)
@@ -168,6 +174,14 @@ def test_scrubbed_text_never_contains_the_secret(secret: str, before: str, after
 def test_a_secret_cut_short_at_the_end_of_any_text_is_masked(secret: str, before: str, data: st.DataObject) -> None:
     cut = data.draw(st.integers(min_value=6, max_value=len(secret) - 1))
     assert Scrubber.of([secret]).text(before + secret[:cut]).endswith("***")
+
+
+@given(secret=st.text(st.characters(codec="utf-8", blacklist_characters="*\u2026"), min_size=7, max_size=40),
+       before=st.text(max_size=40), after=st.text(max_size=40), data=st.data())
+def test_a_secret_cut_short_before_a_cut_mark_is_masked(secret: str, before: str, after: str,
+                                                         data: st.DataObject) -> None:
+    cut = data.draw(st.integers(min_value=6, max_value=len(secret) - 1))
+    assert secret[:cut] + CUT not in Scrubber.of([secret]).text(before + secret[:cut] + CUT + after)
 
 
 def test_scrubbed_headers_stay_case_insensitive_and_untouched_ones_stay_as_they_are() -> None:
