@@ -39,9 +39,14 @@ from provmw.messages import ToolCall
 from provmw.pricing import Price
 from provmw.responses import ChatChunk, CompletionResponse, ProviderResponse, Usage
 
-__all__ = ["EndCallback", "OpenedStream", "StreamEnd", "ToolCallAssembler", "open_stream"]
+__all__ = ["END_KEPT_CHARS", "EndCallback", "OpenedStream", "StreamEnd", "ToolCallAssembler", "open_stream"]
 
 log = logging.getLogger(__name__)
+
+# What a stream keeps for its end, text and tool calls together: 128k output tokens are about
+# 512k characters, so a real answer fits whole; a stream of hundreds of MiB, read by a caller
+# who kept none of it, costs this much memory, not its size.
+END_KEPT_CHARS = 1 << 20
 
 
 @attrs.frozen(kw_only=True)
@@ -52,12 +57,16 @@ class StreamEnd:
     usage (priced) the provider reported, or, when it never came (the stream was cut or the
     caller stopped reading), an estimate from the chunks seen (``usage_estimated``).
     ``error`` is what stopped the stream early; ``abandoned`` that the caller stopped.
+    The text and tool calls kept are bounded (``END_KEPT_CHARS`` characters together, far
+    above a real answer): past it ``truncated`` is set and ``response`` holds the first of
+    them; an estimate still counts every character streamed.
     """
 
     response: CompletionResponse
     error: BaseException | None = None
     abandoned: bool = False
     usage_estimated: bool = False
+    truncated: bool = False
 
     @property
     def completed(self) -> bool:
@@ -195,6 +204,9 @@ class _Reading:
         self.limit = WaitLimit()
         self.text: list[str] = []
         self.tool_calls: list[ToolCall] = []
+        self.text_chars = 0  # every character streamed, kept or not: what an estimate counts
+        self.kept_chars = 0
+        self.truncated = False
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
         self.count = 0
@@ -203,9 +215,12 @@ class _Reading:
         """Note ``chunk`` and return it, its usage priced."""
         self.count += 1
         if chunk.text:
-            self.text.append(chunk.text)
-        if chunk.tool_calls:
-            self.tool_calls += chunk.tool_calls
+            self.text_chars += len(chunk.text)
+            if kept := self._keep(len(chunk.text)):
+                self.text.append(chunk.text[:kept])
+        for call in chunk.tool_calls:
+            if self._keep(len(call.id) + len(call.name) + len(call.arguments), whole=True):
+                self.tool_calls.append(call)
         if chunk.finish_reason is not None:
             self.finish_reason = chunk.finish_reason
         if chunk.usage is not None:
@@ -214,6 +229,15 @@ class _Reading:
                 chunk = attrs.evolve(chunk, usage=attrs.evolve(chunk.usage, cost_usd=price.cost_usd(chunk.usage)))
             self.usage = chunk.usage
         return chunk
+
+    def _keep(self, size: int, *, whole: bool = False) -> int:
+        """How many of ``size`` characters the end keeps (a ``whole`` piece: all or none); once
+        one is cut, none after it, so the end holds a beginning of the stream."""
+        room = 0 if self.truncated else END_KEPT_CHARS - self.kept_chars
+        kept = size if size <= room else 0 if whole else room
+        self.kept_chars += kept
+        self.truncated = self.truncated or kept < size
+        return kept
 
     async def next_chunk(self) -> ChatChunk | None:
         limit, state = self.limit, self.opened.stream
@@ -242,7 +266,7 @@ class _Reading:
         usage, estimated = self.usage, False
         if usage is None:
             # Never above the bound the budget reserved on: an estimate is no reason to overspend.
-            output = len(text) // 4 + 1
+            output = self.text_chars // 4 + 1
             if state.max_output_tokens is not None:
                 output = min(output, state.max_output_tokens)
             usage, estimated = Usage(input_tokens=state.estimated_input_tokens, output_tokens=output), True
@@ -251,7 +275,8 @@ class _Reading:
         response = CompletionResponse(provider=opened.provider, model=opened.model, served_by=opened.served_by,
                                       attempts=opened.attempts, usage=usage, text=text,
                                       tool_calls=tuple(self.tool_calls), finish_reason=self.finish_reason)
-        return StreamEnd(response=response, error=error, abandoned=abandoned, usage_estimated=estimated)
+        return StreamEnd(response=response, error=error, abandoned=abandoned, usage_estimated=estimated,
+                         truncated=self.truncated)
 
 
 async def open_stream(chunks: AsyncIterator[ChatChunk], *, provider: str, model: str, served_by: str,
