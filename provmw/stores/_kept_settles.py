@@ -33,6 +33,7 @@ class KeptSettles:
 
     def __init__(self, bound: int = MAX_KEPT_SETTLES) -> None:
         self._kept: dict[str, Amounts] = {}
+        self._unreserved: set[str] = set()
         self._bound = bound
         self._writing = False
         self.dropped = 0
@@ -40,12 +41,22 @@ class KeptSettles:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def keep(self, reservation_id: str, actual: Amounts, exc: Exception) -> None:
-        """Keep a settle the store failed to take, or drop it past the bound."""
+    def unreserved(self, reservation_id: str) -> None:
+        """A call let through uncounted (``fail_open``): the store holds nothing its settle could settle."""
+        if len(self._unreserved) < self._bound:  # past it, their settles are merely tried for nothing
+            self._unreserved.add(reservation_id)
+
+    def was_unreserved(self, reservation_id: str) -> bool:
+        """Whether ``reservation_id`` was let through uncounted (then forgotten: it settles once)."""
+        if reservation_id in self._unreserved:
+            self._unreserved.discard(reservation_id)
+            return True
+        return False
+
+    def keep(self, reservation_id: str, actual: Amounts) -> None:
+        """Keep a settle the store failed to take, or drop it past the bound (the outage itself is
+        logged by the guard)."""
         if len(self._kept) < self._bound or reservation_id in self._kept:
-            if not self._kept:
-                log.warning("budget: the store could not settle (%s: %s); settles are kept (at most %d) and "
-                            "written once it answers", type(exc).__name__, exc, self._bound)
             self._kept[reservation_id] = actual
             return
         self.dropped += 1

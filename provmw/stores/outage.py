@@ -143,7 +143,9 @@ class GuardedBudgets:
     def __init__(self, store: BudgetStore, policy: BudgetFailurePolicy = "fail_closed", *,
                  max_kept_settles: int = MAX_KEPT_SETTLES) -> None:
         self.store, self.policy = store, policy
-        self._outage = _Outage("budget", f"calls go uncounted (failure_policy={policy})")
+        calls = "calls go uncounted" if policy == "fail_open" else "calls are refused"
+        self._outage = _Outage("budget", f"{calls} (failure_policy={policy}); settles are kept (at most "
+                                         f"{max_kept_settles}) until it answers")
         self.kept = KeptSettles(max_kept_settles)  # settles that failed, until the store answers
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
@@ -158,6 +160,7 @@ class GuardedBudgets:
                     f"budget: the store could not reserve ({type(exc).__name__}: {exc}); refused before any "
                     "request (failure_policy=fail_closed)") from exc
             self._outage.noted(exc)
+            self.kept.unreserved(reservation_id)  # its settle has nothing to settle
             return None  # fail_open: the call goes uncounted
         self._outage.ok()
         return refusal
@@ -171,10 +174,13 @@ class GuardedBudgets:
     async def settle(self, reservation_id: str, actual: Amounts) -> None:
         # The call is over either way: a failing store must not turn an answer into an error. The
         # settle is kept and written once the store answers (``_kept_settles``).
+        if self.kept.was_unreserved(reservation_id):
+            return
         try:
             await self.store.settle(reservation_id, actual)
         except Exception as exc:
-            self.kept.keep(reservation_id, actual, exc)
+            self._outage.noted(exc)
+            self.kept.keep(reservation_id, actual)
             return
         await self.kept.write(self.store)
 

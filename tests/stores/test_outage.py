@@ -53,10 +53,17 @@ async def test_a_budget_failing_open_admits_uncounted() -> None:
     assert await GuardedBudgets(Down(), "fail_open").reserve("r", [], now=0.0, lease_s=1.0) is None
 
 
+async def test_the_settle_of_a_call_let_through_uncounted_is_not_kept() -> None:
+    budgets = GuardedBudgets(Down(), "fail_open")
+    await budgets.reserve("r", [], now=0.0, lease_s=1.0)
+    await budgets.settle("r", Amounts(1, 1, 1))
+    assert len(budgets.kept) == 0
+
+
 async def test_a_settle_that_fails_is_logged_and_kept_not_raised(caplog: pytest.LogCaptureFixture) -> None:
     budgets = GuardedBudgets(Down())
     await budgets.settle("r", Amounts())
-    assert "could not settle" in caplog.text and len(budgets.kept) == 1
+    assert "budget: the store failed" in caplog.text and len(budgets.kept) == 1
 
 
 async def test_breakers_fall_back_to_this_processs_own_and_report_back_there() -> None:
