@@ -184,7 +184,7 @@ def _in_band_error(exc: InBandError, codes: ErrorCodes, provider: str, model: st
     cls = codes.codes.get(code or "", ProviderUnavailableError)
     text = message or "no message"
     if len(text) > _EVENT_MESSAGE_CHARS:  # a hostile event may hold megabytes: an error message need not
-        text = text[:_EVENT_MESSAGE_CHARS] + f"... ({len(text)} characters)"
+        text = text[:_EVENT_MESSAGE_CHARS] + f"{CUT} ({len(text)} characters)"
     return cls(f"error event in the stream: {text}", provider=provider, model=model, code=code)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import logging
 import traceback
 from collections.abc import AsyncIterator, Mapping
@@ -229,3 +230,15 @@ async def test_the_raw_body_an_error_chains_is_scrubbed_too(
     chained = caught.value.__context__
     assert chained is not None and SENTINEL_KEY.encode() not in vars(chained).get("body", b"")
     assert SENTINEL_KEY not in str(vars(chained).get("headers", {}))
+
+
+async def test_a_key_cut_off_in_a_long_stream_error_event_leaves_no_prefix(
+        hostile_provider: HostileProvider, builtin_only: PluginHost) -> None:
+    hostile_provider.sse(json.dumps({"error": {"message": "x" * 1990 + SENTINEL_KEY}}))
+    config = ProviderConfig(identifier="h", provider="openai", model="m", base_url=hostile_provider.openai_base_url,
+                            api_key=SENTINEL_KEY)
+    async with ServiceManager(Settings(configurations={"h": config}, middleware=BUILTIN_MIDDLEWARE_OFF),
+                              host=builtin_only) as manager:
+        with pytest.raises(ProviderError, match="characters") as caught:
+            await anext(manager.stream_chat("hi"))
+    assert SENTINEL_KEY[:6] not in "".join(traceback.format_exception(caught.value))
