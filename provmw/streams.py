@@ -89,6 +89,7 @@ class _Stream:
     scrub: Callable[[BaseException], object]
     callbacks: list[EndCallback] = attrs.Factory(list)
     ended: bool = False
+    scrub_chunk: Callable[[ChatChunk], ChatChunk] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -213,6 +214,8 @@ class _Reading:
 
     def saw(self, chunk: ChatChunk) -> ChatChunk:
         """Note ``chunk`` and return it, its usage priced."""
+        if (scrub_chunk := self.opened.stream.scrub_chunk) is not None:
+            chunk = scrub_chunk(chunk)
         self.count += 1
         if chunk.text:
             self.text_chars += len(chunk.text)
@@ -281,9 +284,11 @@ class _Reading:
 
 async def open_stream(chunks: AsyncIterator[ChatChunk], *, provider: str, model: str, served_by: str,
                       first_chunk_s: float, idle_s: float, price: Price | None, estimated_input_tokens: int,
-                      max_output_tokens: int | None, scrub: Callable[[BaseException], object]) -> OpenedStream:
+                      max_output_tokens: int | None, scrub: Callable[[BaseException], object],
+                      scrub_chunk: Callable[[ChatChunk], ChatChunk] | None = None) -> OpenedStream:
     """Read ``chunks`` (an adapter's ``stream_chat``) up to its first content, within ``first_chunk_s``;
-    ``scrub`` takes the attempt's credentials out of an error raised later, while reading.
+    ``scrub`` takes the attempt's credentials out of an error raised later, while reading, and
+    ``scrub_chunk`` out of each chunk handed out (a provider may echo a key in its finish reason).
 
     Content is text or tool calls, or the final chunk of an answer that has none. A stream
     that ends before it, or fails, or runs out of time, raises: the pipeline retries or
@@ -306,7 +311,8 @@ async def open_stream(chunks: AsyncIterator[ChatChunk], *, provider: str, model:
                                          "(first_chunk_timeout_s)", limit_s=first_chunk_s, provider=provider,
                                          model=model) from None
         raise
-    state = _Stream(head, chunks, idle_s, price, estimated_input_tokens, max_output_tokens, scrub)
+    state = _Stream(head, chunks, idle_s, price, estimated_input_tokens, max_output_tokens, scrub,
+                    scrub_chunk=scrub_chunk)
     return OpenedStream(provider=provider, model=model, served_by=served_by, stream=state)
 
 
