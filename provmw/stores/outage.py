@@ -150,7 +150,8 @@ class GuardedBudgets:
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None:
-        await self.kept.write(self.store)  # what the outage's calls spent counts before this call does
+        if self.kept:  # what the outage's calls spent counts before this call does
+            await self.kept.write(self.store)
         try:
             refusal = await self.store.reserve(reservation_id, charges, now=now, lease_s=lease_s)
         except Exception as exc:
@@ -182,7 +183,8 @@ class GuardedBudgets:
             self._outage.noted(exc)
             self.kept.keep(reservation_id, actual)
             return
-        await self.kept.write(self.store)
+        if self.kept:
+            await self.kept.write(self.store)
 
     async def states(self, *, now: float) -> list[BucketState]:
         await self.kept.write(self.store)
