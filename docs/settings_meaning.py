@@ -218,5 +218,7 @@ MEANING: dict[str, dict[str, str]] = {
         "schema": "The table's schema.",
         "connect_timeout_s": "How long connecting may take before the store counts as down.",
         "statement_timeout_s": "How long one statement may take.",
+        "write_timeout_s": "How long a write may go unanswered, on this side of the wire, before the store "
+                           "counts as down and the records spill (a server that accepted and went silent).",
     },
 }

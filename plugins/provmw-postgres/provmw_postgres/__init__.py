@@ -9,7 +9,9 @@ Install it and name the database in the usage section; every host writes there, 
     table = "provmw_usage"          # created if missing
     schema = "public"               # created if missing
     connect_timeout_s = 5
-    statement_timeout_s = 30        # a write waiting longer fails, and the journal retries it
+    statement_timeout_s = 30        # the server ends a statement running longer
+    write_timeout_s = 5             # a write unanswered this long (a silent server) counts as an
+                                    # outage: its records spill, calls go on
 
 The section's other keys (``failure_policy``, ``max_journal_records``) keep their meaning:
 when PostgreSQL is down, the journal keeps the records and the core's rules apply.

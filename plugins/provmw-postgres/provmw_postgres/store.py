@@ -9,6 +9,15 @@ One connection per store, opened on first use and guarded by a lock: the journal
 one batch at a time, so a pool would only hold idle connections. A connection that fails
 is dropped and the next call opens a new one; meanwhile the store raises
 ``PostgresUnavailableError`` and the journal keeps its records.
+
+Every wait is bounded on this side of the wire, since a server that accepted the connection
+and then never answers (hung, or behind a network that drops packets) can honour no timeout
+of its own: connecting by ``connect_timeout_s``, a write by ``write_timeout_s``, a read by
+``statement_timeout_s`` (and a second for the server's own error to come first). Past its
+bound a write is ``PostgresUnavailableError``: the journal spills its records and calls go
+on. The connection it waited on is never used again; psycopg asks the server to cancel the
+statement and closes it in the background. Should the statement have committed after all,
+the replay counts nothing twice (``ON CONFLICT DO NOTHING``).
 """
 
 from __future__ import annotations
@@ -39,6 +48,8 @@ _FIELDS = tuple(a.name for a in attrs.fields(UsageRecord))
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # Any key of the ledger's DDL, so that hosts starting together create the table once.
 _DDL_LOCK = 0x70726F766D77
+# A read waits this much past statement_timeout_s, so that a server that answers at all says why first.
+_READ_MARGIN_S = 1.0
 
 
 def _identifier(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -60,6 +71,7 @@ class PostgresOptions:
     schema: str = attrs.field(default="public", validator=_identifier)
     connect_timeout_s: float = attrs.field(default=5.0, validator=number(gt=0))
     statement_timeout_s: float = attrs.field(default=30.0, validator=number(gt=0))
+    write_timeout_s: float = attrs.field(default=5.0, validator=number(gt=0))
 
 
 _COLUMNS = """
@@ -99,6 +111,7 @@ class PostgresUsageStore:
         self.table = sql.Identifier(self.options.schema, self.options.table)
         self._connection: psycopg.AsyncConnection[Any] | None = None
         self._lock = asyncio.Lock()
+        self._abandoned: set[asyncio.Task[Any]] = set()  # past their bound, ending in the background
 
     def __repr__(self) -> str:
         return f"PostgresUsageStore({masked_url(self._url)!r}, table={self.options.schema}.{self.options.table})"
@@ -113,7 +126,7 @@ class PostgresUsageStore:
             async with connection.transaction(), connection.cursor() as cursor:
                 await cursor.executemany(insert, rows)
 
-        await self._run(insert_all)
+        await self._run(insert_all, self.options.write_timeout_s)
 
     async def records(self, since: float | None = None) -> list[UsageRecord]:
         select = sql.SQL("SELECT {} FROM {} WHERE timestamp >= %s ORDER BY timestamp, attempt").format(
@@ -123,7 +136,7 @@ class PostgresUsageStore:
             cursor = await connection.execute(select, (_from(since),))
             return [UsageRecord(**dict(zip(_FIELDS, row, strict=True))) for row in await cursor.fetchall()]
 
-        return await self._run(read)
+        return await self._run(read, self._read_timeout_s)
 
     async def summary(self, group_by: Group, zone: ZoneInfo, since: float | None = None) -> list[dict[str, Any]]:
         if zone.key is None:
@@ -135,37 +148,78 @@ class PostgresUsageStore:
             # Ordered here: Python's order (code points) is not the database collation's.
             return [_row(group_by, row) for row in sorted(await cursor.fetchall(), key=lambda row: row[0])]
 
-        return await self._run(read)
+        return await self._run(read, self._read_timeout_s)
 
     async def aclose(self) -> None:
-        """Close the connection, if one was ever opened."""
+        """Close the connection, if one was ever opened, and those given up on."""
+        await self._drop()
+        if self._abandoned:  # cancelled again: psycopg stops asking the server and closes at once
+            for task in self._abandoned:
+                task.cancel()
+            await asyncio.wait(self._abandoned, timeout=self.options.connect_timeout_s)
+
+    @property
+    def _read_timeout_s(self) -> float:
+        return self.options.statement_timeout_s + _READ_MARGIN_S
+
+    async def _run(self, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]], timeout_s: float) -> T:
+        async with self._lock:
+            try:
+                connection = await self._connected()
+                return await self._bounded(work(connection), timeout_s, "the statement")
+            except psycopg.DataError:
+                raise  # this batch holds a value the column refuses: the journal sets the record aside
+            except psycopg.Error as exc:
+                await self._drop()  # a broken connection is not used again
+                raise PostgresUnavailableError(self._scrub(f"PostgreSQL ledger at {masked_url(self._url)}: "
+                                                           f"{type(exc).__name__}: {exc}")) from None
+
+    async def _drop(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
             await connection.close()
 
-    async def _run(self, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
-        async with self._lock:
-            try:
-                return await work(await self._connected())
-            except psycopg.DataError:
-                raise  # this batch holds a value the column refuses: the journal sets the record aside
-            except psycopg.Error as exc:
-                await self.aclose()  # a broken connection is not used again
-                raise PostgresUnavailableError(self._scrub(f"PostgreSQL ledger at {masked_url(self._url)}: "
-                                                           f"{type(exc).__name__}: {exc}")) from None
-
     async def _connected(self) -> psycopg.AsyncConnection[Any]:
         if self._connection is None or self._connection.closed:
-            connection = await psycopg.AsyncConnection.connect(
-                self._url, autocommit=True, application_name="provmw",
-                connect_timeout=max(2, math.ceil(self.options.connect_timeout_s)))
-            try:
-                await self._prepare(connection)
-            except BaseException:
-                await connection.close()
-                raise
-            self._connection = connection
+            self._connection = await self._bounded(self._connect(), self.options.connect_timeout_s, "connecting")
         return self._connection
+
+    async def _bounded(self, work: Awaitable[T], timeout_s: float, what: str) -> T:
+        """``work``'s result, or ``PostgresUnavailableError`` once ``timeout_s`` passed without one."""
+        task = asyncio.ensure_future(work)
+        try:
+            await asyncio.wait((task,), timeout=timeout_s)
+        finally:
+            late = not task.done()  # past the bound, or the caller was cancelled
+            if late:
+                self._abandon(task)
+        if late:
+            raise PostgresUnavailableError(self._scrub(
+                f"PostgreSQL ledger at {masked_url(self._url)}: no answer to {what} within {timeout_s:g} s"))
+        return task.result()
+
+    def _abandon(self, task: asyncio.Task[Any]) -> None:
+        """Never use the connection ``task`` waits on again, and let it end in the background."""
+        self._connection = None
+        task.cancel()
+        self._abandoned.add(task)
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        self._abandoned.discard(task)
+        if not task.cancelled():
+            task.exception()  # what it failed with once nobody waited: of no use now
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        connection = await psycopg.AsyncConnection.connect(
+            self._url, autocommit=True, application_name="provmw",
+            connect_timeout=max(2, math.ceil(self.options.connect_timeout_s)))
+        try:
+            await self._prepare(connection)
+        except BaseException:
+            await connection.close()
+            raise
+        return connection
 
     async def _prepare(self, connection: psycopg.AsyncConnection[Any]) -> None:
         timeout_ms = int(self.options.statement_timeout_s * 1000)
