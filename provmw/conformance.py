@@ -35,6 +35,7 @@ import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
+import attrs
 import pytest
 
 from provmw.config import ProviderConfig
@@ -142,8 +143,11 @@ class AdapterConformance:
         return [chunk async for chunk in self.adapter.stream_chat(http, self.config(fake), request)]
 
     def test_the_adapter_declares_its_capabilities(self) -> None:
-        assert isinstance(getattr(self.adapter, "capabilities", None), Capabilities)
-        assert self.offers.chat
+        declared = getattr(self.adapter, "capabilities", None)
+        assert isinstance(declared, Capabilities), f"capabilities must be a Capabilities, not {declared!r}"
+        flags = attrs.asdict(declared)
+        assert [name for name, value in flags.items() if type(value) is not bool] == []  # yes or no, never 1 or None
+        assert declared.chat
 
     async def test_chat_answers_text_and_usage(self, fake: FakeProvider, http: HttpClient) -> None:
         config = self.config(fake)

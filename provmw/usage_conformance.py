@@ -28,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from provmw.errors import UsageLedgerUnavailableError
 from provmw.stores.summary import GROUPS, Group, usage_rows
 from provmw.stores.usage import UsageRecord, UsageStore
 
@@ -101,9 +102,18 @@ class UsageStoreConformance:
 
     async def test_a_batch_the_store_refuses_writes_nothing(self, store: UsageStore) -> None:
         await store.write([_record("first")])
-        with pytest.raises(Exception):  # noqa: B017, PT011 - each store raises its own driver's error
+        with pytest.raises(Exception) as refused:  # noqa: PT011 - each store raises its own driver's error
             await store.write([_record("also"), _record("absurd", input_tokens=2**63)])
+        # A refused batch is not a store down: the journal sets such a record aside, and keeps writing.
+        assert not isinstance(refused.value, UsageLedgerUnavailableError), refused.value
         assert [r.call_id for r in await store.records()] == ["first"]
+
+    async def test_a_store_that_refused_a_batch_takes_the_next(self, store: UsageStore) -> None:
+        with pytest.raises(Exception):  # noqa: B017, PT011 - each store raises its own driver's error
+            await store.write([_record("absurd", input_tokens=2**63)])
+        await store.write([])  # the journal's probe: an empty write tells a poison record from a store down
+        await store.write([_record("next")])
+        assert [r.call_id for r in await store.records()] == ["next"]
 
     async def test_records_since_a_time_leave_older_ones_out(self, store: UsageStore) -> None:
         await store.write([_record("old", timestamp=10.0), _record("edge", timestamp=15.0),

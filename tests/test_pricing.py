@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
+from pathlib import Path
 
 import pytest
 
+from provmw import pricing
 from provmw.config import ProviderConfig
 from provmw.context import ProviderOperation
 from provmw.errors import ConfigurationError
@@ -27,7 +30,15 @@ def config(model: str, **fields: object) -> ProviderConfig:
 
 
 def test_the_bundled_table_says_when_it_was_taken() -> None:
-    assert isinstance(PriceTable().taken, datetime.date)
+    written = re.search(r"^taken = (\S+)$", (Path(pricing.__file__).parent / "prices.toml").read_text(), re.M)
+    assert written is not None
+    taken = PriceTable().taken
+    assert taken == datetime.date.fromisoformat(written[1])
+    assert taken is not None and datetime.date(2025, 1, 1) <= taken <= datetime.date.today()  # real, never ahead
+
+
+def test_a_table_built_in_code_keeps_the_date_it_is_given() -> None:
+    assert PriceTable({}, taken=datetime.date(2026, 1, 2)).taken == datetime.date(2026, 1, 2)
 
 
 def test_a_dated_snapshot_is_priced_by_its_longest_known_prefix() -> None:

@@ -57,10 +57,14 @@ async def test_sync_twin_streams_and_embeds(fake: FakeProvider) -> None:
     assert (streamed.strip(), vectors) == ("echo: a b", 2)
 
 
-def test_close_twice_is_safe() -> None:
+def test_close_twice_is_safe_and_leaves_it_closed() -> None:
+    before = set(threading.enumerate())
     twin = SyncServiceManager(Settings(), host=PluginHost(PluginPolicy(autoload=False), environ={}))
     twin.close()
     twin.close()
+    assert [t.name for t in set(threading.enumerate()) - before] == []  # its loop's thread has ended
+    with pytest.raises(RuntimeError, match="SyncServiceManager is closed"):
+        twin.chat("hi", provider="openai", model="m")
 
 
 CALL_ARGUMENTS = {"configuration", "user", "tenant", "controls", "idempotency_key", "correlation_id", "provider",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import sys
@@ -114,18 +113,25 @@ async def test_the_ttl_control_sets_the_entry_lifetime() -> None:
     assert not (await middleware.handle(ctx(), CONFIG, ScriptedNext(ANSWER))).cached
 
 
-@pytest.mark.parametrize("outcome", [
-    ProviderUnavailableError("500", status=500),
-    ContentPolicyError("filtered", status=400),
+@pytest.mark.parametrize("error", [ProviderUnavailableError("500", status=500),
+                                   ContentPolicyError("filtered", status=400)], ids=["500", "content-policy"])
+async def test_a_failure_reaches_the_caller_and_leaves_no_entry(error: ProviderError) -> None:
+    middleware = cache()
+    with pytest.raises(type(error)) as raised:
+        await middleware.handle(ctx(), CONFIG, ScriptedNext(error))
+    assert raised.value is error
+    assert entries(middleware) == 0
+
+
+@pytest.mark.parametrize("partial", [
     CompletionResponse(provider="openai", model="m", text="cut sh", finish_reason="length"),
     CompletionResponse(provider="openai", model="m", text="", finish_reason="content_filter"),
     CompletionResponse(provider="openai", model="m", text="?", finish_reason=None),
     EmbeddingResponse(provider="openai", model="m", vectors=[]),
-], ids=["500", "content-policy", "length", "content-filter-finish", "unknown-finish", "no-vectors"])
-async def test_failures_and_partial_answers_leave_no_entry(outcome: Any) -> None:
+], ids=["length", "content-filter-finish", "unknown-finish", "no-vectors"])
+async def test_a_partial_answer_reaches_the_caller_and_leaves_no_entry(partial: Any) -> None:
     middleware = cache()
-    with contextlib.suppress(ProviderError):
-        await middleware.handle(ctx(), CONFIG, ScriptedNext(outcome))
+    assert await middleware.handle(ctx(), CONFIG, ScriptedNext(partial)) == partial
     assert entries(middleware) == 0
 
 
