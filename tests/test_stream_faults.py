@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from provmw.settings import Settings
 from provmw.stores.usage import SqliteUsageStore, UsageRecord
 from provmw.testing import FakeProvider, Fault
 from tests.conftest import anthropic_config, openai_config
+from tests.middleware.test_budget_attempts import reservation
 
 PRICE = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0, "max_output_tokens": 1000}
 LIMITS = {"first_chunk_timeout_s": 0.3, "stream_idle_timeout_s": 0.3, "price": PRICE}
@@ -74,6 +76,13 @@ async def ledger(path: Path) -> list[UsageRecord]:
     return sorted(found, key=lambda r: r.attempt)
 
 
+def spend(records: list[UsageRecord], each: int) -> int:
+    """What a strict bucket settles for these attempts (ADR 0040): answers at their cost, rounded up,
+    and each attempt that may have been billed (``unknown``) at its reservation, ``each``."""
+    answered = math.ceil(round(sum(r.cost_usd or 0 for r in records) * 1e6, 3))
+    return answered + each * sum(r.billed == "unknown" for r in records)
+
+
 async def budget_of(manager: ServiceManager) -> tuple[int, int]:
     [bucket] = await manager.state.budget_store().states(now=time.time())
     return bucket.spent.cost_micro_usd, bucket.reserved.cost_micro_usd
@@ -90,7 +99,7 @@ async def test_a_fault_before_the_first_chunk_is_retried_then_failed_over(
     await manager.aclose()
     records = await ledger(tmp_path / "ledger.sqlite3")
     assert [(r.config_id, r.status) for r in records] == [("oa", "error"), ("oa", "error"), ("an", "ok")]
-    assert (reserved, spent) == (0, round(sum(r.cost_usd or 0 for r in records) * 1e6))
+    assert (reserved, spent) == (0, spend(records, reservation(manager, "stream me", stream=True)))
 
 
 @pytest.mark.parametrize("fault", BEFORE_FIRST_CHUNK.values(), ids=BEFORE_FIRST_CHUNK.keys())
@@ -252,10 +261,11 @@ async def test_an_anthropic_stream_that_fails_before_its_first_chunk_is_retried_
     async with ServiceManager(settings(fake, tmp_path / "ledger.sqlite3", primary="an"), host=builtin_only) as manager:
         chunks = [c async for c in manager.stream_chat("stream me", user="ada")]
         spent, reserved = await budget_of(manager)
+        each = reservation(manager, "stream me", stream=True)
     assert "".join(c.text for c in chunks).strip() == "echo: stream me"
     records = await ledger(tmp_path / "ledger.sqlite3")
     assert [(r.config_id, r.status) for r in records] == [("an", "error"), ("an", "error"), ("oa", "ok")]
-    assert (reserved, spent) == (0, round(sum(r.cost_usd or 0 for r in records) * 1e6))
+    assert (reserved, spent) == (0, spend(records, each))
 
 
 async def test_the_usage_event_the_provider_sends_is_what_the_ledger_and_budget_count(

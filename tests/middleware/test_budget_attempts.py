@@ -34,12 +34,12 @@ def settings(fake: FakeProvider, path: Path, *, limit_usd: float = 1.0, retry: d
         "usage": {"path": str(path)}, "retry": {**QUICK, **(retry or {})}, "circuit_breaker": {"enabled": False}})
 
 
-def reservation(manager: ServiceManager, text: str) -> int:
+def reservation(manager: ServiceManager, text: str, *, stream: bool = False) -> int:
     """What one attempt of a chat with ``text`` reserves, in micro-dollars (the strict worst case)."""
     from provmw._arguments import CallArguments
     from provmw.context import ProviderOperation
 
-    _, ctx = manager._facts(ProviderOperation.CHAT, ChatRequest(messages_from(text)), CallArguments())
+    _, ctx = manager._facts(ProviderOperation.CHAT, ChatRequest(messages_from(text)), CallArguments(), stream=stream)
     assert ctx.facts.planned_cost_usd is not None
     return math.ceil(ctx.facts.planned_cost_usd * 1e6)
 

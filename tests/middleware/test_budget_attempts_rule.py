@@ -62,7 +62,7 @@ async def settle(outcomes: list[Any], fit: int) -> tuple[int, int, int, int]:
     store = MemoryBudgetStore()
     limit = {"scope": "global", "period": "total", "max_cost_usd": PLANNED_USD * fit}
     layer = BudgetMiddleware(BudgetOptions(limits=[limit]), store=store)
-    ctx, ledger = call_context(planned_cost_usd=PLANNED_USD, max_output_tokens=100), []
+    ctx, ledger = call_context(planned_cost_usd=PLANNED_USD, max_output_tokens=100), list[float | None]()
     # The call may fail, or a further attempt that did not fit may be refused before it is sent.
     with contextlib.suppress(ProviderError, BudgetExceededError, asyncio.CancelledError):
         await layer.handle(ctx, CONFIG, lambda config: play(ctx, outcomes, ledger))
