@@ -24,6 +24,7 @@ written or spilled at close at the latest::
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Literal
 
@@ -32,6 +33,7 @@ import attrs
 from provmw._checks import number, one_of
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
+from provmw.errors import UsageLedgerUnavailableError
 from provmw.middleware._common import Clock, monotonic
 from provmw.pipeline import Next, R
 from provmw.responses import ProviderResponse
@@ -68,7 +70,7 @@ class UsageMiddleware:
         self._clock = clock
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
-        self.journal.admit()
+        await _admitted(self.journal)
         attempt = ctx.attempts.number()
         started, start = self._wall_clock(), self._clock()
         try:
@@ -93,6 +95,17 @@ class UsageMiddleware:
             return response
         await self.journal.durable(_answered(ctx, config, attempt, started, self._clock() - start, response))
         return response
+
+
+async def _admitted(journal: UsageJournal) -> None:
+    """Return if ``journal`` admits a new call; else give the loop a turn, then raise its refusal."""
+    try:
+        journal.admit()
+    except UsageLedgerUnavailableError:
+        # The journal looks for the store's return in a task of the loop: a caller that retries
+        # every refusal at once must let it run, or the refusals never end.
+        await asyncio.sleep(0)
+        raise
 
 
 class UsageHitsMiddleware:

@@ -125,6 +125,23 @@ async def test_fail_closed_refuses_past_the_journal_before_the_provider_sees_it(
     assert len(await records(locked.path)) == 3
 
 
+async def test_a_call_the_ledger_refuses_gives_the_loop_a_turn(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    # The journal's probe for the store's return is a task: a caller retrying refusals at once
+    # would otherwise keep it from ever running.
+    locked = LockedLedger(tmp_path / "u.db")
+    usage = {"path": str(locked.path), "busy_timeout_s": 0.01, "failure_policy": "fail_closed",
+             "max_journal_records": 1}
+    async with ServiceManager(settings(fake, locked.path, usage=usage), host=builtin_only) as manager:
+        await manager.chat("hi", configuration="an")
+        turns: list[bool] = []
+        asyncio.get_running_loop().call_soon(turns.append, True)
+        with pytest.raises(UsageLedgerUnavailableError):
+            await manager.chat("hi", configuration="an")
+        assert turns == [True]
+        locked.unlock()
+
+
 class HedgeMiddleware:
     """Sends every attempt twice at once and answers with the first; a test of per-call numbering."""
 
