@@ -76,7 +76,9 @@ class StateSettings:
 
 class StateBackend(Protocol):
     """What a state plugin returns from ``provmw_state_backend``: the shared stores, and their
-    common connection, closed with the manager."""
+    common connection, closed with the manager. A backend may also offer ``async
+    budget_problems() -> list[str]``: what ``provmw check`` lists against budgets kept there
+    (Redis: no persistence, so a restart forgets the spend)."""
 
     def cache_store(self) -> CacheStore: ...
 
