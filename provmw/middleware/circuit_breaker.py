@@ -42,6 +42,7 @@ class CircuitBreakerMiddleware:
         admission = await store.admit(key, policy, clock())
         _log(admission.transition)
         if not admission.admitted:
+            await asyncio.sleep(0)  # a caller retrying at once must still let the loop run
             raise CircuitOpenError(key, admission.retry_after_s)
         started = clock()
         try:

@@ -88,6 +88,7 @@ class RateLimitMiddleware:
                 return grant.permit
             waited = self._clock() - started
             if waited + grant.wait_s > self.options.max_wait_s:
+                await asyncio.sleep(0)  # a caller retrying at once must still let the loop run
                 raise LocalRateLimitError(
                     f"{grant.limit} of {config.identifier!r} would need a wait of {waited + grant.wait_s:.3g}s, "
                     f"over max_wait_s={self.options.max_wait_s:g}",
