@@ -77,3 +77,17 @@ async def test_the_ledger_gets_the_silent_calls_records_once_postgresql_answers_
     found = rows(postgres_url, schema, "SELECT correlation_id FROM {table} ORDER BY correlation_id")
     assert [r[0] for r in found] == ["before", *(f"silent-{i}" for i in range(SILENT_CALLS))]
     assert not (tmp_path / "ledger.spill").exists()
+
+
+async def test_calls_return_while_postgresql_refuses_and_the_ledger_gets_their_records_after(
+        fake: FakeProvider, proxy: TcpProxy, schema: str, postgres_url: str, tmp_path: Path) -> None:
+    async with manager(fake, proxy, schema, tmp_path) as m:
+        await m.chat("hello", correlation_id="before")
+        await proxy.switch("refuse")  # the open connection is cut, new ones are refused
+        async with asyncio.timeout(HANG_GUARD_S):
+            await m.chat("hello", correlation_id="refused")
+            assert spilled(tmp_path) == ["refused"]
+            await proxy.switch("forward")
+            await m.state.usage_journal().recovered()
+    found = rows(postgres_url, schema, "SELECT correlation_id FROM {table} ORDER BY correlation_id")
+    assert [r[0] for r in found] == ["before", "refused"]
