@@ -81,20 +81,29 @@ class RedisOptions:
 
 
 class Health:
-    """Whether Redis answered lately. After a failure callers skip it for ``retry_s`` (so a paused
-    or dead server costs one timeout, not one per call), and the outage is logged once."""
+    """Whether Redis answered lately. After a failure callers skip it for ``retry_s``; then one
+    call at a time tries it (the probe) while the others are still refused, so a paused or dead
+    server costs one timeout, not one per call. The probe is whichever call comes when it is
+    due: no timer of its own, nothing that needs a quiet loop. The outage is logged once."""
 
     def __init__(self, retry_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._retry_s, self._clock = retry_s, clock
         self._down_until = 0.0
         self._outage = False
+        self._probing = False
 
-    @property
-    def up(self) -> bool:
-        return self._clock() >= self._down_until
+    def admits(self) -> bool:
+        """Whether a call may go to Redis now (during an outage, it becomes the probe)."""
+        if not self._outage:
+            return True
+        if self._probing or self._clock() < self._down_until:
+            return False
+        self._probing = True
+        return True
 
     def failed(self, exc: BaseException) -> None:
         self._down_until = self._clock() + self._retry_s
+        self._probing = False
         if not self._outage:
             log.warning("redis state unreachable (%s: %s): the cache serves misses, breakers and rate limits "
                         "use this process's state, budgets follow their failure_policy", type(exc).__name__, exc)
@@ -103,7 +112,12 @@ class Health:
     def ok(self) -> None:
         if self._outage:
             log.warning("redis state reachable again")
-        self._outage = False
+        self._outage = self._probing = False
+
+    def ended(self) -> None:
+        """A call ended without saying whether Redis is reachable (cancelled, or another error):
+        the next call may probe."""
+        self._probing = False
 
 
 class RedisState:
@@ -126,13 +140,16 @@ class RedisState:
 
     async def run(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run ``call`` against Redis; ``RedisUnavailableError`` when Redis fails or is marked down."""
-        if not self.health.up:
+        if not self.health.admits():
             raise RedisUnavailableError(f"redis state unreachable lately; next try within {self.options.retry_s:g}s")
         try:
             result = await call()
         except UNREACHABLE as exc:
             self.health.failed(exc)
             raise RedisUnavailableError(f"redis state unreachable: {type(exc).__name__}: {exc}") from exc
+        except BaseException:
+            self.health.ended()
+            raise
         self.health.ok()
         return result
 

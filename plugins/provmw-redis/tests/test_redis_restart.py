@@ -45,15 +45,22 @@ class OwnRedis:
         self.process = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", str(self.folder)], stdout=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port, socket_connect_timeout=1.0)
+        self.admin = redis.Redis(port=self.port, socket_connect_timeout=1.0)
         for _ in range(500):  # until it answers, polled with a bound
             try:
-                client.ping()
+                self.admin.ping()  # connected now: a paused server still takes its CLIENT UNPAUSE
                 return
             except redis.ConnectionError:
                 self.process.poll()
                 assert self.process.returncode is None, "redis-server exited"
         pytest.fail(f"redis-server on port {self.port} never answered")
+
+    def pause(self, ms: int) -> None:
+        """Every command that may write (the budget's scripts) waits, at most ``ms``, as on a stalled server."""
+        self.admin.client_pause(ms, all=False)
+
+    def unpause(self) -> None:
+        self.admin.client_unpause()
 
     def kill(self) -> None:
         if self.process is not None:
@@ -122,3 +129,24 @@ async def test_callers_that_retry_every_refusal_get_through_one_probe_interval_a
         served = await asyncio.gather(*(caller(m, outage) for _ in range(CALLERS)))
         ending.cancel()
     assert served == [True] * CALLERS
+
+
+@pytest.mark.redis
+async def test_a_paused_redis_is_probed_by_one_call_while_the_others_are_refused_at_once(
+        fake: FakeProvider, own_redis: OwnRedis) -> None:
+    settings = document(fake, "paused", budget=BUDGET)
+    settings["state"].update(url=own_redis.url, retry_s=RETRY_S, timeout_s=0.2)
+    outage = Outage()
+    async with manager(settings) as m:
+        backend = m.state.shared
+        assert isinstance(backend, RedisState)
+        backend.health = Health(RETRY_S, clock=outage.clock)
+        await m.chat("hello")
+        own_redis.pause(5000)
+        with pytest.raises(BudgetUnavailableError):
+            await m.chat("hello")  # waits out timeout_s: the outage starts
+        outage.now += RETRY_S
+        refused = await asyncio.gather(*(m.chat("hello") for _ in range(CALLERS)), return_exceptions=True)
+        own_redis.unpause()
+    assert all(isinstance(r, BudgetUnavailableError) for r in refused)
+    assert sum("unreachable lately" not in str(r) for r in refused) == 1  # one probe waited out timeout_s
