@@ -135,6 +135,12 @@ class UsageStoreConformance:
         assert row == {"configuration": "oa", "calls": 2, "attempts": 2, "input_tokens": 5, "output_tokens": 0,
                        "cost_usd": 0.25, "cache_hits": 1, "errors": 1, "billed_unknown": 1}
 
+    async def test_a_summary_by_day_counts_in_the_zone_asked(self, store: UsageStore) -> None:
+        await store.write([_record("late", timestamp=1_795_377_600.0)])  # 2026-11-22 20:00 UTC
+        kolkata = await store.summary("day", ZoneInfo("Asia/Kolkata"))
+        samoa = await store.summary("day", ZoneInfo("Pacific/Pago_Pago"))
+        assert [(row["day"], row["calls"]) for row in kolkata + samoa] == [("2026-11-23", 1), ("2026-11-22", 1)]
+
     @settings(max_examples=30, deadline=None, suppress_health_check=[
         HealthCheck.function_scoped_fixture, HealthCheck.differing_executors])
     @given(batches=st.lists(st.lists(usage_records(), max_size=12), max_size=3),
