@@ -166,6 +166,7 @@ class BudgetMiddleware:
         bill = _Bill(self, charges)
         refusal = await bill.reserve(now)
         if refusal is not None:
+            await asyncio.sleep(0)  # a caller retrying at once must still let the loop run (ADR 0045)
             raise _error(refusal)
         ctx.attempts.meter(bill)
         try:

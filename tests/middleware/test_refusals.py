@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from provmw.errors import CircuitOpenError, LocalRateLimitError, ProvmwError
+from provmw.errors import BudgetExceededError, CircuitOpenError, LocalRateLimitError, ProvmwError
 from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost
 from provmw.settings import Settings
@@ -37,7 +37,9 @@ async def refused_with_a_turn(manager: ServiceManager, refusal: type[ProvmwError
 @pytest.mark.parametrize(("middleware", "refusal"), [
     ({"circuit_breaker": {"window_size": 2, "min_calls": 2, "open_s": 60.0}}, CircuitOpenError),
     ({"rate_limit": {"max_wait_s": 0.0, "limits": {"oa": {"requests_per_minute": 1}}}}, LocalRateLimitError),
-], ids=["circuit_breaker", "rate_limit"])
+    ({"budget": {"store": "memory", "limits": [{"scope": "global", "period": "day", "max_requests": 1}]}},
+     BudgetExceededError),
+], ids=["circuit_breaker", "rate_limit", "budget"])
 async def test_a_refused_call_gives_the_loop_a_turn(fake: FakeProvider, builtin_only: PluginHost,
                                                     middleware: dict[str, Any], refusal: type[ProvmwError]) -> None:
     fake.fail_randomly(1.0 if refusal is CircuitOpenError else 0.0, Fault(status=503))
