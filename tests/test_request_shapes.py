@@ -1,0 +1,51 @@
+"""Completion and embedding requests: keyed by their own fields, and refused with what was wrong."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from provmw.config import ProviderConfig
+from provmw.context import ProviderOperation
+from provmw.errors import ConfigurationError
+from provmw.requests import CompletionRequest, EmbeddingRequest, _canonical_text
+
+CONFIG = ProviderConfig(identifier="p", provider="openai", model="gpt-test", base_url="https://api.test/v1")
+
+
+def canonical(operation: ProviderOperation, request: dict[str, Any]) -> str:
+    return json.dumps({"base_url": "https://api.test/v1", "credentials": CONFIG.credential_fingerprint,
+                       "model": "gpt-test", "operation": operation.value, "provider": "openai", "request": request},
+                      sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_a_completion_is_keyed_by_its_prompt_and_merged_options() -> None:
+    request = CompletionRequest("once upon", options={"max_tokens": 5})
+    assert _canonical_text(ProviderOperation.COMPLETION, CONFIG, request) == \
+        canonical(ProviderOperation.COMPLETION, {"options": {"max_tokens": 5}, "prompt": "once upon"})
+
+
+def test_an_embedding_is_keyed_by_its_inputs_and_dimensions() -> None:
+    request = EmbeddingRequest(("a", "b"), dimensions=8)
+    assert _canonical_text(ProviderOperation.EMBEDDING, CONFIG, request) == \
+        canonical(ProviderOperation.EMBEDDING, {"dimensions": 8, "inputs": ["a", "b"]})
+
+
+@pytest.mark.parametrize(("build", "message"), [
+    (lambda: EmbeddingRequest(()), "inputs must hold at least one string"),
+    (lambda: EmbeddingRequest("abc"), "inputs must be a list of str, got str"),
+    (lambda: CompletionRequest(5), "prompt must be a string, got int"),
+    (lambda: EmbeddingRequest(("a",), dimensions=True), "dimensions must be a positive integer, got True"),
+    (lambda: EmbeddingRequest(("a",), dimensions=0), "dimensions must be a positive integer, got 0"),
+    (lambda: EmbeddingRequest(("a",), dimensions=1.5), "dimensions must be a positive integer, got 1.5"),
+])
+def test_a_malformed_request_is_refused_saying_what_was_wrong(build: Any, message: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        build()
+    assert str(refused.value) == message
+
+
+def test_one_dimension_is_a_valid_size() -> None:
+    assert EmbeddingRequest(("a",), dimensions=1).dimensions == 1
