@@ -36,10 +36,10 @@ def test_an_embedding_is_keyed_by_its_inputs_and_dimensions() -> None:
 @pytest.mark.parametrize(("build", "message"), [
     (lambda: EmbeddingRequest(()), "inputs must hold at least one string"),
     (lambda: EmbeddingRequest("abc"), "inputs must be a list of str, got str"),
-    (lambda: CompletionRequest(5), "prompt must be a string, got int"),
+    (lambda: CompletionRequest(5), "prompt must be a string, got int"),  # type: ignore[arg-type]
     (lambda: EmbeddingRequest(("a",), dimensions=True), "dimensions must be a positive integer, got True"),
     (lambda: EmbeddingRequest(("a",), dimensions=0), "dimensions must be a positive integer, got 0"),
-    (lambda: EmbeddingRequest(("a",), dimensions=1.5), "dimensions must be a positive integer, got 1.5"),
+    (lambda: EmbeddingRequest(("a",), dimensions=1.5), "dimensions must be a positive integer, got 1.5"),  # type: ignore[arg-type]
 ])
 def test_a_malformed_request_is_refused_saying_what_was_wrong(build: Any, message: str) -> None:
     with pytest.raises(ConfigurationError) as refused:
