@@ -32,6 +32,7 @@ __all__ = [
     "output_messages",
     "response_attributes",
     "served_attributes",
+    "server_attributes",
     "span_name",
     "stream_end_attributes",
 ]
@@ -94,7 +95,8 @@ def span_name(ctx: ProviderCallContext, config: ProviderConfig) -> str:
     return f"{_OPERATIONS[ctx.operation]} {config.model}"
 
 
-def _server(config: ProviderConfig) -> Attributes:
+def server_attributes(config: ProviderConfig) -> Attributes:
+    """``server.address`` and ``server.port`` of where ``config``'s requests go; none when unknown."""
     if config.base_url is None:
         known = _DEFAULT_SERVERS.get(config.provider)
         return {} if known is None else {SERVER_ADDRESS: known[0], SERVER_PORT: known[1]}
@@ -137,8 +139,9 @@ def caller_attributes(ctx: ProviderCallContext) -> Attributes:
 def call_attributes(ctx: ProviderCallContext, config: ProviderConfig) -> Attributes:
     """A call span's attributes at its start: the operation, and the configuration asked.
 
-    The server, the request parameters and the deprecated ``gen_ai.system`` are each attempt's
-    only: a failover's call has no one server, and a backend finds them on the attempt spans."""
+    The request parameters and the deprecated ``gen_ai.system`` are each attempt's only; the
+    server is the call span's only once an attempt served (or failed last): a failover's call
+    has no one server until then."""
     return {OPERATION_NAME: _OPERATIONS[ctx.operation], PROVIDER_NAME: config.provider, REQUEST_MODEL: config.model,
             "provmw.configuration": config.identifier}
 
@@ -148,7 +151,8 @@ def attempt_attributes(ctx: ProviderCallContext, config: ProviderConfig) -> Attr
     goes to and the generation options it asks with."""
     # An embedding sends no generation options, whatever its configuration holds.
     asked = {} if ctx.operation is ProviderOperation.EMBEDDING else merged_options(config, ctx.facts.options)
-    return {**call_attributes(ctx, config), SYSTEM: config.provider, **_server(config), **_request_options(asked)}
+    return {**call_attributes(ctx, config), SYSTEM: config.provider, **server_attributes(config),
+            **_request_options(asked)}
 
 
 def _add_usage(found: Attributes, response: ProviderResponse) -> None:

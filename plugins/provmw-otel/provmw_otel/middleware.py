@@ -1,5 +1,6 @@
 """Two layers, one tracer: a CLIENT span for the logical call (outermost) and a child span
 for each request that reaches a provider (innermost), so retries and fallbacks are siblings.
+The call span names the server of the attempt that served (``provmw_otel.servers``).
 
 A streamed call's spans end when its stream ends, not when the pipeline returns the opened
 stream: both layers end them from an end-of-stream callback (ADR 0005), which runs exactly
@@ -24,6 +25,7 @@ from provmw.responses import EmbeddingResponse, ProviderResponse
 from provmw.streams import OpenedStream, StreamEnd
 from provmw_otel import attributes as attr
 from provmw_otel.options import OtelOptions
+from provmw_otel.servers import Servers, carrying, noted
 from provmw_otel.shapes import Labels, Shape, Shapes
 
 __all__ = ["OtelAttemptMiddleware", "OtelCallMiddleware", "Telemetry"]
@@ -90,38 +92,44 @@ class OtelCallMiddleware:
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         shape = self._telemetry.shapes(ctx, config)
         span = self._telemetry.start(shape.name, shape.call)
-        token = context.attach(trace.set_span_in_context(span))
+        # Where the attempts note their servers; none for a span nobody keeps.
+        servers = Servers() if span.is_recording() else None
+        current = trace.set_span_in_context(span)
+        token = context.attach(current if servers is None else carrying(servers, current))
         try:
             response = await next(config)
         except BaseException as exc:
-            _settle(span, self._caller(span, ctx), exc)
+            _settle(span, self._failed(ctx, servers), exc)
             span.end()
             raise
         finally:
             context.detach(token)
         if isinstance(response, OpenedStream):
             async def end_span(end: StreamEnd) -> None:
-                if span.is_recording():
-                    _settle(span, self._ended(ctx, attr.stream_end_attributes(end), end.response), end.error)
+                if servers is not None:
+                    _settle(span, self._ended(ctx, attr.stream_end_attributes(end), end.response, servers), end.error)
                 span.end()
 
             response.on_end(end_span)
             return response
-        if span.is_recording():
-            span.set_attributes(self._ended(ctx, attr.response_attributes(response), response))
+        if servers is not None:
+            span.set_attributes(self._ended(ctx, attr.response_attributes(response), response, servers))
             if response.cached:
                 span.add_event("provmw.cache_hit", {"provmw.served_by": response.served_by})
         span.end()
         return response
 
     @staticmethod
-    def _caller(span: Span, ctx: ProviderCallContext) -> attr.Attributes:
-        # Who asked is redacted first: work not done for a span nobody keeps.
-        return attr.caller_attributes(ctx) if span.is_recording() else {}
+    def _failed(ctx: ProviderCallContext, servers: Servers | None) -> attr.Attributes:
+        """Who asked (redacted), and the server of the last attempt; nothing for a span nobody
+        keeps, whose redaction would be work for nothing."""
+        return {} if servers is None else {**attr.caller_attributes(ctx), **servers.last}
 
-    def _ended(self, ctx: ProviderCallContext, found: attr.Attributes, response: ProviderResponse) -> attr.Attributes:
-        """``found`` (the answer's attributes), with who served and who asked and, when captured,
-        the answer's text."""
+    def _ended(self, ctx: ProviderCallContext, found: attr.Attributes, response: ProviderResponse,
+               servers: Servers) -> attr.Attributes:
+        """``found`` (the answer's attributes), with the server that served it (none from the
+        cache), who served and who asked and, when captured, the answer's text."""
+        found.update(servers.serving(response.served_by))
         found.update(attr.served_attributes(response))
         found.update(attr.caller_attributes(ctx))
         if self.options.capture_content and (messages := attr.output_messages(response)) is not None:
@@ -147,15 +155,21 @@ class OtelAttemptMiddleware:
         started = self._clock()
         shape = self._telemetry.shapes(ctx, config)
         span = self._telemetry.start(shape.name, shape.attempt_attributes(ctx))
+        # Sampled as its call span (parent-based, the default): a span not kept notes nothing.
+        servers = noted() if span.is_recording() else None
         token = context.attach(trace.set_span_in_context(span))
         try:
             response = await next(self._carrying_traceparent(config))
         except BaseException as exc:
+            if servers is not None:
+                servers.ended(config.identifier, shape.server, answered=False)
             self._measure(started, shape.labels(None, _settle(span, {}, exc)))
             span.end()
             raise
         finally:
             context.detach(token)
+        if servers is not None:  # a stream's attempt served once it opened
+            servers.ended(config.identifier, shape.server, answered=True)
         if isinstance(response, OpenedStream):
             self._opened(span, started, shape, response)
             return response

@@ -1,6 +1,6 @@
 """What a configuration's spans and measurements start from, built once per configuration and
 operation instead of once per call: the span name, the call span's and the attempt span's start
-attributes, and the metric label sets of each outcome (response model, error type).
+attributes, the server, and the metric label sets of each outcome (response model, error type).
 
 The SDK validates and copies every attribute set it is handed and caches nothing by identity or
 hash, so keeping these saves the plugin's own work, not the SDK's. They are shared by every call
@@ -53,6 +53,7 @@ class Shape:
         self.name = attr.span_name(ctx, config)
         self.call: Fixed = attr.call_attributes(ctx, config)
         self.attempt: Fixed = attr.attempt_attributes(ctx, config)
+        self.server: Fixed = attr.server_attributes(config)
         self._base = attr.metric_attributes(self.attempt)
         self._outcomes: dict[tuple[str | None, str | None], Labels] = {}
 

@@ -80,21 +80,24 @@ def recording() -> Iterator[Recorded]:
     meter_provider.shutdown()
 
 
-def configurations(fake: FakeProvider) -> dict[str, ProviderConfig]:
+def configurations(fake: FakeProvider, backup: FakeProvider | None = None) -> dict[str, ProviderConfig]:
+    """"oa" (OpenAI wire) falling back to "an" (Anthropic wire), on ``backup`` when given."""
     return {
         "oa": ProviderConfig(identifier="oa", provider="openai", model="gpt-test", base_url=fake.openai_base_url,
                              api_key=KEY, fallbacks=("an",), options={"temperature": 0, "max_tokens": 50}),
         "an": ProviderConfig(identifier="an", provider="anthropic", model="claude-test",
-                             base_url=fake.anthropic_base_url, api_key=KEY, options={"max_tokens": 50}),
+                             base_url=(backup or fake).anthropic_base_url, api_key=KEY, options={"max_tokens": 50}),
     }
 
 
-def manager(fake: FakeProvider, telemetry: Telemetry, options: OtelOptions | None = None,
-            **sections: Mapping[str, Any]) -> ServiceManager:
-    """The built-ins (state in memory, retries waiting on a fake clock) and the plugin's layers."""
+def manager(fake: FakeProvider, telemetry: Telemetry, options: OtelOptions | None = None, *,
+            configs: Mapping[str, ProviderConfig] | None = None, **sections: Mapping[str, Any]) -> ServiceManager:
+    """The built-ins (state in memory, retries waiting on a fake clock) and the plugin's layers,
+    over ``configs`` ("oa" and "an" on ``fake`` unless given)."""
     defaults: dict[str, Mapping[str, Any]] = {"usage": {"store": "memory"}, "budget": {"store": "memory"},
                                               "retry": {"enabled": False}}
-    settings = Settings(configurations=configurations(fake), default="oa", middleware={**defaults, **sections},
+    settings = Settings(configurations=dict(configs or configurations(fake)), default="oa",
+                        middleware={**defaults, **sections},
                         destinations=DestinationPolicy(ad_hoc_destinations=("public", "loopback")))
     retry = RetryMiddleware(RetryOptions(), sleep=FakeClock().sleep)
     return ServiceManager(settings, host=PluginHost(PluginPolicy(autoload=False), environ={}),
