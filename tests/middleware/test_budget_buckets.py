@@ -62,3 +62,31 @@ def test_a_call_on_a_later_event_loop_still_renews_its_lease() -> None:
     first = store.renewals                                                       # asyncio.run in a script
     run_virtual(middleware.handle(call_context(planned_cost_usd=0.01), CONFIG, slow))
     assert first >= 3 and store.renewals - first >= 3
+
+
+class Recording(MemoryBudgetStore):
+    """Records what is reserved and renewed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reserved: list[str] = []
+        self.renewed: list[tuple[str, float, float]] = []
+
+    async def reserve(self, reservation_id: str, charges: Any, *, now: float, lease_s: float) -> Any:
+        self.reserved.append(reservation_id)
+        return await super().reserve(reservation_id, charges, now=now, lease_s=lease_s)
+
+    async def renew(self, reservation_id: str, *, now: float, lease_s: float) -> None:
+        self.renewed.append((reservation_id, now, lease_s))
+
+
+def test_a_running_call_renews_its_own_reservation_every_quarter_lease() -> None:
+    store = Recording()
+    middleware = layer({"scope": "global", "period": "day", "max_cost_usd": 1.0}, store=store, lease_s=0.4)
+
+    async def slow(config: ProviderConfig) -> CompletionResponse:
+        await asyncio.sleep(0.25)  # on the loop's virtual time: quarter leases end at 0.1 and 0.2
+        return spent(1)
+
+    run_virtual(middleware.handle(call_context(planned_cost_usd=0.01), CONFIG, slow))
+    assert store.renewed == [(store.reserved[0], NOON, 0.4)] * 2
