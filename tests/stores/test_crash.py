@@ -46,17 +46,18 @@ HOLDER = """
 
 
 async def test_a_killed_holder_frees_its_reservation_within_the_lease(tmp_path: Path) -> None:
+    started = time.time()
     holder = spawn(HOLDER, str(tmp_path / "b.db"), str(LEASE_S))
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    held_by = time.time()  # the holder reserved, by the host's clock, between ``started`` and now
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait()
-    killed_at = time.time()
-    store = SqliteBudgetStore(tmp_path / "b.db")
+    clock = FakeClock(started)  # this store's clock, set to the bounds of the holder's lease: no waiting
+    store = SqliteBudgetStore(tmp_path / "b.db", clock=clock)
     wanted = [Charge(BUCKET, DOLLAR, Amounts(900_000, 0, 1))]
-    assert await store.reserve("mine", wanted, now=time.time(), lease_s=LEASE_S) is not None
-    while await store.reserve("mine", wanted, now=time.time(), lease_s=LEASE_S) is not None:
-        assert time.time() - killed_at <= LEASE_S
-        await asyncio.sleep(0.02)
+    assert await store.reserve("mine", wanted, now=started, lease_s=LEASE_S) is not None  # still held
+    clock.now = held_by + LEASE_S
+    assert await store.reserve("mine", wanted, now=clock.now, lease_s=LEASE_S) is None  # free within the lease
     await store.aclose()
 
 
