@@ -38,7 +38,7 @@ def test_the_builtin_adapters_declare_their_variables() -> None:
 async def test_an_ad_hoc_call_to_another_host_with_no_key_is_refused_before_sending(
         manager: ServiceManager, keyed: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SENTINEL_KEY)
-    with pytest.raises(ConfigurationError, match="needs api_key=: OPENAI_API_KEY holds the key of its own endpoint"):
+    with pytest.raises(ConfigurationError, match="needs api_key=: OPENAI_API_KEY holds the credentials of its own"):
         await manager.chat("hi", provider="openai", model="m", base_url=keyed.openai_base_url)
     assert keyed.count() == 0
 
@@ -95,3 +95,10 @@ def test_the_key_from_the_variable_is_never_logged(
     with caplog.at_level(logging.DEBUG):
         config = manager.resolve(provider="openai", model="m")
     assert SENTINEL_KEY not in caplog.text + repr(config) + str(config)
+
+
+def test_another_port_on_the_providers_host_is_another_endpoint(
+        manager: ServiceManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SENTINEL_KEY)
+    with pytest.raises(ConfigurationError, match="OPENAI_API_KEY"):
+        manager.resolve(provider="openai", model="m", base_url="https://api.openai.com:8443/v1")

@@ -66,14 +66,19 @@ class ProviderAdapter(Protocol):
     """What a provider plugin implements: four operations over one wire API.
 
     ``name`` is what a configuration puts in ``provider``; it is unique among installed
-    adapters. An adapter may also declare ``api_key_env: str | None``, the environment
-    variable its provider's own SDK reads the key from (``"OPENAI_API_KEY"``): an ad-hoc
-    call given no ``api_key`` takes the key from it, and ``default_base_url: str``, the
-    provider's own endpoint: that key is sent only there (an ad-hoc call naming another
-    ``base_url`` must bring its own key). Both are optional (read with ``getattr``, hence not
-    protocol members, which would make them mandatory for type checkers), and the manager
-    never logs the key. The manager calls exactly the four methods below and reads ``name``,
-    ``api_key_env`` and ``default_base_url``; every
+    adapters. An adapter may also declare, all optional (read with ``getattr``, hence not
+    protocol members, which would make them mandatory for type checkers):
+
+    - ``api_key_env: str | None``, the environment variable its provider's own SDK reads the
+      key from (``"OPENAI_API_KEY"``): an ad-hoc call given no ``api_key`` takes the key from
+      it (the manager never logs it);
+    - ``default_base_url: str | None``, the provider's own endpoint: that key is sent only
+      there, and an ad-hoc call naming another ``base_url`` must bring its own key;
+    - ``ambient_credentials: bool``, True when the adapter sends credentials of its own for a
+      configuration without a key (a token provider, a cloud's credential chain): an ad-hoc call
+      naming a ``base_url`` other than its own must then bring ``api_key`` too.
+
+    The manager calls exactly the four methods below and reads ``name`` and those three; every
     type they mention is public (``provmw.http``, ``provmw.config``, ``provmw.requests``,
     ``provmw.responses``, ``provmw.messages``, ``provmw.errors``).
 

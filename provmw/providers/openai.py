@@ -164,7 +164,7 @@ class OpenAIAdapter:
 
     name = "openai"
     api_key_env = "OPENAI_API_KEY"
-    default_base_url = DEFAULT_BASE_URL
+    default_base_url: str | None = DEFAULT_BASE_URL
     capabilities = Capabilities(schema=True, response_format=True)
 
     async def chat(self, http: HttpClient, config: ProviderConfig,

@@ -35,11 +35,17 @@ class AzureOpenAIAdapter(OpenAIAdapter):
 
     name = "azure"
     api_key_env = "AZURE_OPENAI_API_KEY"
+    default_base_url = None  # every deployment's endpoint is the operator's: none is Azure's own
 
     def __init__(self, token_provider: TokenProvider | None = None, *,
                  clock: Callable[[], float] = time.time, refresh_margin_s: float = 300.0) -> None:
         self._tokens = None if token_provider is None else \
             TokenCache(token_provider, clock=clock, refresh_margin_s=refresh_margin_s)
+
+    @property
+    def ambient_credentials(self) -> bool:
+        """Whether a configuration without a key is sent with a token of the adapter's own (Entra ID)."""
+        return self._tokens is not None
 
     async def chat(self, http: HttpClient, config: ProviderConfig, request: ChatRequest) -> CompletionResponse:
         transport, routed = await self._route(http, config)

@@ -48,6 +48,7 @@ class BedrockAdapter:
 
     name = "bedrock"
     api_key_env = "AWS_BEARER_TOKEN_BEDROCK"  # what AWS's own SDKs read a Bedrock API key from
+    ambient_credentials = True  # a configuration without a key is signed from AWS's credential chain
     capabilities = Capabilities(embeddings=False, schema=True)
 
     def __init__(self, *, session: Callable[[], Session] | None = None) -> None:
