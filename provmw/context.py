@@ -10,6 +10,8 @@ builds one in a line.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import hashlib
 import itertools
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
     from provmw.structured import RepairNote
 
 __all__ = ["AttemptLog", "AttemptMeter", "CallFacts", "FrozenMap", "ProviderCallContext", "ProviderOperation",
-           "RepairSlot", "scoped_key"]
+           "RepairSlot", "attempt_meters", "metering", "scoped_key"]
 
 
 class ProviderOperation(enum.Enum):
@@ -246,7 +248,14 @@ class CallFacts:
 
 
 class AttemptMeter(Protocol):
-    """What a layer outside retry and fallback learns of each attempt of its call (ADR 0040)."""
+    """What a layer outside retry and fallback learns of each attempt of its pass (ADR 0040).
+
+    A layer meters what runs under it with :func:`metering`; the terminal tells every meter of
+    the task it runs in (:func:`attempt_meters`). A context variable, not the call's context,
+    holds them: tasks copy it, so an outer layer that runs ``next`` twice at once (a hedge)
+    gets two passes, each told of its own attempts only, while a hedge below the layer is told
+    to it.
+    """
 
     async def sending(self, config: ProviderConfig) -> None:
         """The attempt is about to leave for ``config``; raising refuses it, and nothing is sent."""
@@ -260,16 +269,14 @@ class AttemptLog:
 
     The manager creates one per call. Numbers are unique within the call even when a
     middleware runs attempts in parallel (a hedge); the terminal records each request that
-    reached a provider, and the manager puts them in ``response.attempts``. ``meters`` are told
-    of every attempt the terminal sends, before it leaves and once it ended (a stream: at its end).
+    reached a provider, and the manager puts them in ``response.attempts``.
     """
 
-    __slots__ = ("_numbers", "meters", "recorded")
+    __slots__ = ("_numbers", "recorded")
 
     def __init__(self) -> None:
         self._numbers = itertools.count(1)
         self.recorded: list[Attempt] = []
-        self.meters: tuple[AttemptMeter, ...] = ()
 
     def number(self) -> int:
         """The next attempt number of this call, from 1."""
@@ -279,9 +286,24 @@ class AttemptLog:
         """Note one request that reached a provider, and how it ended."""
         self.recorded.append(attempt)
 
-    def meter(self, meter: AttemptMeter) -> None:
-        """Tell ``meter`` of every attempt of this call from now on."""
-        self.meters = (*self.meters, meter)
+
+# The meters of the running pass; tasks copy it (see AttemptMeter). Empty: nothing meters.
+_METERS: contextvars.ContextVar[tuple[AttemptMeter, ...]] = contextvars.ContextVar("provmw_meters", default=())
+
+
+def attempt_meters() -> tuple[AttemptMeter, ...]:
+    """The meters every attempt sent from here must tell."""
+    return _METERS.get()
+
+
+@contextlib.contextmanager
+def metering(meter: AttemptMeter) -> Iterator[None]:
+    """Tell ``meter`` of every attempt sent inside the block (this task and the tasks it starts)."""
+    token = _METERS.set((*_METERS.get(), meter))
+    try:
+        yield
+    finally:
+        _METERS.reset(token)
 
 
 class RepairSlot:

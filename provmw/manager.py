@@ -17,15 +17,18 @@ from provmw._deadlines import Deadlines
 from provmw._redact import Scrubber
 from provmw._terminal import (
     METHODS,
+    answered,
     attempt_timeout,
     end_all,
     environment_key,
     meter_stream,
+    output_bound,
+    tell_ended,
+    tell_sending,
     with_repair,
-    within_output_bound,
 )
 from provmw.config import GenerationOptions, ProviderConfig, Secret, fallback_chain
-from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.context import ProviderCallContext, ProviderOperation, attempt_meters
 from provmw.destinations import DestinationGuard
 from provmw.errors import ConfigurationError
 from provmw.facts import call_facts
@@ -332,7 +335,7 @@ class ServiceManager:
                     first_chunk_s=chosen.first_chunk_timeout_s or chosen.timeout_s,
                     idle_s=chosen.stream_idle_timeout_s or chosen.timeout_s, price=prices.price_for(chosen),
                     estimated_input_tokens=ctx.facts.estimated_input_tokens,
-                    max_output_tokens=ctx.facts.max_output_tokens,
+                    max_output_tokens=output_bound(ctx.facts.max_output_tokens, prices.price_for(chosen)),
                     scrub=Scrubber.for_config(chosen).error, scrub_chunk=Scrubber.for_config(chosen).answer)
                 streams.append(opened)
                 return opened
@@ -352,42 +355,37 @@ class ServiceManager:
                 await check_destination(chosen)
             # Again here: a layer may have swapped in a configuration outside the fallback chain.
             capabilities[chosen.provider].require(needs, provider=chosen.provider, configuration=chosen.identifier)
-            meters = attempts.meters
-            for meter in meters:  # a strict budget reserves each attempt after the first (ADR 0040)
-                await meter.sending(chosen)
+            meters = attempt_meters()
+            if meters:  # a strict budget reserves each attempt after the first (ADR 0040)
+                await tell_sending(meters, chosen)
             started = attempt_log.start()
             try:
-                response = await send(chosen)
-                if not stream:
-                    within_output_bound(response, ctx.facts.max_output_tokens)
+                # A stream is priced and bounded at its end.
+                response = answered(await send(chosen), response_type, chosen,
+                                    None if stream else prices.price_for(chosen),
+                                    None if stream else ctx.facts.max_output_tokens)
             except BaseException as exc:
                 Scrubber.for_config(chosen).error(exc)
                 attempts.record(Attempt(config_id=chosen.identifier, error_type=type(exc).__name__,
                                         status=getattr(exc, "status", None)))
                 if started is not None:
                     attempt_log.log_attempt(chosen, started, exc)
-                for meter in meters:
-                    await meter.ended(chosen, billed_for(exc), None)
+                if meters:
+                    await tell_ended(meters, chosen, billed_for(exc), None)
                 raise
             attempts.record(Attempt(config_id=chosen.identifier))
             if started is not None:
                 attempt_log.log_attempt(chosen, started)
-            response = Scrubber.for_config(chosen).answer(response)  # a provider may echo a key in model or id
-            if type(response) is not response_type:  # vision is a chat whose answer is typed apart
-                response = response_type(**{f.name: getattr(response, f.name) for f in attrs.fields(type(response))})
             if stream:
                 opened: object = response
                 if meters and isinstance(opened, OpenedStream):
                     meter_stream(meters, chosen, opened)
                 return response
-            # Priced, and carrying the call's attempts so far (this one last): one evolve, and the
-            # manager adds none after the pipeline unless a later attempt was made (a repair turn).
-            usage, price = response.usage, prices.price_for(chosen)
-            if price is not None and usage.cost_usd is None:
-                usage = attrs.evolve(usage, cost_usd=price.cost_usd(usage))
-            for meter in meters:
-                await meter.ended(chosen, "yes", usage)
-            return attrs.evolve(response, usage=usage, attempts=tuple(attempts.recorded))
+            if meters:
+                await tell_ended(meters, chosen, "yes", response.usage)
+            # Carrying the call's attempts so far (this one last): the manager adds none after the
+            # pipeline unless a later attempt was made (a repair turn).
+            return attrs.evolve(response, attempts=tuple(attempts.recorded))
 
         response = await self.pipeline.run(ctx, config, terminal)
         schema = ctx.facts.response_schema

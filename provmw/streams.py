@@ -267,6 +267,10 @@ class _Reading:
         opened, state = self.opened, self.opened.stream
         text = "".join(self.text)
         usage, estimated = self.usage, False
+        if usage is not None and state.max_output_tokens is not None and usage.output_tokens > state.max_output_tokens:
+            log.error("stream from %r reported %d output tokens, above the call's bound of %d: a malformed count, "
+                      "settled at an estimate", opened.served_by, usage.output_tokens, state.max_output_tokens)
+            usage = None
         if usage is None:
             # Never above the bound the budget reserved on: an estimate is no reason to overspend.
             output = self.text_chars // 4 + 1

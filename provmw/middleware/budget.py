@@ -29,7 +29,7 @@ import attrs
 
 from provmw._checks import number, one_of, options_from
 from provmw.config import ProviderConfig
-from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.context import ProviderCallContext, ProviderOperation, metering
 from provmw.errors import BudgetExceededError, ConfigurationError
 from provmw.middleware._common import Clock
 from provmw.periods import PERIODS, Period, Window, window
@@ -168,13 +168,13 @@ class BudgetMiddleware:
         if refusal is not None:
             await asyncio.sleep(0)  # a caller retrying at once must still let the loop run (ADR 0045)
             raise _error(refusal)
-        ctx.attempts.meter(bill)
         try:
-            response = await next(config)
+            with metering(bill):
+                response = await next(config)
         except BaseException:
-            await bill.close(ctx, None)
+            await bill.close(None)
             raise
-        await bill.close(ctx, response)
+        await bill.close(response)
         return response
 
     def charges(self, ctx: ProviderCallContext, config: ProviderConfig, now: float) -> list[Charge]:
@@ -265,10 +265,12 @@ class _Bill:
         if self._ids:  # a further attempt of a call already counted as one request
             charges = [attrs.evolve(c, amount=attrs.evolve(c.amount, requests=0)) for c in charges]
         reservation = os.urandom(16).hex()
+        self._ids.append(reservation)  # before the await: one a cancellation cut short is settled too
         refusal = await self._store.reserve(reservation, charges, now=now, lease_s=self._lease_s)
         if refusal is None:
-            self._ids.append(reservation)
             self._renewals.start(reservation)
+        else:
+            self._ids.remove(reservation)
         return refusal
 
     async def sending(self, config: ProviderConfig) -> None:
@@ -287,9 +289,8 @@ class _Bill:
             self._spent += self._cost(config, usage)
         await self._settle_if_over()
 
-    async def close(self, ctx: ProviderCallContext, response: object) -> None:
+    async def close(self, response: object) -> None:
         """The call returned (``response``) or failed (None): settle once its attempts have ended."""
-        ctx.attempts.meters = tuple(m for m in ctx.attempts.meters if m is not self)
         if self._started == 0 and isinstance(response, ProviderResponse):
             # Answered by a layer below without a provider attempt: its answer is what it spent.
             self._started = self._open = 1
@@ -326,13 +327,24 @@ class _Bill:
         self._settled = True
         for reservation in self._ids:
             self._renewals.stop(reservation)
+        # Shielded: a caller cancelled now (a deadline, a client gone) must not leave the spend unsettled.
+        settling = asyncio.get_running_loop().create_task(self._settle_all())
+        self._renewals.keep(settling)
+        await asyncio.shield(settling)
+
+    async def _settle_all(self) -> None:
         left = attrs.evolve(self._spent, requests=1 if self._billed else 0)
-        last = len(self._ids) - 1
+        last, failed = len(self._ids) - 1, None
         for i, reservation in enumerate(self._ids):  # each settled at most at its own, the rest on the last
             share = left if i == last else Amounts(*(min(getattr(left, d), getattr(self._each, d))
                                                      for d in DIMENSIONS))
             left = Amounts(*(getattr(left, d) - getattr(share, d) for d in DIMENSIONS))
-            await self._store.settle(reservation, share)
+            try:
+                await self._store.settle(reservation, share)
+            except Exception as exc:  # the others are settled all the same
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
 
 def _error(refusal: Refusal) -> BudgetExceededError:
@@ -365,6 +377,11 @@ class _Renewals:
 
     def stop(self, reservation: str) -> None:
         self._running.pop(reservation, None)
+
+    def keep(self, task: asyncio.Task[None]) -> None:
+        """Hold ``task`` until it is done (a shielded settle outlives a cancelled caller)."""
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _tick(self) -> None:
         loop = asyncio.get_running_loop()

@@ -168,3 +168,46 @@ async def test_calls_under_half_a_micro_dollar_are_never_free(
                 pass
         state = await bucket(manager)
     assert (served, state.spent.cost_micro_usd) == (10, 10)
+
+
+class TwoAtOnce:
+    """A plugin's layer above the budget that runs the rest of the stack twice at once (a hedge)."""
+
+    name = "two_at_once"
+    priority = 750
+
+    async def handle(self, ctx: Any, config: Any, next: Any) -> Any:
+        first, _ = await asyncio.gather(next(config), next(config))
+        return first
+
+
+async def test_two_passes_run_at_once_above_the_budget_are_each_charged_once(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    async with ServiceManager(settings(fake, tmp_path / "l.sqlite3"), host=builtin_only,
+                              middleware=[TwoAtOnce()]) as manager:
+        await manager.chat("hello")
+        state = await bucket(manager)
+    costs = [r.cost_usd for r in await ledger(tmp_path / "l.sqlite3")]
+    assert len(costs) == 2 and None not in costs
+    assert state.spent.cost_micro_usd == sum(math.ceil(round((c or 0) * 1e6, 3)) for c in costs)
+
+
+async def test_a_stream_reporting_output_above_max_tokens_is_settled_at_an_estimate(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    fake.script(Fault(usage={"prompt_tokens": 3, "completion_tokens": 2**40 - 1}))
+    async with ServiceManager(settings(fake, tmp_path / "l.sqlite3"), host=builtin_only) as manager:
+        chunks = [c async for c in manager.stream_chat("hello")]
+        state = await bucket(manager)
+    [record] = await ledger(tmp_path / "l.sqlite3")
+    assert chunks and record.billed == "estimated" and record.output_tokens <= 10
+    assert state.spent.cost_micro_usd == math.ceil(round((record.cost_usd or 0) * 1e6, 3))
+
+
+async def test_without_max_tokens_the_models_ceiling_bounds_what_an_answer_may_report(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    fake.script(Fault(usage={"prompt_tokens": 3, "completion_tokens": 1001}))  # PRICE's ceiling: 1000
+    config = openai_config(fake, price=PRICE)
+    async with ServiceManager(Settings(configurations={"oa": config}, middleware={
+            "usage": {"store": "memory"}, "retry": {"max_attempts": 1}}), host=builtin_only) as manager:
+        with pytest.raises(MalformedResponseError, match="above the call's bound of 1000"):
+            await manager.chat("hello")
