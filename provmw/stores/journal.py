@@ -42,15 +42,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
-import attrs
-
 from provmw.errors import UsageLedgerUnavailableError
+from provmw.stores._lost import LostRecords
 from provmw.stores.spill import SpillClaim, SpillFile
 from provmw.stores.usage import UsageRecord, UsageStore
 from provmw.stores.write_ahead import Segment, WriteAheadFile
@@ -61,16 +58,17 @@ log = logging.getLogger(__name__)
 
 FailurePolicy = Literal["fail_open", "fail_closed"]
 Outcome = Literal["stored", "spilled", "set_aside", "lost", "journaled", "held"]
-_LOST_GROUPS = 1_000  # RecordsLost rows kept per outage; past it, groups merge into one without user and tenant
 
 
 class _Entry:
-    """A queued record, its key, and the future of whoever waits for it (None: nobody, so far)."""
+    """A queued record, its key, the future of whoever waits for it (None: nobody, so far), and
+    whether it is in a write-ahead segment already (durable there until the segment is replayed)."""
 
-    __slots__ = ("future", "key", "record")
+    __slots__ = ("future", "journaled", "key", "record")
 
     def __init__(self, record: UsageRecord, key: tuple[str, int], future: asyncio.Future[Outcome] | None) -> None:
         self.record, self.key, self.future = record, key, future
+        self.journaled = False
 
 
 def _spill_beside(store: UsageStore) -> SpillFile | None:
@@ -113,13 +111,17 @@ class UsageJournal:
         self._failing = False
         self._replayed = False
         self._held: dict[tuple[str, int], _Entry] = {}  # went nowhere: neither store nor spill file took them
-        self._lost: dict[tuple[str, ...], UsageRecord] = {}  # what was lost, summed per group, for the ledger
-        self.lost = 0  # records lost (fail_open, past max_records held; or at close)
+        self._lost = LostRecords()
 
     @property
     def pending(self) -> int:
         """Records neither in the store nor in the spill file yet."""
         return len(self._queued) + len(self._inflight) + len(self._held)
+
+    @property
+    def lost(self) -> int:
+        """Records lost: past ``max_records`` held under fail_open, or with nowhere to go at close."""
+        return self._lost.count
 
     @property
     def held(self) -> int:
@@ -173,6 +175,9 @@ class UsageJournal:
                 log.warning("usage ledger: the write-ahead file failed (%s); waiting for the store", exc)
             else:
                 self._queue(record, None)
+                entry = self._queued.get(record.key)
+                if entry is not None:
+                    entry.journaled = True
                 return "journaled"
         waited = self._queue(record, asyncio.get_running_loop().create_future())
         assert waited is not None
@@ -332,6 +337,7 @@ class UsageJournal:
     def _settle(self, entries: Sequence[_Entry], outcome: Outcome) -> None:
         for entry in entries:
             self._inflight.pop(entry.key, None)
+            self._held.pop(entry.key, None)
             if entry.future is not None and not entry.future.done():
                 entry.future.set_result(outcome)
 
@@ -358,6 +364,11 @@ class UsageJournal:
     def _hold(self, entries: Sequence[_Entry], exc: OSError) -> None:
         """Keep ``entries`` in memory until the store or the spill file takes them (the probe offers
         them again); a fail_open journal lets their callers go on, and loses the oldest past its bound."""
+        # One in a write-ahead segment is durable: the segment is kept for the next replay.
+        self._settle([e for e in entries if e.journaled], "journaled")
+        entries = [e for e in entries if not e.journaled]
+        if not entries:
+            return
         log.error("usage ledger: could not spill %d records (%s); holding them in memory until the store or the "
                   "spill file takes them", len(entries), exc)
         for entry in entries:
@@ -378,16 +389,9 @@ class UsageJournal:
 
     def _lose(self, entries: Sequence[_Entry], why: str) -> None:
         """Count ``entries`` as lost, and sum them per group for the ledger's RecordsLost rows."""
-        self.lost += len(entries)
-        log.error("usage ledger: %d records lost (%s); %d lost so far in this process", len(entries), why, self.lost)
         for entry in entries:
-            record = entry.record
-            group = (record.config_id, record.provider, record.model, record.operation, record.user or "",
-                     record.tenant or "")
-            if group not in self._lost and len(self._lost) >= _LOST_GROUPS:
-                record = attrs.evolve(record, config_id="(lost)", user=None, tenant=None)
-                group = ("(lost)", "", "", "", "", "")
-            self._lost[group] = _summed(self._lost.get(group), record)
+            self._lost.add(entry.record)
+        log.error("usage ledger: %d records lost (%s); %d lost so far in this process", len(entries), why, self.lost)
         for entry in entries:
             if entry.future is not None and not entry.future.done():
                 entry.future.set_exception(UsageLedgerUnavailableError(
@@ -445,15 +449,13 @@ class UsageJournal:
             await self._sleep(delay)
             if await self._store_works():
                 break
-            if self._held:  # the disk may have room again
-                held = list(self._held.values())
-                self._held.clear()
-                await self._set_aside(held, "spilled")
+            if self._held:  # the disk may have room again; they stay held until the spill file has them
+                await self._set_aside(list(self._held.values()), "spilled")
             delay = min(delay * 2, self._max_retry_s)
         self._failing = False
         log.warning("usage ledger: store is back; replaying the spill file")
-        for entry in self._lost_rows():
-            self._queue(entry.record, None)
+        for row in self._lost.take():
+            self._queue(row, None)
         if self._held:  # what went nowhere goes to the store now, its waiters with it
             for key, entry in self._held.items():
                 self._queued.setdefault(key, entry)
@@ -461,24 +463,7 @@ class UsageJournal:
             self._queue_writer()
         await self.replay()
 
-    def _lost_rows(self) -> list[_Entry]:
-        rows = [_Entry(record, record.key, None) for record in self._lost.values()]
-        self._lost.clear()
-        return rows
-
     def _queue_writer(self) -> None:
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_all(), name="provmw-usage-writer")
 
-
-def _summed(row: UsageRecord | None, record: UsageRecord) -> UsageRecord:
-    """The RecordsLost row of a group, with ``record`` added: its tokens and cost, billed unknown."""
-    if row is None:
-        return UsageRecord(call_id=f"lost-{uuid.uuid4().hex}", attempt=1, correlation_id="", timestamp=time.time(),
-                           operation=record.operation, config_id=record.config_id, provider=record.provider,
-                           model=record.model, user=record.user, tenant=record.tenant, input_tokens=record.input_tokens,
-                           output_tokens=record.output_tokens, cost_usd=record.cost_usd, status="error",
-                           error_type="RecordsLost", billed="unknown")
-    cost = None if row.cost_usd is None and record.cost_usd is None else (row.cost_usd or 0) + (record.cost_usd or 0)
-    return attrs.evolve(row, input_tokens=row.input_tokens + record.input_tokens,
-                        output_tokens=row.output_tokens + record.output_tokens, cost_usd=cost)
