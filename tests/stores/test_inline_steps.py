@@ -79,7 +79,10 @@ async def test_steps_on_the_loop_leave_checkpoints_to_the_worker_and_the_wal_sta
 
 async def test_a_step_waits_while_the_worker_holds_the_inline_connection_for_a_checkpoint(tmp_path: Path) -> None:
     store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
-    await store.settle("nothing", Amounts())  # opens the file
+    # Opens the file: the first step runs on the worker thread, which a pause does not hold (a
+    # settle at NORMAL only journals, so after one alone the reserve below raced the worker).
+    await store.reserve("open", [CHARGE], now=0, lease_s=60)
+    await store.settle("open", Amounts())
     with store.db._inline.paused():  # what the worker holds while it checkpoints
         waiting = asyncio.ensure_future(store.reserve("r", [CHARGE], now=0, lease_s=60))
         for _ in range(5):
