@@ -35,7 +35,7 @@ async def test_anonymous_calls_share_one_bucket_and_cannot_escape_the_limit(scop
 async def test_an_empty_name_counts_in_the_anonymous_bucket(scope: str) -> None:
     middleware = one_call_each(scope)
     await middleware.handle(call_context(planned_cost_usd=0.0), CONFIG, ScriptedNext())
+    nameless = call_context(planned_cost_usd=0.0, user="") if scope == "user" else \
+        call_context(planned_cost_usd=0.0, tenant="")
     with pytest.raises(BudgetExceededError, match=r"\(none\)"):
-        nameless = call_context(planned_cost_usd=0.0, user="") if scope == "user" else \
-            call_context(planned_cost_usd=0.0, tenant="")
         await middleware.handle(nameless, CONFIG, ScriptedNext())
