@@ -5,30 +5,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
 
 import attrs
 
-from provmw import _attempt_log as attempt_log
 from provmw._arguments import CallArguments, call_options
+from provmw._call.ad_hoc import environment_key
+from provmw._call.terminal import Terminal, end_all
 from provmw._checks import did_you_mean
-from provmw._deadlines import Deadlines
-from provmw._redact import Scrubber
-from provmw._terminal import (
-    METHODS,
-    answered,
-    attempt_timeout,
-    end_all,
-    environment_key,
-    meter_stream,
-    output_bound,
-    tell_ended,
-    tell_sending,
-    with_repair,
-)
 from provmw.config import GenerationOptions, ProviderConfig, Secret, fallback_chain
-from provmw.context import ProviderCallContext, ProviderOperation, attempt_meters
+from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.destinations import DestinationGuard
 from provmw.errors import ConfigurationError
 from provmw.facts import call_facts
@@ -40,7 +27,6 @@ from provmw.pricing import PriceTable
 from provmw.providers import Capabilities, ProviderAdapter, capabilities_of
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, ProviderRequest
 from provmw.responses import (
-    Attempt,
     ChatChunk,
     CompletionResponse,
     EmbeddingResponse,
@@ -49,8 +35,7 @@ from provmw.responses import (
 )
 from provmw.settings import Settings, load_settings
 from provmw.state import open_state
-from provmw.stores.usage import billed_for
-from provmw.streams import OpenedStream, StreamEnd, open_stream
+from provmw.streams import OpenedStream, StreamEnd
 from provmw.structured import parsed_answer, schema_of
 
 __all__ = ["ServiceManager", "StackEntry"]
@@ -111,7 +96,9 @@ class ServiceManager:
         # Ad-hoc base_urls go through a client of their own, whose resolver checks (ADR 0018).
         self.destinations = DestinationGuard(self.settings.destinations, limits=self.settings.http)
         self._streams: dict[int, OpenedStream] = {}  # opened and not yet ended, by their state's id
-        self._attempt_limits = Deadlines()
+        self.terminal = Terminal(adapters=self.providers, http=self.http, prices=self.prices,
+                                 destinations=self.destinations, capabilities=self.capabilities,
+                                 credentials=self.settings.with_credentials)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str] | None = None, *, host: PluginHost | None = None,
@@ -283,8 +270,6 @@ class ServiceManager:
                            known_controls=self.pipeline.controls, user=call.user, tenant=call.tenant,
                            controls=call.controls, idempotency_key=call.idempotency_key,
                            capabilities=self.capabilities, stream=stream)
-        self.capabilities[config.provider].require(facts.needs, provider=config.provider,
-                                                   configuration=config.identifier)
         if call.correlation_id is not None:
             return config, ProviderCallContext(operation, call.correlation_id, facts=facts)
         return config, ProviderCallContext(operation, facts=facts)
@@ -315,83 +300,14 @@ class ServiceManager:
 
     async def _run(self, operation: ProviderOperation, request: ProviderRequest, response_type: type[R],
                    call: CallArguments, *, streams: list[OpenedStream] | None = None) -> R:
-        stream = streams is not None
-        config, ctx = self._facts(operation, request, call, stream=stream)
-        checks = self.destinations.applies_to  # named configurations are not checked: no await for them
-        if checks(config):
-            await self.destinations.check(config)
-        method = METHODS[operation]
-        adapters, http, prices, attempts = self.providers, self.http, self.prices, ctx.attempts
-        attempt_limits = self._attempt_limits
-        client_for, check_destination = self.destinations.client_for, self.destinations.check
-        credentials, capabilities, needs = self.settings.with_credentials, self.capabilities, ctx.facts.needs
-
-        async def send(chosen: ProviderConfig) -> ProviderResponse:
-            if streams is not None:
-                assert isinstance(request, ChatRequest)
-                opened = await open_stream(
-                    adapters[chosen.provider].stream_chat(client_for(chosen, http), chosen, request),
-                    provider=chosen.provider, model=chosen.model, served_by=chosen.identifier,
-                    first_chunk_s=chosen.first_chunk_timeout_s or chosen.timeout_s,
-                    idle_s=chosen.stream_idle_timeout_s or chosen.timeout_s, price=prices.price_for(chosen),
-                    estimated_input_tokens=ctx.facts.estimated_input_tokens,
-                    max_output_tokens=output_bound(ctx.facts.max_output_tokens, prices.price_for(chosen)),
-                    scrub=Scrubber.for_config(chosen).error, scrub_chunk=Scrubber.for_config(chosen).answer)
-                streams.append(opened)
-                return opened
-            call_adapter: Callable[..., Awaitable[ProviderResponse]] = getattr(adapters[chosen.provider], method)
-            return await attempt_limits.run(chosen.timeout_s,
-                                            call_adapter(client_for(chosen, http), chosen, with_repair(request, ctx)),
-                                            lambda: attempt_timeout(chosen))
-
-        # The terminal is the one place that sees every request that reached a provider: it
-        # enforces the attempt's time limit, scrubs the credentials the request carried out of
-        # its error (a provider may echo them), records the attempt, and prices the answer.
-        async def terminal(chosen: ProviderConfig) -> R:
-            chosen = credentials(chosen)  # a plugin's layer may have swapped in a configuration as loaded
-            # Again here: a layer may have swapped in another ad-hoc configuration, and aiohttp
-            # never asks the checking resolver about an IP literal.
-            if checks(chosen):
-                await check_destination(chosen)
-            # Again here: a layer may have swapped in a configuration outside the fallback chain.
-            capabilities[chosen.provider].require(needs, provider=chosen.provider, configuration=chosen.identifier)
-            meters = attempt_meters()
-            if meters:  # a strict budget reserves each attempt after the first (ADR 0040)
-                await tell_sending(meters, chosen)
-            started = attempt_log.start()
-            try:
-                # A stream is priced and bounded at its end.
-                response = answered(await send(chosen), response_type, chosen,
-                                    None if stream else prices.price_for(chosen),
-                                    None if stream else ctx.facts.max_output_tokens)
-            except BaseException as exc:
-                Scrubber.for_config(chosen).error(exc)
-                attempts.record(Attempt(config_id=chosen.identifier, error_type=type(exc).__name__,
-                                        status=getattr(exc, "status", None)))
-                if started is not None:
-                    attempt_log.log_attempt(chosen, started, exc)
-                if meters:
-                    await tell_ended(meters, chosen, billed_for(exc), None)
-                raise
-            attempts.record(Attempt(config_id=chosen.identifier))
-            if started is not None:
-                attempt_log.log_attempt(chosen, started)
-            if stream:
-                opened: object = response
-                if meters and isinstance(opened, OpenedStream):
-                    meter_stream(meters, chosen, opened)
-                return response
-            if meters:
-                await tell_ended(meters, chosen, "yes", response.usage)
-            # Carrying the call's attempts so far (this one last): the manager adds none after the
-            # pipeline unless a later attempt was made (a repair turn).
-            return attrs.evolve(response, attempts=tuple(attempts.recorded))
-
+        config, ctx = self._facts(operation, request, call, stream=streams is not None)
+        terminal = self.terminal.call(ctx, request, response_type, streams)
+        await terminal.admit(config)  # before the pipeline: nothing reserved or counted for a call refused here
         response = await self.pipeline.run(ctx, config, terminal)
         schema = ctx.facts.response_schema
         if schema is not None and isinstance(response, CompletionResponse) and response.parsed is None:
             response = parsed_answer(response, schema)  # with the structured_output layer off: no repair
-        recorded = tuple(attempts.recorded)
+        recorded = tuple(ctx.attempts.recorded)
         return attrs.evolve(response, attempts=recorded) if recorded and response.attempts != recorded else response
 
     def _adapter(self, provider: str, where: str = "provider") -> ProviderAdapter:
