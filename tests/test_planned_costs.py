@@ -9,7 +9,7 @@ import pytest
 
 from provmw.config import ProviderConfig
 from provmw.context import CallFacts, ProviderOperation
-from provmw.facts import call_facts
+from provmw.facts import call_facts, input_token_bound
 from provmw.messages import Message
 from provmw.pricing import Price, PriceTable
 from provmw.requests import ChatRequest, EmbeddingRequest, ProviderRequest
@@ -29,9 +29,20 @@ def chat(**options: Any) -> ChatRequest:
 
 def test_each_request_with_options_of_its_own_gets_its_own_worst_case() -> None:
     prices = PriceTable()
-    for request, output in [(chat(max_tokens=10), 10), (chat(max_tokens=1_000), 1_000), (chat(), 100)]:
+    for request, output in [(chat(), 100), (chat(max_tokens=10), 10), (chat(max_tokens=1_000), 1_000), (chat(), 100)]:
         worked_out = facts(request, prices)  # one after the other, on one configuration and table
-        assert worked_out.planned_cost_usd == pytest.approx((worked_out.max_input_tokens + output * 100.0) / 1e6)
+        assert worked_out.planned_cost_usd == (worked_out.max_input_tokens * 1.0 + output * 100.0) / 1e6
+
+
+def test_the_bound_is_the_configurations_providers() -> None:
+    assert facts(chat()).max_input_tokens == input_token_bound("openai", chat(), {"max_tokens": 100})
+
+
+def test_a_tiered_price_past_its_tier_is_priced_at_the_tier() -> None:
+    tiered = ProviderConfig(identifier="t", provider="openai", model="m", options={"max_tokens": 10}, price={
+        **PRICE, "tiers": [{"above_input_tokens": 100, "input_usd_per_mtok": 2.0, "output_usd_per_mtok": 200.0}]})
+    long = facts(ChatRequest((Message.user("x" * 500),)), config=tiered)
+    assert long.planned_cost_usd == pytest.approx((long.max_input_tokens * 2.0 + 10 * 200.0) / 1e6)
 
 
 def test_another_price_table_prices_the_same_configuration_anew() -> None:
