@@ -3,6 +3,8 @@ the longest first; URLs are shown without their credentials."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 import pytest
 
 from provmw._redact import Scrubber, masked_url
@@ -12,6 +14,7 @@ from provmw.config import ProviderConfig
 @pytest.mark.parametrize(("secret", "sent"), [
     ("pass word/1", "pass%20word%2F1"),  # URL-encoded with nothing left safe
     ("abcd1", "YWJjZDE"),  # base64 with its padding dropped
+    (">>>?", "Pj4+Pw"),  # standard base64 (not URL-safe), unpadded
     (">>>?", "Pj4-Pw"),  # URL-safe base64, unpadded
 ])
 def test_an_encoded_secret_is_masked_in_the_middle_of_a_text(secret: str, sent: str) -> None:
@@ -20,6 +23,21 @@ def test_an_encoded_secret_is_masked_in_the_middle_of_a_text(secret: str, sent: 
 
 def test_the_longest_secret_is_masked_first() -> None:
     assert Scrubber.of(["bcdef", "abcdefg"]).text("x abcdefg y") == "x *** y"
+
+
+def test_a_secret_cut_short_at_the_end_is_masked_even_when_its_start_repeats() -> None:
+    assert Scrubber.of(["abcdefabcdefXYZ12"]).text("body: abcdefabcdef") == "body: ***"
+
+
+def test_a_start_of_a_secret_followed_by_other_text_is_left_alone() -> None:
+    assert Scrubber.of(["abcdefgh"]).text("x abcdefQ") == "x abcdefQ"
+
+
+def test_a_cycle_of_chained_errors_is_scrubbed_once_each() -> None:
+    first, second = RuntimeError("key sk-SECRET-1"), ValueError("again sk-SECRET-1")
+    first.__context__, second.__context__ = second, first
+    Scrubber.of(["sk-SECRET-1"]).error(first)
+    assert (first.args, second.args) == (("key ***",), ("again ***",))
 
 
 def test_a_raw_body_that_is_not_utf8_is_masked_and_kept_as_bytes() -> None:
@@ -33,6 +51,42 @@ def test_header_values_are_masked_and_other_values_kept() -> None:
     error.headers = {"x-api-key": "sk-SECRET-1", "retry-after": 3}  # type: ignore[attr-defined]
     Scrubber.of(["sk-SECRET-1"]).error(error)
     assert error.headers == {"x-api-key": "***", "retry-after": 3}  # type: ignore[attr-defined]
+
+
+class Headers(Mapping[str, object]):
+    """A read-only mapping with no ``copy``, as some clients' header types are."""
+
+    def __init__(self, items: dict[str, object]) -> None:
+        self._items = items
+
+    def __getitem__(self, key: str) -> object:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class Copyable(Headers):
+    """One whose copy is of its own kind, built from a dict only."""
+
+    def __init__(self, items: dict[str, object]) -> None:
+        if not isinstance(items, dict):
+            raise TypeError("a dict, please")
+        super().__init__(items)
+
+    def copy(self) -> Copyable:
+        return Copyable(dict(self._items))
+
+
+@pytest.mark.parametrize("headers", [Headers({"x-api-key": "sk-SECRET-1"}), Copyable({"x-api-key": "sk-SECRET-1"})])
+def test_headers_of_a_kind_that_cannot_be_rebuilt_become_a_dict(headers: Mapping[str, object]) -> None:
+    error = RuntimeError("refused")
+    error.headers = headers  # type: ignore[attr-defined]
+    Scrubber.of(["sk-SECRET-1"]).error(error)
+    assert error.headers == {"x-api-key": "***"}  # type: ignore[attr-defined]
 
 
 def test_a_configuration_without_credentials_has_nothing_to_mask() -> None:
