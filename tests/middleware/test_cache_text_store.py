@@ -10,6 +10,7 @@ import logging
 import pytest
 
 from provmw.context import ProviderOperation
+from provmw.errors import ProviderUnavailableError
 from provmw.middleware.cache import CacheMiddleware, CacheOptions
 from provmw.responses import CompletionResponse, EmbeddingResponse
 from provmw.testing import ScriptedNext
@@ -66,7 +67,7 @@ async def test_an_entry_changed_by_another_process_is_read_again() -> None:
     store, upstream = TextStore(), ScriptedNext(ANSWER)
     middleware = layer(store)
     await middleware.handle(ctx(), CONFIG, upstream)
-    assert (await middleware.handle(ctx(), CONFIG, upstream)).text == "42"
+    assert (await middleware.handle(ctx(), CONFIG, upstream)).cached
     newer = CompletionResponse(provider="openai", model="m", text="43", finish_reason="stop")
     await store.set(stored_key(), json.dumps(newer.to_dict()), 60)
     hit = await middleware.handle(ctx(), CONFIG, upstream)
@@ -104,3 +105,34 @@ async def test_a_waiter_on_an_embedding_gets_the_entry_another_process_wrote() -
     await store.set(stored_key(), json.dumps(VECTORS.to_dict()), 60)  # the other process answers
     hit = await waiting
     assert (hit.cached, hit.vectors, upstream.calls) == (True, VECTORS.vectors, [])
+
+
+async def test_a_local_caller_behind_a_poller_gets_the_entry_another_process_wrote() -> None:
+    store, upstream = TextStore(held=10**6), ScriptedNext()
+    middleware = layer(store)
+    poller = asyncio.ensure_future(middleware.handle(ctx(), CONFIG, upstream))
+    assert await eventually(lambda: len(store.claims), lambda claims: claims > 0) == 1
+    behind = asyncio.ensure_future(middleware.handle(ctx(), CONFIG, upstream))  # waits on the poller, no claim
+    await asyncio.sleep(0)
+    await store.set(stored_key(), json.dumps(ANSWER.to_dict()), 60)  # the other process answers
+    assert [(hit.text, hit.cached) for hit in await asyncio.gather(poller, behind)] == [("42", True)] * 2
+    assert upstream.calls == []
+    await store.delete(stored_key())  # then the entry expires: nothing of that wait is left to answer
+    store.held = 0
+    assert not (await middleware.handle(ctx(), CONFIG, ScriptedNext(ANSWER))).cached
+
+
+async def test_an_entry_gone_from_the_store_is_asked_for_again() -> None:
+    store, upstream = TextStore(), ScriptedNext(ANSWER, ANSWER)
+    middleware = layer(store)
+    await middleware.handle(ctx(), CONFIG, upstream)
+    await store.delete(stored_key())  # expired, or evicted
+    assert not (await middleware.handle(ctx(), CONFIG, upstream)).cached
+    assert len(upstream.calls) == 2
+
+
+async def test_a_failed_call_gives_its_claim_back() -> None:
+    store = TextStore()
+    with pytest.raises(ProviderUnavailableError):
+        await layer(store).handle(ctx(), CONFIG, ScriptedNext(ProviderUnavailableError("down", status=503)))
+    assert (store.unclaims, store.entries) == ([(stored_key(), "token-1")], {})
