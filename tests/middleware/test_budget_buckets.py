@@ -90,3 +90,23 @@ def test_a_running_call_renews_its_own_reservation_every_quarter_lease() -> None
 
     run_virtual(middleware.handle(call_context(planned_cost_usd=0.01), CONFIG, slow))
     assert store.renewed == [(store.reserved[0], NOON, 0.4)] * 2
+
+
+def test_a_call_that_began_within_the_last_quarter_lease_is_not_renewed_yet() -> None:
+    store = Recording()
+    middleware = layer({"scope": "global", "period": "day", "max_cost_usd": 1.0}, store=store, lease_s=0.4)
+
+    async def lasting(seconds: float) -> Any:
+        async def inner(config: ProviderConfig) -> CompletionResponse:
+            await asyncio.sleep(seconds)
+            return spent(1)
+        return await middleware.handle(call_context(planned_cost_usd=0.01), CONFIG, inner)
+
+    async def two_calls() -> None:
+        first = asyncio.ensure_future(lasting(0.25))  # renewed at 0.1 and 0.2
+        await asyncio.sleep(0.015)
+        await lasting(0.1)  # 0.015 to 0.115: at the tick of 0.1 it had run 0.085 of a 0.1 quarter
+        await first
+
+    run_virtual(two_calls())
+    assert [rid for rid, _, _ in store.renewed] == [store.reserved[0]] * 2
