@@ -62,8 +62,31 @@ def test_a_base_url_points_at_its_host_and_port(url: str, where: tuple[str, int]
     assert _host_port(url) == where
 
 
-@pytest.mark.parametrize(("url", "error"), [("http://h.test:99999/v1", "the port is not a number from 0 to 65535"),
-                                            ("http:///v1", "names no host")])
-def test_a_base_url_without_a_usable_host_or_port_is_refused(url: str, error: str) -> None:
-    with pytest.raises(ConfigurationError, match=error):
+@pytest.mark.parametrize(("url", "message"), [("http://h.test:99999/v1", "base_url: the port is not a number from 0 "
+                                                                            "to 65535"),
+                                               ("http:///v1", "base_url: names no host")])
+def test_a_base_url_error_says_exactly_what_is_wrong(url: str, message: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
         _host_port(url)
+    assert str(refused.value) == message
+
+
+def test_a_misspelt_security_key_is_told_the_right_one() -> None:
+    with pytest.raises(ConfigurationError, match="did you mean 'ad_hoc_destinations'"):
+        DestinationPolicy.from_table({"ad_hoc_destination": ["public"]}, "f.toml")
+
+
+async def test_a_name_resolves_to_stream_addresses_only() -> None:
+    results = await CheckingResolver(LOOPBACK_ALLOWED).resolve("localhost", 80)
+    assert results and {r["proto"] for r in results} == {socket.IPPROTO_TCP}
+
+
+async def test_a_name_resolved_again_is_the_newest_kept() -> None:
+    now = [0.0]
+    resolver = CheckingResolver(LOOPBACK_ALLOWED, ttl_s=10.0, max_entries=2, clock=lambda: now[0])
+    await resolver.checked("127.0.0.1", 80)
+    await resolver.checked("127.0.0.2", 80)
+    now[0] = 11.0
+    again = await resolver.checked("127.0.0.1", 80)  # expired: resolved again, now the newest
+    await resolver.checked("127.0.0.3", 80)  # one too many: the oldest (127.0.0.2) goes
+    assert await resolver.checked("127.0.0.1", 80) is again

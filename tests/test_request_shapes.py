@@ -1,4 +1,5 @@
-"""Completion and embedding requests: keyed by their own fields, and refused with what was wrong."""
+"""Completion and embedding requests keyed by their own fields, list options by their items; malformed requests
+refused with what was wrong; a context's metadata answers a default."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 from provmw.config import ProviderConfig
 from provmw.context import ProviderOperation
 from provmw.errors import ConfigurationError
-from provmw.requests import CompletionRequest, EmbeddingRequest, _canonical_text
+from provmw.messages import Message
+from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, _canonical_text, request_digest
+from provmw.testing import call_context
 
 CONFIG = ProviderConfig(identifier="p", provider="openai", model="gpt-test", base_url="https://api.test/v1")
 
@@ -49,3 +52,14 @@ def test_a_malformed_request_is_refused_saying_what_was_wrong(build: Any, messag
 
 def test_one_dimension_is_a_valid_size() -> None:
     assert EmbeddingRequest(("a",), dimensions=1).dimensions == 1
+
+
+def test_options_holding_lists_are_keyed_by_their_items() -> None:
+    config = ProviderConfig(identifier="p", provider="openai", model="m")
+    one, other = (ChatRequest((Message.user("hi"),), options={"stop": [word]}) for word in ("end", "halt"))
+    assert request_digest(ProviderOperation.CHAT, config, one) != request_digest(ProviderOperation.CHAT, config, other)
+
+
+def test_metadata_get_returns_the_default_for_a_missing_key() -> None:
+    assert call_context(metadata={"plugin": 1}).metadata.get("absent", "fallback") == "fallback"
+
