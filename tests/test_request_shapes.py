@@ -63,3 +63,8 @@ def test_options_holding_lists_are_keyed_by_their_items() -> None:
 def test_metadata_get_returns_the_default_for_a_missing_key() -> None:
     assert call_context(metadata={"plugin": 1}).metadata.get("absent", "fallback") == "fallback"
 
+
+
+def test_metadata_holds_what_a_plugin_put_there_and_nothing_else() -> None:
+    metadata = call_context(metadata={"plugin": 1}).metadata
+    assert ("plugin" in metadata, "absent" in metadata) == (True, False)

@@ -101,3 +101,9 @@ def test_a_configuration_without_credentials_has_nothing_to_mask() -> None:
 ])
 def test_a_url_is_shown_without_its_credentials(url: str, shown: str) -> None:
     assert masked_url(url) == shown
+
+
+def test_an_error_leaving_a_scrubber_block_goes_on_scrubbed() -> None:
+    with pytest.raises(RuntimeError) as raised, Scrubber.of(["sk-SECRET-1"]):
+        raise RuntimeError("sent sk-SECRET-1")
+    assert raised.value.args == ("sent ***",)
