@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from aiohttp.base_protocol import BaseProtocol
 
-from provmw._reads import read_capped
+from provmw._transport.reads import read_capped
 from provmw.http import HttpClient, decode_json
 from provmw.testing import FakeProvider
 

@@ -26,7 +26,7 @@ from provmw_redis.backend import RedisOptions
 
 from docs.settings_meaning import MEANING
 from provmw import settings as settings_module
-from provmw._reads import ReadLimits
+from provmw._transport.reads import ReadLimits
 from provmw.config import KNOWN_OPTIONS, ProviderConfig
 from provmw.destinations import DestinationPolicy
 from provmw.middleware import BUILTINS, NoOptions
@@ -138,7 +138,7 @@ def _intro(cls: object) -> str:
 
 
 def _rule(validator: object) -> str:
-    """The rule of a ``provmw._checks`` validator (``number`` and ``one_of`` say theirs); else nothing."""
+    """The rule of a ``provmw.options`` validator (``number`` and ``one_of`` say theirs); else nothing."""
     qualname = getattr(validator, "__qualname__", "")
     return (getattr(validator, "__doc__", "") or "") if qualname.startswith(("number.", "one_of.")) else ""
 

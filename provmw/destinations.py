@@ -28,11 +28,11 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from provmw._checks import did_you_mean
-from provmw._reads import ReadLimits
+from provmw._transport.reads import ReadLimits
 from provmw.config import ProviderConfig
 from provmw.errors import ConfigurationError, DestinationRefusedError
 from provmw.http import HttpClient
+from provmw.options import did_you_mean
 
 if TYPE_CHECKING:
     from aiohttp.abc import AbstractResolver as _Resolver

@@ -21,10 +21,10 @@ from typing import Any
 
 import attrs
 
-from provmw._checks import did_you_mean
 from provmw.config import ProviderConfig
 from provmw.context import CallFacts, FrozenMap, ProviderOperation
 from provmw.errors import ConfigurationError
+from provmw.options import did_you_mean
 from provmw.pricing import CacheTTL, Price, PriceTable
 from provmw.providers import Capabilities
 from provmw.requests import (

@@ -3,7 +3,7 @@
 ``HttpClient`` posts JSON and reads JSON or server-sent events; it knows nothing of
 providers. An adapter wraps its calls in ``wire_errors``, which translates whatever the
 layer below raises into the ``ProviderError`` tree, as httpx's ``map_httpcore_exceptions()``
-does for its transports (the tables and the translation live in ``provmw._wire_errors``)::
+does for its transports (the tables and the translation live in ``provmw._transport.wire_errors``)::
 
     with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
         data = await http.post_json(url, body, headers)
@@ -22,10 +22,12 @@ import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from provmw._json import decode_json, encode_body, plain_json
-from provmw._reads import ERROR_BODY_BYTES, ReadLimits, ReadRefused, check_stream_size, read_capped
-from provmw._timers import WaitLimit
-from provmw._wire_errors import (
+from provmw._base.strict_json import decode_json, encode_body, plain_json
+from provmw._base.timers import WaitLimit
+from provmw._transport.reads import ERROR_BODY_BYTES, ReadLimits, ReadRefused, check_stream_size, read_capped
+from provmw._transport.retry_hints import retry_hints
+from provmw._transport.sse import SSEDecoder, SSEEvent
+from provmw._transport.wire_errors import (
     COMMON_CODES,
     STATUS_ERRORS,
     ErrorCodes,
@@ -36,8 +38,6 @@ from provmw._wire_errors import (
     malformed,
     wire_errors,
 )
-from provmw.providers._retry_hints import retry_hints
-from provmw.providers._sse import SSEDecoder, SSEEvent
 
 if TYPE_CHECKING:
     import aiohttp
@@ -85,7 +85,7 @@ Body = Mapping[str, Any] | bytes
 def __getattr__(name: str) -> Any:
     # The tables name aiohttp's exceptions: they load with aiohttp, at the first request.
     if name in ("EXCEPTION_ERRORS", "NEVER_SENT"):
-        from provmw import _foreign_errors
+        from provmw._transport import foreign_errors as _foreign_errors
 
         return getattr(_foreign_errors, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

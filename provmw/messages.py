@@ -9,7 +9,7 @@ from typing import Any, Literal, cast
 
 import attrs
 
-from provmw import _serde
+from provmw._base import serde
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError, InvalidDataError
 
@@ -113,11 +113,11 @@ class ToolSpec:
 
     @classmethod
     def from_dict(cls, value: object) -> ToolSpec:
-        data = _serde.mapping(value, "tool")
+        data = serde.mapping(value, "tool")
         return cls(
-            name=_serde.get(data, "name", str, "tool"),
-            description=_serde.get(data, "description", str, "tool", default=""),
-            parameters=_serde.mapping(data.get("parameters", {}), "tool.parameters"),
+            name=serde.get(data, "name", str, "tool"),
+            description=serde.get(data, "description", str, "tool", default=""),
+            parameters=serde.mapping(data.get("parameters", {}), "tool.parameters"),
         )
 
 
@@ -141,11 +141,11 @@ class ToolCall:
 
     @classmethod
     def from_dict(cls, value: object) -> ToolCall:
-        data = _serde.mapping(value, "tool_call")
+        data = serde.mapping(value, "tool_call")
         return cls(
-            id=_serde.get(data, "id", str, "tool_call"),
-            name=_serde.get(data, "name", str, "tool_call"),
-            arguments=_serde.get(data, "arguments", str, "tool_call"),
+            id=serde.get(data, "id", str, "tool_call"),
+            name=serde.get(data, "name", str, "tool_call"),
+            arguments=serde.get(data, "arguments", str, "tool_call"),
         )
 
 

@@ -20,12 +20,12 @@ import attrs
 import pluggy
 
 from provmw import hookspecs
-from provmw._checks import did_you_mean
-from provmw._contributions import ADAPTER, MIDDLEWARE, STATE_BACKEND, USAGE_STORE, Shape, iterable_answer
+from provmw._plugins.contributions import ADAPTER, MIDDLEWARE, STATE_BACKEND, USAGE_STORE, Shape, iterable_answer
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError, DuplicateMiddlewareError, PluginError, PluginLoadError, ProvmwError
 from provmw.hookspecs import hookimpl, hookspec
 from provmw.middleware import BUILTINS, USAGE, section_options, store_options
+from provmw.options import did_you_mean
 from provmw.settings import PluginPolicy, PluginStatus, normalized_distribution
 from provmw.stores.usage import is_store_url
 
@@ -108,7 +108,7 @@ class PluginHost:
         if self._loaded:
             return self
         self._loaded = True
-        from provmw import _builtin
+        from provmw._plugins import builtin as _builtin
 
         self.register(_builtin, BUILTIN_PLUGIN, distribution="provmw", version=_version("provmw"))
         eps = _entry_points()

@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import attrs
 
-from provmw._checks import did_you_mean, number
+from provmw._base.bounded import MAX_NAMES, KeepingLRU
 from provmw.errors import ConfigurationError
-from provmw.stores._bounded import MAX_NAMES, KeepingLRU
+from provmw.options import did_you_mean, number
 
 if TYPE_CHECKING:
     from provmw.config import ProviderConfig

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from provmw import _serde
+from provmw._base import serde
 from provmw.errors import ConfigurationError, InvalidDataError
 from provmw.messages import ToolCall
 
@@ -60,11 +60,11 @@ class Usage:
 
     @classmethod
     def from_dict(cls, value: object) -> Usage:
-        data = _serde.mapping(value, "usage")
-        counts = {name: _serde.get(data, name, int, "usage", default=0) for name in _OPTIONAL_COUNTS}
+        data = serde.mapping(value, "usage")
+        counts = {name: serde.get(data, name, int, "usage", default=0) for name in _OPTIONAL_COUNTS}
         return cls(
-            input_tokens=_serde.get(data, "input_tokens", int, "usage"),
-            output_tokens=_serde.get(data, "output_tokens", int, "usage"),
+            input_tokens=serde.get(data, "input_tokens", int, "usage"),
+            output_tokens=serde.get(data, "output_tokens", int, "usage"),
             cost_usd=_cost(data, "cost_usd"), saved_cost_usd=_cost(data, "saved_cost_usd"), **counts,
         )
 
@@ -74,7 +74,7 @@ _OPTIONAL_COUNTS = ("cached_input_tokens", "cache_write_5m_tokens", "cache_write
 
 def _cost(data: Mapping[str, Any], key: str) -> float | None:
     value = data.get(key)
-    return None if value is None else _serde.finite(value, f"usage.{key}")
+    return None if value is None else serde.finite(value, f"usage.{key}")
 
 
 @attrs.frozen(kw_only=True)
@@ -87,11 +87,11 @@ class Attempt:
 
     @classmethod
     def from_dict(cls, value: object) -> Attempt:
-        data = _serde.mapping(value, "attempt")
+        data = serde.mapping(value, "attempt")
         return cls(
-            config_id=_serde.get(data, "config_id", str, "attempt"),
-            error_type=_serde.get(data, "error_type", str, "attempt", default=None),
-            status=_serde.get(data, "status", int, "attempt", default=None),
+            config_id=serde.get(data, "config_id", str, "attempt"),
+            error_type=serde.get(data, "error_type", str, "attempt", default=None),
+            status=serde.get(data, "status", int, "attempt", default=None),
         )
 
 
@@ -120,8 +120,8 @@ class ProviderResponse:
     @classmethod
     def from_dict(cls: type[R], value: object) -> R:
         """Rebuild from ``to_dict`` output; ``InvalidDataError`` names what is wrong."""
-        data = _serde.mapping(value, cls.TYPE)
-        _serde.check_type(data, cls.TYPE, cls.TYPE)
+        data = serde.mapping(value, cls.TYPE)
+        serde.check_type(data, cls.TYPE, cls.TYPE)
         try:
             return cls(**cls._fields_from(data))
         except (ConfigurationError, binascii.Error, TypeError) as exc:
@@ -130,14 +130,14 @@ class ProviderResponse:
     @classmethod
     def _fields_from(cls, data: Mapping[str, Any]) -> dict[str, Any]:
         where = cls.TYPE
-        attempts = _serde.get(data, "attempts", list, where, default=[])
+        attempts = serde.get(data, "attempts", list, where, default=[])
         return {
-            "provider": _serde.get(data, "provider", str, where),
-            "model": _serde.get(data, "model", str, where),
-            "response_id": _serde.get(data, "response_id", str, where, default=None),
+            "provider": serde.get(data, "provider", str, where),
+            "model": serde.get(data, "model", str, where),
+            "response_id": serde.get(data, "response_id", str, where, default=None),
             "usage": Usage.from_dict(data.get("usage")),
-            "served_by": _serde.get(data, "served_by", str, where, default=""),
-            "cached": _serde.get(data, "cached", bool, where, default=False),
+            "served_by": serde.get(data, "served_by", str, where, default=""),
+            "cached": serde.get(data, "cached", bool, where, default=False),
             "attempts": tuple(Attempt.from_dict(a) for a in attempts),
         }
 
@@ -160,12 +160,12 @@ class CompletionResponse(ProviderResponse):
     @classmethod
     def _fields_from(cls, data: Mapping[str, Any]) -> dict[str, Any]:
         where = cls.TYPE
-        calls = _serde.get(data, "tool_calls", list, where, default=[])
+        calls = serde.get(data, "tool_calls", list, where, default=[])
         return {
             **super()._fields_from(data),
-            "text": _serde.get(data, "text", str, where),
+            "text": serde.get(data, "text", str, where),
             "tool_calls": tuple(ToolCall.from_dict(c) for c in calls),
-            "finish_reason": _serde.get(data, "finish_reason", str, where, default=None),
+            "finish_reason": serde.get(data, "finish_reason", str, where, default=None),
             "parsed": data.get("parsed"),
         }
 
@@ -191,9 +191,9 @@ class EmbeddingResponse(ProviderResponse):
 
     @classmethod
     def _fields_from(cls, data: Mapping[str, Any]) -> dict[str, Any]:
-        rows = _serde.get(data, "vectors", list, cls.TYPE)
+        rows = serde.get(data, "vectors", list, cls.TYPE)
         vectors = tuple(
-            tuple(_serde.finite(x, f"embedding.vectors[{i}]") for x in _serde.sequence(row, f"embedding.vectors[{i}]"))
+            tuple(serde.finite(x, f"embedding.vectors[{i}]") for x in serde.sequence(row, f"embedding.vectors[{i}]"))
             for i, row in enumerate(rows)
         )
         return {**super()._fields_from(data), "vectors": vectors}
@@ -217,7 +217,7 @@ _TYPES: dict[str, Callable[[object], ProviderResponse]] = {
 
 def response_from_dict(value: object) -> ProviderResponse:
     """Rebuild any response from its ``to_dict`` output, choosing the class by ``type``."""
-    data = _serde.mapping(value, "response")
+    data = serde.mapping(value, "response")
     decode = _TYPES.get(data.get("type"))  # type: ignore[arg-type]
     if decode is None:
         raise InvalidDataError(f"response: unknown type {data.get('type')!r}")

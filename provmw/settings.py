@@ -27,7 +27,7 @@ apply (no configurations, default middleware settings, files in the user's data 
     [security]
     ad_hoc_destinations = ["public"]   # where a call's own base_url may go (provmw.destinations)
 
-    [http]                       # optional: how much of an answer to read (see provmw._reads)
+    [http]                       # optional: how much of an answer to read (see provmw._transport.reads)
     max_body_bytes = 67108864
 
 Every error names the file, the section and the key.
@@ -44,13 +44,13 @@ from typing import Any, Literal, TypeVar
 
 import attrs
 
-from provmw._checks import did_you_mean, options_from
-from provmw._locations import home_folder, not_found, searched_folders, settings_file_in, user_data_folder
-from provmw._reads import ReadLimits
+from provmw._base.locations import home_folder, not_found, searched_folders, settings_file_in, user_data_folder
+from provmw._transport.reads import ReadLimits
 from provmw.config import ProviderConfig
 from provmw.context import FrozenMap
 from provmw.destinations import DestinationPolicy
 from provmw.errors import ConfigurationError
+from provmw.options import did_you_mean, options_from
 from provmw.stores.shared import StateSettings
 
 __all__ = ["PluginPolicy", "Settings", "find_settings_file", "load_settings", "normalized_distribution", "options_from"]

@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from provmw._timers import WaitLimit
+from provmw._base.timers import WaitLimit
 from provmw.errors import (
     FirstChunkTimeoutError,
     InvalidDataError,

@@ -14,7 +14,7 @@ absurd count, a part never above its whole) and builds ``provmw.responses.Usage`
 
 from __future__ import annotations
 
-from provmw._serde import finite, get, mapping, sequence
+from provmw._base.serde import finite, get, mapping, sequence
 from provmw.providers._usage import MAX_TOKEN_COUNT, UsageBody
 
 __all__ = ["MAX_TOKEN_COUNT", "UsageBody", "finite", "get", "mapping", "sequence"]

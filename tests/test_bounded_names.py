@@ -7,13 +7,13 @@ from typing import Any
 
 import attrs
 
+from provmw._base.bounded import MAX_NAMES
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.manager import ServiceManager
 from provmw.pipeline import Next, R
 from provmw.plugins import PluginHost
 from provmw.settings import Settings
-from provmw.stores._bounded import MAX_NAMES
 from provmw.testing import FakeProvider
 from tests.conftest import LOOPBACK_ALLOWED, openai_config
 

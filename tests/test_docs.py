@@ -14,7 +14,7 @@ import pytest
 from docs.gen_settings import render, sections
 from docs.settings_meaning import MEANING
 from provmw import settings as settings_module
-from provmw._reads import ReadLimits
+from provmw._transport.reads import ReadLimits
 from provmw.cli import _parser
 from provmw.destinations import DestinationPolicy
 from provmw.middleware import BUILTINS

@@ -61,7 +61,7 @@ def test_no_module_imports_itself_back() -> None:
 
 
 def test_the_walk_sees_lazy_imports() -> None:
-    assert "provmw.middleware" in GRAPH["provmw._builtin"]  # imported inside the hook function
+    assert "provmw.middleware" in GRAPH["provmw._plugins.builtin"]  # imported inside the hook function
 
 
 def _modules_after(code: str, *, autoload: bool = False) -> set[str]:

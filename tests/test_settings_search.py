@@ -11,7 +11,7 @@ import attrs
 import pytest
 
 from provmw import ServiceManager
-from provmw._locations import user_data_folder
+from provmw._base.locations import user_data_folder
 from provmw.cli import main
 from provmw.errors import ConfigurationError
 from provmw.middleware import BUDGET, USAGE, section_options

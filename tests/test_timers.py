@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from provmw._timers import WaitLimit
+from provmw._base.timers import WaitLimit
 
 
 async def wait(limit: WaitLimit, seconds: float, limit_s: float) -> str:

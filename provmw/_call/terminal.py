@@ -17,8 +17,8 @@ from typing import Generic, TypeVar
 
 import attrs
 
-from provmw import _attempt_log as attempt_log
-from provmw._deadlines import Deadlines
+from provmw._base.deadlines import Deadlines
+from provmw._call import attempt_log
 from provmw._redact import Scrubber
 from provmw.config import ProviderConfig
 from provmw.context import AttemptMeter, ProviderCallContext, ProviderOperation, attempt_meters

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 
-from provmw._checks import did_you_mean, options_from
 from provmw.errors import ConfigurationError
 from provmw.middleware.budget import BudgetMiddleware, BudgetOptions
 from provmw.middleware.cache import CacheMiddleware, CacheOptions
@@ -45,6 +44,7 @@ from provmw.middleware.retry import RetryMiddleware, RetryOptions
 from provmw.middleware.structured_output import StructuredOutputMiddleware
 from provmw.middleware.timeout import TimeoutMiddleware
 from provmw.middleware.usage import UsageHitsMiddleware, UsageMiddleware, UsageOptions
+from provmw.options import did_you_mean, options_from
 from provmw.stores.breakers import BreakerPolicy
 from provmw.stores.usage import is_store_url
 

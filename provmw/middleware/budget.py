@@ -27,11 +27,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import attrs
 
-from provmw._checks import number, one_of, options_from
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation, metering
 from provmw.errors import BudgetExceededError, ConfigurationError
 from provmw.middleware._common import Clock
+from provmw.options import number, one_of, options_from
 from provmw.periods import PERIODS, Period, Window, window
 from provmw.pipeline import Next, R
 from provmw.responses import ProviderResponse, Usage

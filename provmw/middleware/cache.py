@@ -17,11 +17,11 @@ from typing import Any
 
 import attrs
 
-from provmw._checks import number
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.errors import ConfigurationError, InvalidDataError
 from provmw.middleware._common import Clock, as_hit, monotonic, seconds_control
+from provmw.options import number
 from provmw.pipeline import Next, R
 from provmw.responses import (
     CompletionResponse,

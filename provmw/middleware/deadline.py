@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import attrs
 
-from provmw._checks import number
-from provmw._deadlines import Deadlines
+from provmw._base.deadlines import Deadlines
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.errors import DeadlineExceededError
 from provmw.middleware._common import Clock, monotonic, seconds_control
+from provmw.options import number
 from provmw.pipeline import Next, R
 
 __all__ = ["DeadlineMiddleware", "DeadlineOptions"]

@@ -26,11 +26,11 @@ from typing import Any
 
 import attrs
 
-from provmw._checks import number
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, scoped_key
 from provmw.errors import ConfigurationError, InvalidDataError
 from provmw.middleware._common import as_hit
+from provmw.options import number
 from provmw.pipeline import Next, R
 from provmw.responses import ProviderResponse, response_from_dict
 from provmw.stores.cache import CacheStore, MemoryCacheStore

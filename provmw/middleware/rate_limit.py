@@ -8,11 +8,11 @@ from typing import Any
 
 import attrs
 
-from provmw._checks import number, options_from
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.errors import ConfigurationError, LocalRateLimitError
 from provmw.middleware._common import Clock, Sleep, monotonic
+from provmw.options import number, options_from
 from provmw.pipeline import Next, R
 from provmw.stores.rate_limits import MemoryRateLimiter, RateLimiter, RateLimits
 from provmw.streams import OpenedStream, StreamEnd

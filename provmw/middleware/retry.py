@@ -20,13 +20,13 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
-from provmw._checks import number
+from provmw._base.bounded import MAX_NAMES, KeepingLRU
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.errors import ConfigurationError, disposition
 from provmw.middleware._common import Sleep
+from provmw.options import number
 from provmw.pipeline import Next, R
-from provmw.stores._bounded import MAX_NAMES, KeepingLRU
 
 __all__ = ["RetryBudget", "RetryMiddleware", "RetryOptions", "full_jitter"]
 

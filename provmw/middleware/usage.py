@@ -30,11 +30,11 @@ from typing import Any, Literal
 
 import attrs
 
-from provmw._checks import number, one_of
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.errors import UsageLedgerUnavailableError
 from provmw.middleware._common import Clock, monotonic
+from provmw.options import number, one_of
 from provmw.pipeline import Next, R
 from provmw.responses import ProviderResponse
 from provmw.stores.journal import FailurePolicy, UsageJournal

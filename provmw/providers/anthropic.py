@@ -15,7 +15,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from provmw import _serde
+from provmw._base import serde
 from provmw.config import ProviderConfig
 from provmw.errors import (
     AuthenticationError,
@@ -174,18 +174,18 @@ def _answer_blocks(blocks: Any, structured: bool) -> tuple[str, tuple[ToolCall, 
     When ``structured``, the input of the answer tool is the whole text."""
     text: list[str] = []
     calls: list[ToolCall] = []
-    for i, value in enumerate(_serde.sequence(blocks, "response.content")):
+    for i, value in enumerate(serde.sequence(blocks, "response.content")):
         where = f"response.content[{i}]"
-        block = _serde.mapping(value, where)
-        kind = _serde.get(block, "type", str, where)
+        block = serde.mapping(value, where)
+        kind = serde.get(block, "type", str, where)
         if kind == "text":
-            text.append(_serde.get(block, "text", str, where))
+            text.append(serde.get(block, "text", str, where))
         elif kind == "tool_use":
-            arguments = json.dumps(_serde.get(block, "input", dict, where, default={}))
-            name = _serde.get(block, "name", str, where)
+            arguments = json.dumps(serde.get(block, "input", dict, where, default={}))
+            name = serde.get(block, "name", str, where)
             if structured and name == ANSWER_TOOL:
                 return arguments, ()
-            calls.append(ToolCall(id=_serde.get(block, "id", str, where), name=name, arguments=arguments))
+            calls.append(ToolCall(id=serde.get(block, "id", str, where), name=name, arguments=arguments))
     return "".join(text), tuple(calls)
 
 
@@ -198,7 +198,7 @@ def _with_answer_tool(body: dict[str, Any], schema: Mapping[str, Any]) -> None:
 
 
 def _finish_reason(data: Mapping[str, Any], where: str) -> str | None:
-    reason = _serde.get(data, "stop_reason", str, where, default=None)
+    reason = serde.get(data, "stop_reason", str, where, default=None)
     return FINISH_REASONS.get(reason, reason) if reason is not None else None
 
 
@@ -243,17 +243,17 @@ class AnthropicAdapter:
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
             data = await http.post_json(_url(config), self.chat_body(config, request), _headers(config))
         try:
-            body = _serde.mapping(data, "response")
+            body = serde.mapping(data, "response")
             structured = request.response_schema is not None
-            text, calls = _answer_blocks(_serde.get(body, "content", list, "response"), structured)
+            text, calls = _answer_blocks(serde.get(body, "content", list, "response"), structured)
             finish = _finish_reason(body, "response")
             if structured and not calls and finish == "tool_calls":  # the answer tool's call is the answer
                 finish = "stop"
             return CompletionResponse(
-                provider=self.name, model=_serde.get(body, "model", str, "response", default=None) or config.model,
+                provider=self.name, model=serde.get(body, "model", str, "response", default=None) or config.model,
                 usage=_usage(body.get("usage"), config.model), served_by=config.identifier, text=text,
                 tool_calls=calls, finish_reason=finish,
-                response_id=_serde.get(body, "id", str, "response", default=None),
+                response_id=serde.get(body, "id", str, "response", default=None),
             )
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
@@ -275,7 +275,7 @@ class AnthropicAdapter:
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
             async for event in events:
                 try:
-                    data = _serde.mapping(decode_json(event.data), "event")
+                    data = serde.mapping(decode_json(event.data), "event")
                     if event.event == "error" or data.get("type") == "error":
                         raise InBandError(event.data)
                     chunk = _stream_chunk(event, data, usage, calls, config.model)
@@ -291,25 +291,25 @@ class AnthropicAdapter:
 
 def _stream_chunk(event: SSEEvent, data: Mapping[str, Any], usage: dict[str, Any], calls: ToolCallAssembler,
                   model: str) -> ChatChunk | None:
-    kind = _serde.get(data, "type", str, "event", default=None) or event.event
+    kind = serde.get(data, "type", str, "event", default=None) or event.event
     if kind == "message_start":
-        message = _serde.get(data, "message", dict, "event", default=None) or {}
-        usage.update(_serde.get(message, "usage", dict, "event.message", default=None) or {})
+        message = serde.get(data, "message", dict, "event", default=None) or {}
+        usage.update(serde.get(message, "usage", dict, "event.message", default=None) or {})
     elif kind == "content_block_start":
-        block = _serde.get(data, "content_block", dict, "event")
+        block = serde.get(data, "content_block", dict, "event")
         if block.get("type") == "tool_use":
-            calls.add(_serde.get(data, "index", int, "event"), id=_serde.get(block, "id", str, "event.content_block"),
-                      name=_serde.get(block, "name", str, "event.content_block"))
+            calls.add(serde.get(data, "index", int, "event"), id=serde.get(block, "id", str, "event.content_block"),
+                      name=serde.get(block, "name", str, "event.content_block"))
     elif kind == "content_block_delta":
-        delta = _serde.get(data, "delta", dict, "event")
+        delta = serde.get(data, "delta", dict, "event")
         if delta.get("type") == "text_delta":
-            return ChatChunk(text=_serde.get(delta, "text", str, "event.delta"))
+            return ChatChunk(text=serde.get(delta, "text", str, "event.delta"))
         if delta.get("type") == "input_json_delta":
-            calls.add(_serde.get(data, "index", int, "event"),
-                      arguments=_serde.get(delta, "partial_json", str, "event.delta"))
+            calls.add(serde.get(data, "index", int, "event"),
+                      arguments=serde.get(delta, "partial_json", str, "event.delta"))
     elif kind == "message_delta":
-        usage.update(_serde.get(data, "usage", dict, "event", default=None) or {})
-        delta = _serde.get(data, "delta", dict, "event", default=None) or {}
+        usage.update(serde.get(data, "usage", dict, "event", default=None) or {})
+        delta = serde.get(data, "delta", dict, "event", default=None) or {}
         return ChatChunk(finish_reason=_finish_reason(delta, "event.delta"), usage=_usage(usage, model),
                          tool_calls=calls.calls())
     return None

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from provmw import _serde
+from provmw._base import serde
 from provmw.config import ProviderConfig
 from provmw.errors import InvalidDataError, MalformedResponseError
 from provmw.http import ErrorCodes, HttpClient, InBandError, decode_json, malformed, plain_json, wire_errors
@@ -104,31 +104,31 @@ _NUMBER_TYPES = frozenset({int, float})
 
 
 def _body(data: Any) -> Mapping[str, Any]:
-    return _serde.mapping(data, "response")
+    return serde.mapping(data, "response")
 
 
 def _first_choice(body: Mapping[str, Any]) -> Mapping[str, Any]:
-    choices = _serde.get(body, "choices", list, "response")
+    choices = serde.get(body, "choices", list, "response")
     if not choices:
         raise InvalidDataError("response.choices: empty")
-    return _serde.mapping(choices[0], "response.choices[0]")
+    return serde.mapping(choices[0], "response.choices[0]")
 
 
 def _model(body: Mapping[str, Any], config: ProviderConfig) -> str:
-    return _serde.get(body, "model", str, "response", default=None) or config.model
+    return serde.get(body, "model", str, "response", default=None) or config.model
 
 
 def _text(data: Mapping[str, Any], key: str, where: str) -> str:
-    return _serde.get(data, key, str, where, default=None) or ""
+    return serde.get(data, key, str, where, default=None) or ""
 
 
 def _finish_reason(choice: Mapping[str, Any], where: str) -> str | None:
-    return _serde.get(choice, "finish_reason", str, where, default=None)
+    return serde.get(choice, "finish_reason", str, where, default=None)
 
 
 def _vector(row: Mapping[str, Any], where: str) -> list[float]:
     """A vector of finite numbers; one pass over the types and one sum keep big vectors cheap."""
-    vector = _serde.get(row, "embedding", list, where)
+    vector = serde.get(row, "embedding", list, where)
     if not {type(x) for x in vector} <= _NUMBER_TYPES or not math.isfinite(sum(vector)):
         raise InvalidDataError(f"{where}.embedding: expected finite numbers")
     return vector
@@ -148,14 +148,14 @@ def _usage(data: Any, model: str) -> Usage:
 
 
 def _tool_call(value: Any, where: str) -> ToolCall:
-    call = _serde.mapping(value, where)
-    function = _serde.get(call, "function", dict, where)
-    return ToolCall(id=_serde.get(call, "id", str, where), name=_serde.get(function, "name", str, f"{where}.function"),
-                    arguments=_serde.get(function, "arguments", str, f"{where}.function", default=None) or "{}")
+    call = serde.mapping(value, where)
+    function = serde.get(call, "function", dict, where)
+    return ToolCall(id=serde.get(call, "id", str, where), name=serde.get(function, "name", str, f"{where}.function"),
+                    arguments=serde.get(function, "arguments", str, f"{where}.function", default=None) or "{}")
 
 
 def _tool_calls(message: Mapping[str, Any]) -> tuple[ToolCall, ...]:
-    calls = _serde.get(message, "tool_calls", list, "message", default=None) or ()
+    calls = serde.get(message, "tool_calls", list, "message", default=None) or ()
     return tuple(_tool_call(c, f"message.tool_calls[{i}]") for i, c in enumerate(calls))
 
 
@@ -173,12 +173,12 @@ class OpenAIAdapter:
         try:
             body = _body(data)
             choice = _first_choice(body)
-            message = _serde.get(choice, "message", dict, "response.choices[0]")
+            message = serde.get(choice, "message", dict, "response.choices[0]")
             return CompletionResponse(
                 provider=self.name, model=_model(body, config), usage=_usage(body, config.model),
                 served_by=config.identifier, text=_text(message, "content", "message"),
                 tool_calls=_tool_calls(message), finish_reason=_finish_reason(choice, "response.choices[0]"),
-                response_id=_serde.get(body, "id", str, "response", default=None),
+                response_id=serde.get(body, "id", str, "response", default=None),
             )
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
@@ -196,7 +196,7 @@ class OpenAIAdapter:
                 provider=self.name, model=_model(answer, config), usage=_usage(answer, config.model),
                 served_by=config.identifier, text=_text(choice, "text", "response.choices[0]"),
                 finish_reason=_finish_reason(choice, "response.choices[0]"),
-                response_id=_serde.get(answer, "id", str, "response", default=None),
+                response_id=serde.get(answer, "id", str, "response", default=None),
             )
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
@@ -248,7 +248,7 @@ class OpenAIAdapter:
 
     def _event(self, config: ProviderConfig, data: str) -> Mapping[str, Any]:
         try:
-            return _serde.mapping(decode_json(data), "event")
+            return serde.mapping(decode_json(data), "event")
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
 
@@ -291,32 +291,32 @@ def _json_schema_format(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 def _rows(answer: Mapping[str, Any], inputs: int) -> list[Mapping[str, Any]]:
     """The embedding rows in input order: one per input, each index once."""
-    data = _serde.get(answer, "data", list, "response")
-    rows = [_serde.mapping(r, f"response.data[{i}]") for i, r in enumerate(data)]
-    indexes = [_serde.get(r, "index", int, f"response.data[{i}]") for i, r in enumerate(rows)]
+    data = serde.get(answer, "data", list, "response")
+    rows = [serde.mapping(r, f"response.data[{i}]") for i, r in enumerate(data)]
+    indexes = [serde.get(r, "index", int, f"response.data[{i}]") for i, r in enumerate(rows)]
     if sorted(indexes) != list(range(inputs)):
         raise InvalidDataError(f"response.data: indexes {sorted(indexes)[:10]} do not match {inputs} inputs")
     return [row for _, row in sorted(zip(indexes, rows, strict=True), key=lambda pair: pair[0])]
 
 
 def _chunk(data: Mapping[str, Any], model: str, calls: ToolCallAssembler) -> ChatChunk:
-    choices = _serde.get(data, "choices", list, "event", default=None) or []
+    choices = serde.get(data, "choices", list, "event", default=None) or []
     usage = _usage(data, model) if data.get("usage") else None
     if not choices:
         return ChatChunk(usage=usage)
-    choice = _serde.mapping(choices[0], "event.choices[0]")
-    delta = _serde.get(choice, "delta", dict, "event.choices[0]", default=None) or {}
-    pieces = _serde.get(delta, "tool_calls", list, "event.choices[0].delta", default=None) or []
+    choice = serde.mapping(choices[0], "event.choices[0]")
+    delta = serde.get(choice, "delta", dict, "event.choices[0]", default=None) or {}
+    pieces = serde.get(delta, "tool_calls", list, "event.choices[0].delta", default=None) or []
     for i, piece in enumerate(pieces):
-        _tool_piece(calls, _serde.mapping(piece, f"event.choices[0].delta.tool_calls[{i}]"), i)
+        _tool_piece(calls, serde.mapping(piece, f"event.choices[0].delta.tool_calls[{i}]"), i)
     return ChatChunk(text=_text(delta, "content", "event.choices[0].delta"),
                      finish_reason=_finish_reason(choice, "event.choices[0]"), usage=usage)
 
 
 def _tool_piece(calls: ToolCallAssembler, piece: Mapping[str, Any], position: int) -> None:
     where = f"event.choices[0].delta.tool_calls[{position}]"
-    function = _serde.get(piece, "function", dict, where, default=None) or {}
-    calls.add(_serde.get(piece, "index", int, where, default=position),
-              id=_serde.get(piece, "id", str, where, default=None),
-              name=_serde.get(function, "name", str, f"{where}.function", default=None),
-              arguments=_serde.get(function, "arguments", str, f"{where}.function", default=None) or "")
+    function = serde.get(piece, "function", dict, where, default=None) or {}
+    calls.add(serde.get(piece, "index", int, where, default=position),
+              id=serde.get(piece, "id", str, where, default=None),
+              name=serde.get(function, "name", str, f"{where}.function", default=None),
+              arguments=serde.get(function, "arguments", str, f"{where}.function", default=None) or "")

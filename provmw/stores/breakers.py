@@ -21,9 +21,9 @@ from typing import Protocol
 
 import attrs
 
-from provmw._checks import number
+from provmw._base.bounded import MAX_NAMES, KeepingLRU
 from provmw.errors import ConfigurationError
-from provmw.stores._bounded import MAX_NAMES, KeepingLRU
+from provmw.options import number
 
 __all__ = ["Admission", "BreakerPolicy", "BreakerState", "BreakerStore", "MemoryBreakerStore", "Transition"]
 

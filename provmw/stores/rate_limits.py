@@ -12,8 +12,8 @@ from typing import Protocol
 
 import attrs
 
-from provmw._checks import number
-from provmw.stores._bounded import MAX_NAMES, KeepingLRU
+from provmw._base.bounded import MAX_NAMES, KeepingLRU
+from provmw.options import number
 
 __all__ = ["Grant", "MemoryRateLimiter", "RateLimiter", "RateLimits"]
 

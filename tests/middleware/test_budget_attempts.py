@@ -36,7 +36,7 @@ def settings(fake: FakeProvider, path: Path, *, limit_usd: float = 1.0, retry: d
 
 def reservation(manager: ServiceManager, text: str, *, stream: bool = False) -> int:
     """What one attempt of a chat with ``text`` reserves, in micro-dollars (the strict worst case)."""
-    from provmw._arguments import CallArguments
+    from provmw._call.arguments import CallArguments
     from provmw.context import ProviderOperation
 
     _, ctx = manager._facts(ProviderOperation.CHAT, ChatRequest(messages_from(text)), CallArguments(), stream=stream)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from provmw._deadlines import Deadlines
+from provmw._base.deadlines import Deadlines
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.errors import AttemptTimeoutError, ConfigurationError, DeadlineExceededError, disposition

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from provmw._reads import ReadRefused
-from provmw.providers._sse import SSEDecoder, SSEEvent
+from provmw._transport.reads import ReadRefused
+from provmw._transport.sse import SSEDecoder, SSEEvent
 
 
 def decode(*chunks: bytes) -> list[SSEEvent]:

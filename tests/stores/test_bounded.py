@@ -7,9 +7,9 @@ import pickle
 
 import attrs
 
+from provmw._base.bounded import KeepingLRU
 from provmw.middleware.retry import RetryMiddleware
 from provmw.pricing import PriceTable
-from provmw.stores._bounded import KeepingLRU
 from provmw.stores.breakers import BreakerPolicy, BreakerState, MemoryBreakerStore
 from provmw.stores.rate_limits import MemoryRateLimiter, RateLimits
 

@@ -34,8 +34,8 @@ import attrs
 import psycopg
 from psycopg import sql
 
-from provmw._checks import number
 from provmw.errors import ConfigurationError, UsageLedgerUnavailableError
+from provmw.options import number
 from provmw.stores.shared import masked_url
 from provmw.stores.summary import ROW_COLUMNS, Group
 from provmw.stores.usage import UsageRecord

@@ -24,9 +24,9 @@ import redis.exceptions
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from provmw._checks import number
 from provmw.config import Secret
 from provmw.errors import ConfigurationError, ProvmwError
+from provmw.options import number
 from provmw.settings import options_from
 
 if TYPE_CHECKING:

@@ -24,9 +24,10 @@ from typing import Any
 
 import attrs
 
-from provmw._json import decode_json
-from provmw._reads import ReadRefused
+from provmw._base.strict_json import decode_json
 from provmw._redact import CUT, masked_url
+from provmw._transport.reads import ReadRefused
+from provmw._transport.retry_hints import retry_hints
 from provmw.errors import (
     AuthenticationError,
     ContentPolicyError,
@@ -38,7 +39,6 @@ from provmw.errors import (
     ProviderUnavailableError,
     RateLimitError,
 )
-from provmw.providers._retry_hints import retry_hints
 
 __all__ = [
     "COMMON_CODES",
@@ -151,7 +151,7 @@ class WireErrors:
                                          provider=provider, model=model, status=exc.status) from None
         if isinstance(exc, ReadRefused):
             raise exc.error(provider, model) from None
-        from provmw._foreign_errors import MAPPED  # loaded already once a request was made
+        from provmw._transport.foreign_errors import MAPPED  # loaded already once a request was made
 
         if isinstance(exc, MAPPED):
             raise _foreign_error(exc, provider, model) from None
@@ -204,7 +204,7 @@ def _text_or_none(value: object) -> str | None:
 
 
 def _foreign_error(exc: BaseException, provider: str, model: str) -> ProviderError:
-    from provmw._foreign_errors import EXCEPTION_ERRORS, NEVER_SENT
+    from provmw._transport.foreign_errors import EXCEPTION_ERRORS, NEVER_SENT
 
     error_cls, what = next(EXCEPTION_ERRORS[cls] for cls in type(exc).__mro__ if cls in EXCEPTION_ERRORS)
     detail = _URL_QUERY.sub(r"\1?…", str(exc))  # never echo query strings

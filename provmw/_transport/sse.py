@@ -6,7 +6,7 @@ import re
 
 import attrs
 
-from provmw._reads import ReadLimits, ReadRefused
+from provmw._transport.reads import ReadLimits, ReadRefused
 
 __all__ = ["SSEDecoder", "SSEEvent"]
 

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 import attrs
 
-from provmw._checks import number, options_from
 from provmw.errors import ProviderError, ProviderTimeoutError, ResponseTooLargeError, StreamTooLargeError
+from provmw.options import number, options_from
 
 __all__ = ["ReadLimits", "ReadRefused", "check_stream_size", "read_capped"]
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from provmw._checks import did_you_mean
 from provmw.config import KNOWN_OPTIONS, Secret, check_options
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError, UnknownArgumentError
+from provmw.options import did_you_mean
 
 __all__ = ["CallArguments", "call_options"]
 
