@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from provmw.cli import main
-from provmw.demo import run_demo
+from provmw.cli.demo import run_demo
 from provmw.plugins import PluginHost, PluginPolicy
 from provmw.testing import FakeProvider
 

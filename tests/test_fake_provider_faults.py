@@ -125,7 +125,7 @@ def test_bad_fault_options_are_a_configuration_error(options: list[str], named: 
     (["--stall-after", "0", "--stall", "30"], {"stall_after": 0, "stall_s": 30.0}),
     (["--cut-stream-after", "0"], {"cut_stream_after": 0})])
 def test_a_stream_fault_at_event_0_from_the_command_line_is_kept(options: list[str], fault: dict[str, object]) -> None:
-    from provmw._fake_faults import add_fault_arguments, plans_from_arguments
+    from provmw.testing.faults import add_fault_arguments, plans_from_arguments
 
     parser = argparse.ArgumentParser()
     add_fault_arguments(parser)

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from provmw.cli import main
-from provmw.reports import plain, render, usd
+from provmw.cli.reports import plain, render, usd
 from provmw.testing import FakeProvider
 
 TINY = 5.0999999999999995e-06

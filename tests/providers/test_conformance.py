@@ -44,5 +44,5 @@ def test_the_third_party_adapter_needs_nothing_private_from_provmw() -> None:
 
 
 def test_the_import_check_sees_a_private_import() -> None:
-    assert provmw_imports("from provmw._transport import sse as _sse\nimport provmw._fake_wire\n") == [
-        "provmw._transport.sse", "provmw._fake_wire"]
+    assert provmw_imports("from provmw._transport import sse as _sse\nimport provmw.testing.wires\n") == [
+        "provmw._transport.sse", "provmw.testing.wires"]

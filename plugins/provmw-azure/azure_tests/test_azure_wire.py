@@ -10,7 +10,6 @@ from provmw_azure import DEFAULT_API_VERSION, AzureOpenAIAdapter
 from provmw_azure.fake import AzureWire
 
 from azure_tests.azure_helpers import DEPLOYMENT, azure_config
-from provmw._fake_wire import openai_chat
 from provmw.errors import (
     ConfigurationError,
     ContentPolicyError,
@@ -22,6 +21,7 @@ from provmw.http import HttpClient
 from provmw.messages import Message, ToolSpec
 from provmw.requests import ChatRequest, CompletionRequest
 from provmw.testing import FakeProvider, Fault
+from provmw.testing.wires import openai_chat
 
 ADAPTER = AzureOpenAIAdapter()
 HELLO = ChatRequest((Message.user("hello world"),))

@@ -7,7 +7,7 @@ import io
 
 from opentelemetry import trace
 
-from provmw.demo import run_demo
+from provmw.cli.demo import run_demo
 from provmw.plugins import PluginHost, PluginPolicy
 
 

@@ -90,7 +90,7 @@ async def _embed(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _usage_line(response: Any, out: TextIO) -> None:
-    from provmw.reports import usd
+    from provmw.cli.reports import usd
 
     usage = response.usage
     cost = "unpriced" if usage.cost_usd is None else usd(usage.cost_usd)
@@ -131,7 +131,7 @@ def _plugins(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _check(args: argparse.Namespace, out: TextIO) -> int:
-    from provmw.check import locations, problems
+    from provmw.cli.check import locations, problems
 
     for line in locations(args.config):
         out.write(f"{line}\n")
@@ -143,8 +143,8 @@ async def _check(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _usage(args: argparse.Namespace, out: TextIO) -> int:
+    from provmw.cli.reports import render
     from provmw.middleware import USAGE, section_options
-    from provmw.reports import render
 
     settings, zone = _report_settings(args)
     options = section_options(settings, USAGE)
@@ -165,8 +165,8 @@ def _usage(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _budget(args: argparse.Namespace, out: TextIO) -> int:
+    from provmw.cli.reports import budget_rows, render
     from provmw.middleware import BUDGET, section_options
-    from provmw.reports import budget_rows, render
 
     settings, zone = _report_settings(args)
     options = section_options(settings, BUDGET)
@@ -241,14 +241,14 @@ def _since(value: str | None, zone: ZoneInfo) -> float | None:
 
 
 async def _demo(args: argparse.Namespace, out: TextIO) -> int:
-    from provmw.demo import run_demo
+    from provmw.cli.demo import run_demo
 
     return await run_demo(out)
 
 
 def _fake_provider(args: argparse.Namespace, out: TextIO) -> int:
-    from provmw._fake_faults import plans_from_arguments
     from provmw.testing import serve
+    from provmw.testing.faults import plans_from_arguments
 
     plans = plans_from_arguments(args)  # a bad option stops here, before the port is taken
     try:
@@ -264,7 +264,7 @@ def _fake_provider(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _fake_arguments(fake: argparse.ArgumentParser) -> None:
-    from provmw._fake_faults import EXAMPLES, add_fault_arguments
+    from provmw.testing.faults import EXAMPLES, add_fault_arguments
 
     fake.description = "A loopback server speaking the OpenAI and Anthropic wire formats, with scripted faults."
     fake.epilog = EXAMPLES
@@ -352,7 +352,3 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         elif isinstance(exc, PluginError):
             sys.stderr.write("provmw: run with -v for the traceback\n")
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -48,8 +48,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 from aiohttp import web
 
-from provmw import _fake_wire as wire
-from provmw._fake_faults import (
+from provmw.config import ProviderConfig
+from provmw.context import CallFacts, FrozenMap, ProviderCallContext, ProviderOperation
+from provmw.responses import CompletionResponse, ProviderResponse
+from provmw.testing import wires as wire
+from provmw.testing.faults import (
     EXAMPLES,
     ROUTES,
     Fault,
@@ -58,10 +61,7 @@ from provmw._fake_faults import (
     admin_routes,
     plans_from_arguments,
 )
-from provmw._fake_wire import AnthropicWire, FakeWire, OpenAIWire, Tokenizer, embedding_vector, sse, words
-from provmw.config import ProviderConfig
-from provmw.context import CallFacts, FrozenMap, ProviderCallContext, ProviderOperation
-from provmw.responses import CompletionResponse, ProviderResponse
+from provmw.testing.wires import AnthropicWire, FakeWire, OpenAIWire, Tokenizer, embedding_vector, sse, words
 
 if TYPE_CHECKING:
     from provmw.conformance import SENTINEL_KEY, AdapterConformance
@@ -377,7 +377,3 @@ def main(argv: list[str] | None = None) -> None:
     plans = plans_from_arguments(args)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args.host, args.port, plans))
-
-
-if __name__ == "__main__":
-    main()

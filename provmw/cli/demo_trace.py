@@ -1,7 +1,7 @@
 """The demo's span tree: provmw-otel's two layers on an in-memory OpenTelemetry SDK that only
 the demo's manager uses (never the application's global providers), rendered as text.
 
-Imported lazily by ``provmw.demo``: the plugin and the SDK are optional, and ``import provmw``
+Imported lazily by ``provmw.cli.demo``: the plugin and the SDK are optional, and ``import provmw``
 never imports OpenTelemetry.
 """
 

@@ -16,14 +16,14 @@ from zoneinfo import ZoneInfo
 
 import attrs
 
-from provmw._demo_trace import DemoTracing, demo_tracing, unavailable, without_plugin_layers
-from provmw._demo_wires import PluginWire, installed
+from provmw.cli.demo_trace import DemoTracing, demo_tracing, unavailable, without_plugin_layers
+from provmw.cli.demo_wires import PluginWire, installed
+from provmw.cli.reports import render, usage_rows, usd
 from provmw.config import ProviderConfig
 from provmw.errors import ProvmwError
 from provmw.manager import ServiceManager
 from provmw.messages import ToolSpec
 from provmw.plugins import PluginHost, PluginPolicy
-from provmw.reports import render, usage_rows, usd
 from provmw.responses import ProviderResponse
 from provmw.settings import Settings
 from provmw.stores.usage import SqliteUsageStore
