@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from provmw._call.facts import call_facts, estimate_tokens
 from provmw.config import ProviderConfig
 from provmw.context import ProviderOperation
-from provmw.facts import call_facts, estimate_tokens
 from provmw.messages import Message, ToolSpec
 from provmw.pricing import PriceTable
 from provmw.requests import ChatRequest

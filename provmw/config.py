@@ -15,11 +15,11 @@ from typing import Any, TypedDict
 
 import attrs
 
-from provmw._redact import masked_url, url_secrets
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
 from provmw.options import check_json, did_you_mean, number
 from provmw.pricing import Price, to_price
+from provmw.scrubbing import masked_url, url_secrets
 
 __all__ = [
     "GenerationOptions",

@@ -28,12 +28,10 @@ import attrs
 
 if TYPE_CHECKING:
     from provmw.config import ProviderConfig
-    from provmw.responses import Attempt, Usage
-    from provmw.stores.usage import Billed
-    from provmw.structured import RepairNote
+    from provmw.responses import Attempt, Billed, Usage
 
 __all__ = ["AttemptLog", "AttemptMeter", "CallFacts", "FrozenMap", "ProviderCallContext", "ProviderOperation",
-           "RepairSlot", "attempt_meters", "metering", "scoped_key"]
+           "RepairNote", "RepairSlot", "attempt_meters", "metering", "scoped_key"]
 
 
 class ProviderOperation(enum.Enum):
@@ -119,7 +117,7 @@ def _json_string(value: str | None) -> str:
 
 @attrs.frozen(kw_only=True)
 class CallFacts:
-    """What the manager knows about one call, computed once by :func:`provmw.facts.call_facts`.
+    """What the manager knows about one call, computed once by :func:`provmw._call.facts.call_facts`.
 
     ``user``, ``tenant``: who the call is for (budgets and usage group by them, the cache
     scopes keys by them). ``options``: the generation options the call itself gave (each
@@ -304,6 +302,14 @@ def metering(meter: AttemptMeter) -> Iterator[None]:
         yield
     finally:
         _METERS.reset(token)
+
+
+@attrs.frozen
+class RepairNote:
+    """What was wrong with an answer, for the repair turn: the answer itself and the problem."""
+
+    answer: str
+    problem: str
 
 
 class RepairSlot:

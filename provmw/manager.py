@@ -12,12 +12,12 @@ import attrs
 
 from provmw._call.ad_hoc import environment_key
 from provmw._call.arguments import CallArguments, call_options
+from provmw._call.facts import call_facts
 from provmw._call.terminal import Terminal, end_all
 from provmw.config import GenerationOptions, ProviderConfig, Secret, fallback_chain
 from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.destinations import DestinationGuard
 from provmw.errors import ConfigurationError
-from provmw.facts import call_facts
 from provmw.http import HttpClient
 from provmw.messages import ContentPart, ImagePart, Message, TextPart, ToolSpec, messages_from
 from provmw.options import did_you_mean

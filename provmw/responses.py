@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import binascii
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import attrs
 
@@ -19,6 +19,7 @@ from provmw.messages import ToolCall
 
 __all__ = [
     "Attempt",
+    "Billed",
     "ChatChunk",
     "CompletionResponse",
     "EmbeddingResponse",
@@ -29,6 +30,11 @@ __all__ = [
 ]
 
 R = TypeVar("R", bound="ProviderResponse")
+
+# Whether an attempt was billed: "no" (never sent, or answered with an error status), "yes",
+# "unknown" (sent, usage unknown: a timeout, a cut connection), "estimated" (billed, but the
+# provider's usage never came: a stream cut or left early, counted from what was streamed).
+Billed = Literal["yes", "no", "unknown", "estimated"]
 
 
 @attrs.frozen(kw_only=True)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from provmw.context import FrozenMap
+from provmw.context import FrozenMap, RepairNote
 from provmw.errors import ConfigurationError, StructuredOutputError
 from provmw.http import plain_json
 from provmw.messages import Message
@@ -25,19 +25,11 @@ from provmw.responses import CompletionResponse
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
-__all__ = ["RepairNote", "parsed_answer", "repaired", "schema_of"]
+__all__ = ["parsed_answer", "repaired", "schema_of"]
 
 C = TypeVar("C", bound=CompletionResponse)
 
 _PROBLEM_CHARS = 500  # of a validation message, in an error and in the repair turn
-
-
-@attrs.frozen
-class RepairNote:
-    """What was wrong with an answer, for the repair turn: the answer itself and the problem."""
-
-    answer: str
-    problem: str
 
 
 def schema_of(value: object) -> FrozenMap | None:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from provmw._call.facts import ALLOWANCES, call_facts, call_needs
 from provmw.config import ProviderConfig
 from provmw.context import ProviderOperation
-from provmw.facts import ALLOWANCES, call_facts, call_needs
 from provmw.messages import ImagePart, Message, TextPart, ToolSpec
 from provmw.pricing import PriceTable
 from provmw.providers import Capabilities
@@ -76,7 +76,7 @@ def test_the_sizes_and_unmet_needs_are_computed_on_first_read_once(monkeypatch: 
         estimates.append(request)
         return 7
 
-    monkeypatch.setattr("provmw.facts.estimate_tokens", estimate)
+    monkeypatch.setattr("provmw._call.facts.estimate_tokens", estimate)
     found = facts(ChatRequest(HI, options={"response_format": "json_object"}), capabilities=OFFERED)
     assert estimates == []  # a cache hit reads none of them
     assert (found.estimated_input_tokens, dict(found.unmet)) == (7, {"an": ("response_format",)})

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from provmw.facts import cache_write_ttl, input_token_bound
+from provmw._call.facts import cache_write_ttl, input_token_bound
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest
 

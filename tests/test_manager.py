@@ -92,7 +92,7 @@ async def test_the_request_digest_is_computed_only_when_a_layer_reads_it(
         digests.append(args)
         return "d"
 
-    monkeypatch.setattr("provmw.facts.request_digest", counted)
+    monkeypatch.setattr("provmw._call.facts.request_digest", counted)
     async with manager:
         await manager.chat("hi")  # no cache installed: nobody asks for the key
     assert digests == []

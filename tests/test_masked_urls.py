@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from provmw._redact import masked_url
 from provmw.cli import main
 from provmw.config import ProviderConfig
 from provmw.errors import ConfigurationError
+from provmw.scrubbing import masked_url
 from provmw.settings import Settings, parse_settings
 
 URL = "https://user:pw-8d2b4a-secret@gw.test/v1?api-version=2024&Api_Key=qk-3c9e7d-secret&sig=sg-77aa"

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from provmw._call.facts import call_facts
 from provmw.config import KNOWN_OPTIONS, GenerationOptions, ProviderConfig, check_options
 from provmw.context import ProviderOperation
 from provmw.errors import ConfigurationError, UnknownArgumentError
-from provmw.facts import call_facts
 from provmw.manager import ServiceManager
 from provmw.messages import Message, ToolSpec
 from provmw.plugins import PluginHost

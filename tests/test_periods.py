@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import given
 from hypothesis import strategies as st
 
-from provmw.periods import PERIODS, window
+from provmw._base.periods import PERIODS, window
 
 LA = ZoneInfo("America/Los_Angeles")
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from provmw._call.facts import call_facts, input_token_bound
 from provmw.config import ProviderConfig
 from provmw.context import CallFacts, ProviderOperation
-from provmw.facts import call_facts, input_token_bound
 from provmw.messages import Message
 from provmw.pricing import Price, PriceTable
 from provmw.requests import ChatRequest, EmbeddingRequest, ProviderRequest

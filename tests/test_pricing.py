@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from provmw import pricing
+from provmw._call.facts import call_facts
 from provmw.config import ProviderConfig
 from provmw.context import ProviderOperation
 from provmw.errors import ConfigurationError
-from provmw.facts import call_facts
 from provmw.manager import ServiceManager
 from provmw.messages import Message
 from provmw.plugins import PluginHost

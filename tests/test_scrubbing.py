@@ -20,13 +20,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from provmw._redact import CUT, Scrubber
 from provmw.cli import main
 from provmw.config import ProviderConfig
 from provmw.errors import AuthenticationError, FallbackExhaustedError, ProviderError
 from provmw.http import HttpStatusError
 from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost
+from provmw.scrubbing import CUT, Scrubber
 from provmw.settings import Settings
 from tests.conftest import BUILTIN_MIDDLEWARE_OFF, SENTINEL_KEY
 from tests.hostile import HostileProvider

@@ -7,8 +7,8 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from provmw._redact import Scrubber, masked_url
 from provmw.config import ProviderConfig
+from provmw.scrubbing import Scrubber, masked_url
 
 
 @pytest.mark.parametrize(("secret", "sent"), [

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ConfigDict
 
+from provmw.context import RepairNote
 from provmw.errors import ConfigurationError, StructuredOutputError
 from provmw.messages import Message
 from provmw.requests import ChatRequest
 from provmw.responses import CompletionResponse, response_from_dict
-from provmw.structured import RepairNote, parsed_answer, repaired, schema_of
+from provmw.structured import parsed_answer, repaired, schema_of
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 

@@ -19,7 +19,6 @@ import attrs
 
 from provmw._base.deadlines import Deadlines
 from provmw._call import attempt_log
-from provmw._redact import Scrubber
 from provmw.config import ProviderConfig
 from provmw.context import AttemptMeter, ProviderCallContext, ProviderOperation, attempt_meters
 from provmw.destinations import DestinationGuard
@@ -28,8 +27,9 @@ from provmw.http import HttpClient
 from provmw.pricing import Price, PriceTable
 from provmw.providers import Capabilities, ProviderAdapter
 from provmw.requests import ChatRequest, ProviderRequest
-from provmw.responses import Attempt, ProviderResponse, Usage
-from provmw.stores.usage import Billed, billed_for
+from provmw.responses import Attempt, Billed, ProviderResponse, Usage
+from provmw.scrubbing import Scrubber
+from provmw.stores.usage import billed_for
 from provmw.streams import OpenedStream, StreamEnd, open_stream
 from provmw.structured import repaired
 

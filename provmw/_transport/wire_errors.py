@@ -25,7 +25,6 @@ from typing import Any
 import attrs
 
 from provmw._base.strict_json import decode_json
-from provmw._redact import CUT, masked_url
 from provmw._transport.reads import ReadRefused
 from provmw._transport.retry_hints import retry_hints
 from provmw.errors import (
@@ -39,6 +38,7 @@ from provmw.errors import (
     ProviderUnavailableError,
     RateLimitError,
 )
+from provmw.scrubbing import CUT, masked_url
 
 __all__ = [
     "COMMON_CODES",

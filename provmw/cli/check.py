@@ -15,8 +15,8 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from provmw._redact import masked_url, url_secrets
 from provmw.errors import ProvmwError
+from provmw.scrubbing import masked_url, url_secrets
 from provmw.settings import Settings, load_settings
 
 if TYPE_CHECKING:

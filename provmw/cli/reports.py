@@ -10,8 +10,8 @@ from decimal import Decimal
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
+from provmw._base.periods import window
 from provmw.middleware.budget import BudgetLimit
-from provmw.periods import window
 from provmw.stores.budgets import BucketState
 from provmw.stores.summary import GROUPS, usage_rows
 

@@ -27,14 +27,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import attrs
 
+from provmw._base.periods import PERIODS, Period, Window, window
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation, metering
 from provmw.errors import BudgetExceededError, ConfigurationError
 from provmw.middleware._common import Clock
 from provmw.options import number, one_of, options_from
-from provmw.periods import PERIODS, Period, Window, window
 from provmw.pipeline import Next, R
-from provmw.responses import ProviderResponse, Usage
+from provmw.responses import Billed, ProviderResponse, Usage
 from provmw.stores.budgets import (
     DIMENSIONS,
     Amounts,
@@ -46,7 +46,6 @@ from provmw.stores.budgets import (
     Refusal,
     one_per_bucket,
 )
-from provmw.stores.usage import Billed
 from provmw.streams import OpenedStream, StreamEnd
 
 __all__ = ["BudgetLimit", "BudgetMiddleware", "BudgetOptions"]

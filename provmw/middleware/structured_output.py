@@ -10,11 +10,11 @@ answer, billed like any other, is recorded before it is judged.
 from __future__ import annotations
 
 from provmw.config import ProviderConfig
-from provmw.context import ProviderCallContext
+from provmw.context import ProviderCallContext, RepairNote
 from provmw.errors import StructuredOutputError
 from provmw.pipeline import Next, R
 from provmw.responses import CompletionResponse
-from provmw.structured import RepairNote, parsed_answer
+from provmw.structured import parsed_answer
 
 __all__ = ["StructuredOutputMiddleware"]
 

@@ -19,10 +19,10 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from provmw._redact import masked_url
 from provmw.config import did_you_mean
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
+from provmw.scrubbing import masked_url
 
 if TYPE_CHECKING:
     from provmw.stores.breakers import BreakerStore

@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo
 import attrs
 
 from provmw.errors import ConfigurationError, UsageLedgerUnavailableError
+from provmw.responses import Billed
 from provmw.stores._sqlite import SqliteDatabase, Synchronous, transaction
 from provmw.stores.shared import masked_url
 from provmw.stores.summary import Group, usage_rows
@@ -31,9 +32,6 @@ from provmw.stores.summary import Group, usage_rows
 __all__ = ["Billed", "MemoryUsageStore", "billed_for", "SqliteUsageStore", "UsageRecord", "UsageStore", "is_store_url",
            "ledger_location"]
 
-# "estimated": billed, but the provider's usage never came (a stream cut or left early), so
-# the counts are an estimate from what was streamed.
-Billed = Literal["yes", "no", "unknown", "estimated"]
 
 
 def billed_for(exc: BaseException) -> Billed:

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from provmw._call.facts import cache_write_ttl, call_facts, input_token_bound
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.errors import BudgetExceededError
-from provmw.facts import cache_write_ttl, call_facts, input_token_bound
 from provmw.manager import ServiceManager
 from provmw.messages import ImagePart, Message, TextPart, ToolSpec
 from provmw.middleware.budget import BudgetMiddleware, BudgetOptions

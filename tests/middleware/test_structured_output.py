@@ -7,12 +7,11 @@ import json
 import pytest
 
 from provmw.config import ProviderConfig
-from provmw.context import ProviderCallContext
+from provmw.context import ProviderCallContext, RepairNote
 from provmw.errors import StructuredOutputError
 from provmw.messages import ToolCall
 from provmw.middleware.structured_output import StructuredOutputMiddleware
 from provmw.responses import CompletionResponse
-from provmw.structured import RepairNote
 from provmw.testing import call_context
 
 CONFIG = ProviderConfig(identifier="oa", provider="openai", model="m")

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from provmw._redact import Scrubber
 from provmw.http import Body, HttpClient, HttpStatusError, SSEEvent, Url, decode_json
+from provmw.scrubbing import Scrubber
 from provmw_azure._deployment import Deployment
 from provmw_azure._wire import filtered_answer, openai_error
 

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from provmw import wire
-from provmw._redact import Scrubber
 from provmw.config import ProviderConfig
 from provmw.errors import (
     MalformedResponseError,
@@ -26,6 +25,7 @@ from provmw.messages import Message
 from provmw.providers import Capabilities
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse
+from provmw.scrubbing import Scrubber
 from provmw_bedrock import answers
 from provmw_bedrock.converse import request_body
 from provmw_bedrock.errors import ERROR_CODES, error_type_header, in_band_error
