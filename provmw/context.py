@@ -141,6 +141,7 @@ class CallFacts:
     ``unmet``: for each configuration of the fallback chain that cannot honour them, the
     identifier and what it lacks (the fallback layer skips it and says why).
     ``response_schema``: the JSON Schema the answer must follow, when the call gave one.
+    ``chain``: the call's configuration and its fallbacks, in the order the fallback layer tries them.
     """
 
     user: str | None = None
@@ -155,6 +156,8 @@ class CallFacts:
     _planned_cost_usd: float | None = attrs.field(default=None, alias="planned_cost_usd")
     _estimated_cost_usd: float | None = attrs.field(default=None, alias="estimated_cost_usd")
     stream: bool = False
+    # The configurations the call may try, in order (``fallback_chain``), computed once by the manager.
+    chain: tuple[ProviderConfig, ...] = ()
     needs: frozenset[str] = frozenset()
     _unmet: FrozenMap = attrs.field(default=_EMPTY, converter=_freeze, alias="unmet")
     response_schema: FrozenMap | None = attrs.field(default=None, converter=_freeze_or_none)

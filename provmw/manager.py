@@ -251,7 +251,7 @@ class ServiceManager:
         if provider is None and model is None:
             if base_url is not None or api_key is not None or timeout_s is not None:
                 raise ConfigurationError("base_url, api_key and timeout_s need provider= and model=")
-            return self.settings.configuration(configuration)
+            return self.settings.named(configuration)
         if configuration is not None or provider is None or model is None:
             raise ConfigurationError("name a configuration, or give both provider= and model=, not a mix")
         adapter = self._adapter(provider, where="provider")

@@ -219,7 +219,13 @@ class Settings:
         return str(Path(self.data_folder) / path) if self.data_folder else path
 
     def configuration(self, identifier: str | None) -> ProviderConfig:
-        """The named configuration, or the default one when ``identifier`` is None."""
+        """The named configuration, or the default one when ``identifier`` is None, its key
+        variables read."""
+        return self.with_credentials(self.named(identifier))
+
+    def named(self, identifier: str | None) -> ProviderConfig:
+        """The named configuration, or the default one, as written: its key variables are read when
+        a call admits it (once a call)."""
         name = identifier if identifier is not None else self._default_name()
         try:
             config: ProviderConfig = self.configurations[name]
@@ -228,7 +234,7 @@ class Settings:
                 f"no configuration named {name!r}{did_you_mean(name, list(self.configurations))}; "
                 f"known: {', '.join(self.configurations) or 'none'}"
             ) from None
-        return self.with_credentials(config)
+        return config
 
     def with_credentials(self, config: ProviderConfig) -> ProviderConfig:
         """``config`` with its key and header variables read now, from this settings' environment;
@@ -236,7 +242,7 @@ class Settings:
         if config.api_key_env is None and not config.headers_env:
             return config
         variable = config.api_key_env
-        if not config.headers_env and variable is not None:  # the usual: one key variable, read three times a call
+        if not config.headers_env and variable is not None:  # the usual: one key variable, read once a call
             values: tuple[str | None, ...] = (self.environ.get(variable),)
         else:
             values = tuple(self.environ.get(v) for v in (config.api_key_env, *config.headers_env.values()) if v)

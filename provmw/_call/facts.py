@@ -108,7 +108,7 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
         controls=_controls(controls, known_controls),
         idempotency_key=_text("idempotency_key", idempotency_key),
         deterministic=is_deterministic(config, request), sizes=sizes_and_unmet, bounds=bounds,
-        stream=stream, needs=needs, response_schema=getattr(request, "response_schema", None),
+        stream=stream, needs=needs, response_schema=getattr(request, "response_schema", None), chain=tuple(chain),
         digest=lambda: request_digest(operation, config, request),
     )
 

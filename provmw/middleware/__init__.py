@@ -111,8 +111,7 @@ IDEMPOTENCY = Builtin("idempotency", IdempotencyMiddleware, IdempotencyOptions,
 CACHE = Builtin("cache", CacheMiddleware, CacheOptions, lambda _, state: {"store": state.cache_store()})
 BUDGET = Builtin("budget", BudgetMiddleware, BudgetOptions, lambda _, state: {"store": state.budget_store()})
 FALLBACK = Builtin("fallback", FallbackMiddleware, NoOptions,
-                   lambda settings, _: {"configurations": settings.configurations,
-                                       "credentials": settings.with_credentials}, takes_options=False)
+                   lambda settings, _: {"configurations": settings.configurations}, takes_options=False)
 RATE_LIMIT = Builtin("rate_limit", RateLimitMiddleware, RateLimitOptions,
                      lambda _, state: {"limiter": state.rate_limiter()})
 STRUCTURED_OUTPUT = Builtin("structured_output", StructuredOutputMiddleware, NoOptions, takes_options=False)

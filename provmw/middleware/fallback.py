@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from provmw.config import ProviderConfig, fallback_chain
 from provmw.context import ProviderCallContext
@@ -39,29 +39,25 @@ class FallbackMiddleware:
     name = "fallback"
     priority = 600
 
-    def __init__(self, configurations: Mapping[str, ProviderConfig],
-                 credentials: Callable[[ProviderConfig], ProviderConfig] = lambda config: config) -> None:
+    def __init__(self, configurations: Mapping[str, ProviderConfig]) -> None:
         self._configurations = dict(configurations)
-        # Reads a fallback's key variables only when the walk reaches it (Settings.with_credentials).
-        self._credentials = credentials
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         if not config.fallbacks and config.active:  # the common case: no chain, no bookkeeping
             return await next(config)
         attempts: list[FallbackAttempt] = []
         min_window = 0  # after a context-length error: the window a candidate must exceed
-        for candidate in self.chain(config):
+        chain = ctx.facts.chain  # the manager's, unless a layer above handed down another configuration
+        for candidate in chain if chain and chain[0] is config else self.chain(config):
             if min_window and (candidate.context_window or 0) <= min_window:
                 continue
             if lacking := ctx.facts.unmet.get(candidate.identifier):
                 attempts.append(_skipped(candidate, lacking))
                 continue
             try:
-                candidate = self._credentials(candidate)
-            except ConfigurationError as exc:  # a missing key: say which failure led here
+                return await next(candidate)  # the terminal reads its key variables when it goes out
+            except ConfigurationError as exc:  # a fallback's key missing: say which failure led here
                 raise exc from (attempts[-1].error if attempts else None)
-            try:
-                return await next(candidate)
             except Exception as exc:
                 if not _eligible(exc, candidate):
                     raise
