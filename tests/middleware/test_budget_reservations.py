@@ -82,3 +82,30 @@ async def test_strict_cost_limits_refuse_an_unpriced_call_and_say_how_to_price_i
 async def test_an_unpriced_call_under_token_limits_only_reserves_no_cost() -> None:
     facts = {**FACTS, "planned_cost_usd": None}
     assert await reserved(layer(max_cost_usd=None), call_context(**facts)) == Amounts(0, 110, 1)
+
+
+async def settled(middleware: BudgetMiddleware, cost_usd: float, tokens: int) -> Amounts:
+    """What the bucket holds as spent once a call answered with ``cost_usd`` and ``tokens``."""
+    answer = CompletionResponse(provider="openai", model="gpt-test", text="ok",
+                                usage=Usage(input_tokens=tokens, output_tokens=0, cost_usd=cost_usd))
+    await middleware.handle(call_context(**FACTS), CONFIG, lambda config: _answered(answer))
+    [bucket] = await middleware.store.states(now=NOON)
+    return bucket.spent
+
+
+async def _answered(answer: CompletionResponse) -> CompletionResponse:
+    return answer
+
+
+@pytest.mark.parametrize(("mode", "limit", "spent"), [
+    ("strict", {"max_tokens": None}, Amounts(500_000, 1_000, 1)),  # a cost limit: the cost is capped
+    ("strict", {"max_cost_usd": None}, Amounts(900_000, 110, 1)),  # a token limit: the tokens are
+    ("estimate", {}, Amounts(900_000, 1_000, 1)),  # estimates bound nothing: what was reported
+])
+async def test_usage_above_a_strict_reservation_is_settled_at_it_in_the_limited_dimensions(
+        mode: Literal["strict", "estimate"], limit: dict[str, Any], spent: Amounts) -> None:
+    assert await settled(layer(mode, **limit), cost_usd=0.9, tokens=1_000) == spent
+
+
+async def test_usage_within_the_reservation_is_settled_as_reported() -> None:
+    assert await settled(layer(), cost_usd=0.25, tokens=40) == Amounts(250_000, 40, 1)
