@@ -4,6 +4,7 @@ refused with what was wrong; a context's metadata answers a default."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -68,3 +69,12 @@ def test_metadata_get_returns_the_default_for_a_missing_key() -> None:
 def test_metadata_holds_what_a_plugin_put_there_and_nothing_else() -> None:
     metadata = call_context(metadata={"plugin": 1}).metadata
     assert ("plugin" in metadata, "absent" in metadata) == (True, False)
+
+
+@pytest.mark.parametrize("options", [{"t": math.inf}, {"t": -math.inf}, {1: "x", "b": 2}, {1: "y", "b": 2},
+                                     {"flag": True, "n": None, "f": 0.5, "i": 3, "s": "é"}])
+def test_a_chats_options_are_keyed_as_the_sorted_json_of_them(options: dict[Any, Any]) -> None:
+    request = ChatRequest((Message.user("hi"),), options=options)
+    expected = {"messages": [m.to_dict() for m in request.messages], "tools": [],
+                "options": {str(name): value for name, value in options.items()}}
+    assert _canonical_text(ProviderOperation.CHAT, CONFIG, request) == canonical(ProviderOperation.CHAT, expected)
