@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from provmw.errors import ConfigurationError
 from provmw.middleware import BUDGET, CACHE, IDEMPOTENCY, USAGE, section_options
 from provmw.stores.embedded import EmbeddedState, SqliteFile
-from provmw.stores.journal import FailurePolicy, UsageJournal
 from provmw.stores.outage import (
     BudgetFailurePolicy,
     GuardedBreakers,
@@ -25,7 +24,8 @@ from provmw.stores.outage import (
     GuardedRateLimiter,
 )
 from provmw.stores.shared import masked_url
-from provmw.stores.spill import SpillFile
+from provmw.stores.usage.journal import FailurePolicy, UsageJournal
+from provmw.stores.usage.spill import SpillFile
 
 if TYPE_CHECKING:
     from provmw.settings import Settings

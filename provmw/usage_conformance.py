@@ -11,7 +11,7 @@ again opens the same ledger (for a store that keeps records once closed). pytest
 
 Set ``durable = False`` for a store that keeps nothing once closed (memory). The contract:
 writes are idempotent per key ``(call_id, attempt)`` and all-or-nothing per batch;
-``records(since)``; ``summary`` equals :func:`provmw.stores.summary.usage_rows` of the
+``records(since)``; ``summary`` equals :func:`provmw.stores.usage.summary.usage_rows` of the
 records for every group, zone and ``since`` (a hypothesis property); ``aclose``. Import it as
 ``provmw.testing.UsageStoreConformance``.
 """
@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from provmw.errors import UsageLedgerUnavailableError
-from provmw.stores.summary import GROUPS, Group, usage_rows
 from provmw.stores.usage import UsageRecord, UsageStore
+from provmw.stores.usage.summary import GROUPS, Group, usage_rows
 
 __all__ = ["UsageStoreConformance", "usage_records"]
 

@@ -8,9 +8,9 @@ from typing import Any
 from provmw.settings import Settings
 from provmw.state import State, open_state
 from provmw.stores.breakers import MemoryBreakerStore
-from provmw.stores.budget_blocks import BudgetBlocks
 from provmw.stores.budgets import MemoryBudgetStore
-from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from provmw.stores.budgets.blocks import BudgetBlocks
+from provmw.stores.budgets.sqlite import SqliteBudgetStore
 from provmw.stores.cache import MemoryCacheStore
 from provmw.stores.outage import GuardedBreakers, GuardedBudgets, GuardedCache
 from provmw.stores.shared import StateSettings

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 from provmw._base.periods import window
 from provmw.middleware.budget import BudgetLimit
 from provmw.stores.budgets import BucketState
-from provmw.stores.summary import GROUPS, usage_rows
+from provmw.stores.usage.summary import GROUPS, usage_rows
 
 __all__ = ["GROUPS", "budget_rows", "plain", "render", "usage_rows", "usd"]
 

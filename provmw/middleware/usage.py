@@ -8,7 +8,7 @@ Attempts of one logical call are numbered from 1 under its call id; a cache hit 
 attempt 0. ``usage`` waits until its record is durable (in the store, or in the spill
 file when the store cannot take it) before the answer or the error goes on, so a call
 that returned has its billed records even if the process is killed next; concurrent calls
-share one commit (:class:`~provmw.stores.journal.UsageJournal`, ADR 0011). A stream's
+share one commit (:class:`~provmw.stores.usage.journal.UsageJournal`, ADR 0011). A stream's
 attempt is recorded when the stream ends (ADR 0005), with the usage the provider reported or,
 when it never came, an estimate marked ``billed = "estimated"``. A hit bills
 nothing and does not wait, nor does a cancelled attempt: their records are queued, and
@@ -37,9 +37,9 @@ from provmw.middleware._common import Clock, monotonic
 from provmw.options import number, one_of
 from provmw.pipeline import Next, R
 from provmw.responses import ProviderResponse
-from provmw.stores.journal import FailurePolicy, UsageJournal
 from provmw.stores.shared import masked_url
 from provmw.stores.usage import UsageRecord, billed_for, ledger_location
+from provmw.stores.usage.journal import FailurePolicy, UsageJournal
 from provmw.streams import OpenedStream, StreamEnd
 
 __all__ = ["UsageHitsMiddleware", "UsageMiddleware", "UsageOptions"]

@@ -7,9 +7,9 @@ import attrs
 
 from provmw.stores._sqlite import Synchronous
 from provmw.stores.breakers import MemoryBreakerStore
-from provmw.stores.budget_blocks import BudgetBlocks
 from provmw.stores.budgets import BudgetStore, MemoryBudgetStore
-from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from provmw.stores.budgets.blocks import BudgetBlocks
+from provmw.stores.budgets.sqlite import SqliteBudgetStore
 from provmw.stores.cache import MemoryCacheStore
 from provmw.stores.rate_limits import MemoryRateLimiter
 from provmw.stores.usage import MemoryUsageStore, SqliteUsageStore, UsageStore

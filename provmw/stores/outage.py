@@ -8,13 +8,13 @@ concern                   when its store fails (ADR 0013)
                           ``BudgetUnavailableError`` before any request; ``fail_open``: the
                           call goes uncounted); renew: logged, the lease holds; settle:
                           kept (at most 10,000) and written before the next step once the
-                          store answers (:mod:`provmw.stores._kept_settles`)
+                          store answers (:mod:`provmw.stores.budgets.kept_settles`)
 ``circuit_breaker``,      unreachable (``ConnectionError``, ``TimeoutError``): this
 ``rate_limit``            process's own embedded store decides; each outcome goes back
                           to the store that admitted it. Any other error is a bug and
                           propagates
 ``usage``                 the journal spills every record the store cannot take and
-                          replays it later (:mod:`provmw.stores.journal`); its
+                          replays it later (:mod:`provmw.stores.usage.journal`); its
                           ``failure_policy`` says whether new calls are refused meanwhile
 ========================  ==============================================================
 
@@ -38,9 +38,9 @@ from typing import Literal, TypeVar
 import attrs
 
 from provmw.errors import BudgetUnavailableError
-from provmw.stores._kept_settles import MAX_KEPT_SETTLES, KeptSettles
 from provmw.stores.breakers import Admission, BreakerPolicy, BreakerStore, Transition
 from provmw.stores.budgets import Amounts, BucketState, BudgetStore, Charge, Refusal
+from provmw.stores.budgets.kept_settles import MAX_KEPT_SETTLES, KeptSettles
 from provmw.stores.cache import CacheStore
 from provmw.stores.rate_limits import Grant, RateLimiter, RateLimits
 

@@ -20,7 +20,7 @@ from provmw.plugins import PluginHost
 from provmw.responses import CompletionResponse, Usage
 from provmw.settings import Settings
 from provmw.stores.budgets import Amounts, BucketState, Charge, MemoryBudgetStore, Refusal
-from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from provmw.stores.budgets.sqlite import SqliteBudgetStore
 from provmw.stores.outage import GuardedBudgets
 from provmw.testing import FakeClock, FakeProvider, ScriptedNext, call_context
 from tests.conftest import anthropic_config, openai_config

@@ -15,8 +15,8 @@ from provmw.manager import ServiceManager
 from provmw.middleware.usage import UsageMiddleware
 from provmw.plugins import PluginHost
 from provmw.settings import Settings
-from provmw.stores.spill import SpillFile
 from provmw.stores.usage import SqliteUsageStore, UsageRecord
+from provmw.stores.usage.spill import SpillFile
 from provmw.testing import FakeProvider, Fault
 from tests.conftest import anthropic_config, openai_config
 from tests.stores.test_journal import LockedLedger, spilled_keys

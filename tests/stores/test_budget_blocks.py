@@ -12,10 +12,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from provmw.stores._settles import SettleJournal, merged
-from provmw.stores.budget_blocks import BudgetBlocks
 from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, Refusal
-from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from provmw.stores.budgets.blocks import BudgetBlocks
+from provmw.stores.budgets.settles import SettleJournal, merged
+from provmw.stores.budgets.sqlite import SqliteBudgetStore
 from tests.polling import eventually
 from tests.stores.budget_files import BUCKET, DOLLAR, OTHER, in_file, kill_once_settled
 
@@ -168,9 +168,9 @@ def test_a_replay_counts_a_blocks_largest_total_once(tmp_path: Path) -> None:
 
 BLOCKS = """
     import asyncio, sys
-    from provmw.stores.budget_blocks import BudgetBlocks
+    from provmw.stores.budgets.blocks import BudgetBlocks
     from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
-    from provmw.stores.budgets_sqlite import SqliteBudgetStore
+    from provmw.stores.budgets.sqlite import SqliteBudgetStore
     async def main():
         store = BudgetBlocks(SqliteBudgetStore(sys.argv[1], synchronous="NORMAL", settle_delay_s=3600),
                              max_age_s=3600)

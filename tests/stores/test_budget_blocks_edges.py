@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from provmw.stores import _settles
-from provmw.stores._settles import SettleJournal
-from provmw.stores.budget_blocks import BudgetBlocks
 from provmw.stores.budgets import Amounts, Charge, Limits
-from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from provmw.stores.budgets import settles as _settles
+from provmw.stores.budgets.blocks import BudgetBlocks
+from provmw.stores.budgets.settles import SettleJournal
+from provmw.stores.budgets.sqlite import SqliteBudgetStore
 from tests.stores.budget_files import BUCKET, DOLLAR, OTHER, A, in_file, reservation_ids
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from provmw.stores import _settles
-from provmw.stores.budget_blocks import BudgetBlocks
 from provmw.stores.budgets import Amounts, BucketId, Charge, Limits, Refusal
-from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from provmw.stores.budgets import settles as _settles
+from provmw.stores.budgets.blocks import BudgetBlocks
+from provmw.stores.budgets.sqlite import SqliteBudgetStore
 from tests.polling import eventually
 from tests.stores.budget_files import BUCKET, DOLLAR, OTHER, A, in_file
 from tests.virtual_time import run_virtual

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from provmw.stores.budgets import KEEP_EXPIRED_S, Amounts, BucketId, BudgetStore, Charge, Limits, MemoryBudgetStore
-from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from provmw.stores.budgets.sqlite import SqliteBudgetStore
 from provmw.testing import FakeClock
 
 DAY = BucketId("user", "ada", "day", "2026-11-22")

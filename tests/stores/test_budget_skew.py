@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from provmw.stores.budget_blocks import BudgetBlocks
 from provmw.stores.budgets import Amounts, BudgetStore, Charge, Limits
-from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from provmw.stores.budgets.blocks import BudgetBlocks
+from provmw.stores.budgets.sqlite import SqliteBudgetStore
 from provmw.testing import FakeClock
 from tests.stores.budget_files import BUCKET
 

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from provmw.stores.budget_blocks import BudgetBlocks
 from provmw.stores.budgets import Amounts, BucketId, BudgetStore, Charge, Limits, MemoryBudgetStore
-from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from provmw.stores.budgets.blocks import BudgetBlocks
+from provmw.stores.budgets.sqlite import SqliteBudgetStore
 from provmw.testing import FakeClock
 
 DAY = BucketId("user", "ada", "day", "2026-11-22", "2026-11-23T00:00:00-08:00")

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
-from provmw.stores.budgets_sqlite import SqliteBudgetStore
-from provmw.stores.journal import UsageJournal
+from provmw.stores.budgets.sqlite import SqliteBudgetStore
 from provmw.stores.usage import SqliteUsageStore
+from provmw.stores.usage.journal import UsageJournal
 from provmw.testing import FakeClock
 
 BUCKET = BucketId("global", "*", "total", "total")
@@ -33,7 +33,7 @@ def spawn(script: str, *args: str) -> subprocess.Popen[str]:
 HOLDER = """
     import asyncio, sys, time
     from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
-    from provmw.stores.budgets_sqlite import SqliteBudgetStore
+    from provmw.stores.budgets.sqlite import SqliteBudgetStore
     async def main():
         store = SqliteBudgetStore(sys.argv[1])
         charge = Charge(BucketId("global", "*", "total", "total"), Limits(cost_micro_usd=1_000_000),

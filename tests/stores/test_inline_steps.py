@@ -11,7 +11,7 @@ import pytest
 
 from provmw.stores._sqlite import SqliteDatabase
 from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
-from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from provmw.stores.budgets.sqlite import SqliteBudgetStore
 
 CHARGE = Charge(BucketId("global", "*", "total", "total"), Limits(cost_micro_usd=1_000_000), Amounts(900_000, 0, 1))
 SCHEMA = "CREATE TABLE IF NOT EXISTS t (x INTEGER);"

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from provmw.errors import UsageLedgerUnavailableError
-from provmw.stores.journal import UsageJournal
-from provmw.stores.spill import SpillFile
 from provmw.stores.usage import MemoryUsageStore, SqliteUsageStore
+from provmw.stores.usage.journal import UsageJournal
+from provmw.stores.usage.spill import SpillFile
 from tests.stores.test_usage_store import record
 
 

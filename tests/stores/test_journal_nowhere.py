@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from provmw.errors import UsageLedgerUnavailableError
-from provmw.stores.journal import UsageJournal
-from provmw.stores.spill import SpillFile
+from provmw.stores.usage.journal import UsageJournal
+from provmw.stores.usage.spill import SpillFile
 from tests.stores.test_journal import LockedLedger, spilled_keys
 from tests.stores.test_usage_store import record
 

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from provmw.stores.budgets import Amounts, Charge, Limits
-from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from provmw.stores.budgets.sqlite import SqliteBudgetStore
 from provmw.stores.outage import GuardedBudgets
 from provmw.testing import FakeClock
 from tests.stores.budget_files import BUCKET

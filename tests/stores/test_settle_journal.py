@@ -8,10 +8,10 @@ import os
 import sqlite3
 from pathlib import Path
 
-from provmw.stores._settles import SettleJournal
 from provmw.stores._sqlite import transaction
 from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
-from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from provmw.stores.budgets.settles import SettleJournal
+from provmw.stores.budgets.sqlite import SqliteBudgetStore
 from tests.stores.budget_files import kill_once_settled
 
 BUCKET = BucketId("global", "*", "total", "total")
@@ -98,7 +98,7 @@ def test_a_line_cut_by_a_crash_is_not_replayed(tmp_path: Path) -> None:
 SETTLER = """
     import asyncio, sys, time
     from provmw.stores.budgets import Amounts, BucketId, Charge, Limits
-    from provmw.stores.budgets_sqlite import SqliteBudgetStore
+    from provmw.stores.budgets.sqlite import SqliteBudgetStore
     async def main():
         store = SqliteBudgetStore(sys.argv[1], synchronous="NORMAL", settle_delay_s=3600)
         charge = Charge(BucketId("global", "*", "total", "total"), Limits(cost_micro_usd=1_000_000),

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from provmw.stores.spill import SpillFile, encode_record
 from provmw.stores.usage import UsageRecord
+from provmw.stores.usage.spill import SpillFile, encode_record
 from tests.stores.test_usage_store import record
 
 texts = st.text(max_size=20)

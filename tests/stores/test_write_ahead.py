@@ -14,10 +14,10 @@ from pathlib import Path
 
 from provmw.settings import Settings
 from provmw.state import open_state
-from provmw.stores.journal import UsageJournal
-from provmw.stores.spill import SpillFile
 from provmw.stores.usage import SqliteUsageStore
-from provmw.stores.write_ahead import WriteAheadFile
+from provmw.stores.usage.journal import UsageJournal
+from provmw.stores.usage.spill import SpillFile
+from provmw.stores.usage.write_ahead import WriteAheadFile
 from tests.stores.test_usage_store import record
 
 
@@ -110,7 +110,7 @@ async def test_a_batch_larger_than_one_statement_is_stored_whole(tmp_path: Path)
 
 JOURNALED = """
     import asyncio, sys
-    from provmw.stores.journal import UsageJournal
+    from provmw.stores.usage.journal import UsageJournal
     from provmw.stores.usage import SqliteUsageStore
     from tests.stores.test_usage_store import record
     async def main():

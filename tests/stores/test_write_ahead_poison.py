@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from provmw.stores.journal import UsageJournal
-from provmw.stores.spill import SpillFile
 from provmw.stores.usage import SqliteUsageStore
+from provmw.stores.usage.journal import UsageJournal
+from provmw.stores.usage.spill import SpillFile
 from tests.stores.test_usage_store import record
 
 POISON = record("poison", input_tokens=2**63)  # more than SQLite's INTEGER holds: refused on its own

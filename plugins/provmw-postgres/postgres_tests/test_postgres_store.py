@@ -14,9 +14,9 @@ from provmw_postgres import PostgresOptions, PostgresUnavailableError, PostgresU
 
 from provmw.cli import main
 from provmw.errors import ConfigurationError
-from provmw.stores.journal import UsageJournal
-from provmw.stores.spill import SpillFile
 from provmw.stores.usage import UsageRecord, UsageStore
+from provmw.stores.usage.journal import UsageJournal
+from provmw.stores.usage.spill import SpillFile
 from provmw.testing import UsageStoreConformance
 
 pytestmark = pytest.mark.postgres

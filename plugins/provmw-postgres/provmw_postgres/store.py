@@ -37,8 +37,8 @@ from psycopg import sql
 from provmw.errors import ConfigurationError, UsageLedgerUnavailableError
 from provmw.options import number
 from provmw.stores.shared import masked_url
-from provmw.stores.summary import ROW_COLUMNS, Group
 from provmw.stores.usage import UsageRecord
+from provmw.stores.usage.summary import ROW_COLUMNS, Group
 
 __all__ = ["PostgresOptions", "PostgresUnavailableError", "PostgresUsageStore"]
 

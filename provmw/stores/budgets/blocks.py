@@ -29,10 +29,10 @@ from typing import Any
 
 import attrs
 
-from provmw.stores._blocks import Block, Closing, as_calls, give_back
-from provmw.stores._settles import BLOCK
 from provmw.stores.budgets import DIMENSIONS, Amounts, BucketState, Charge, Refusal, one_per_bucket
-from provmw.stores.budgets_sqlite import SqliteBudgetStore
+from provmw.stores.budgets.block_room import Block, Closing, as_calls, give_back
+from provmw.stores.budgets.settles import BLOCK
+from provmw.stores.budgets.sqlite import SqliteBudgetStore
 
 __all__ = ["BudgetBlocks"]
 

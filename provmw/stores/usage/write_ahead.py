@@ -26,8 +26,8 @@ import weakref
 
 import attrs
 
-from provmw.stores.spill import SpillFile, encode_record, write_all
 from provmw.stores.usage import UsageRecord
+from provmw.stores.usage.spill import SpillFile, encode_record, write_all
 
 __all__ = ["Segment", "WriteAheadFile"]
 

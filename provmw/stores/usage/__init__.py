@@ -27,7 +27,7 @@ from provmw.errors import ConfigurationError, UsageLedgerUnavailableError
 from provmw.responses import Billed
 from provmw.stores._sqlite import SqliteDatabase, Synchronous, transaction
 from provmw.stores.shared import masked_url
-from provmw.stores.summary import Group, usage_rows
+from provmw.stores.usage.summary import Group, usage_rows
 
 __all__ = ["Billed", "MemoryUsageStore", "billed_for", "SqliteUsageStore", "UsageRecord", "UsageStore", "is_store_url",
            "ledger_location"]
@@ -90,7 +90,7 @@ class UsageStore(Protocol):
     and all-or-nothing per batch (a batch that fails stores none of its records), and it
     returns only once the records are durable. ``records(since)`` returns every record
     stamped at or after ``since`` (all with None). ``summary`` returns what
-    :func:`provmw.stores.summary.usage_rows` returns for those records, however the store
+    :func:`provmw.stores.usage.summary.usage_rows` returns for those records, however the store
     computes it. ``aclose`` releases the store's resources. ``provmw.testing.UsageStoreConformance``
     checks all of it against a store.
     """
@@ -202,7 +202,7 @@ def _migrate_0_1_0(connection: sqlite3.Connection) -> None:
 
 class SqliteUsageStore:
     """The embedded default: a table in a SQLite file (WAL); records it cannot take wait in
-    ``spill_path`` (see :mod:`provmw.stores.journal`)."""
+    ``spill_path`` (see :mod:`provmw.stores.usage.journal`)."""
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0, synchronous: Synchronous = "NORMAL") -> None:
         self.db = SqliteDatabase(path, _SCHEMA, busy_timeout_s=busy_timeout_s, synchronous=synchronous,

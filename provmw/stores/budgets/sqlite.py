@@ -3,7 +3,7 @@
 One transaction per step, on the caller's thread when the file is free (ADR 0030). At
 ``NORMAL`` a settle is written to this process's settle journal and committed with the next
 step, or within ``settle_delay_s`` (ADR 0032); at either setting a step replays the journals
-dead processes left. ``provmw.stores.budget_blocks`` reserves many calls at once over it.
+dead processes left. ``provmw.stores.budgets.blocks`` reserves many calls at once over it.
 
 Leases expire by the store's clock, read inside each step's transaction: the clock of the host
 that holds the file (every process sharing a WAL file runs on that host), never the caller's
@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from provmw.stores._settles import Orphans, Settle, SettleJournal, merged
 from provmw.stores._sqlite import SqliteDatabase, Synchronous, transaction
 from provmw.stores.budgets import (
     DIMENSIONS,
@@ -36,6 +35,7 @@ from provmw.stores.budgets import (
     Refusal,
     check,
 )
+from provmw.stores.budgets.settles import Orphans, Settle, SettleJournal, merged
 
 __all__ = ["SqliteBudgetStore"]
 

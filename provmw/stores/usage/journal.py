@@ -1,7 +1,7 @@
 """The usage journal: a record is durable before the call that made it returns.
 
 ``await journal.durable(record)`` resolves once the record is in the store or in the spill
-file (:mod:`provmw.stores.spill`), so a process killed after a call returned has left that
+file (:mod:`provmw.stores.usage.spill`), so a process killed after a call returned has left that
 call's records behind. One background writer takes everything waiting as one batch (group
 commit): concurrent calls share one transaction, so the wait stays near one commit.
 
@@ -27,7 +27,7 @@ commit): concurrent calls share one transaction, so the wait stays near one comm
   so a record replayed twice counts once. A poison record stays in the spill file.
 
 **Write-ahead** (``write_ahead=True`` and ``fail_open``, ADR 0027): ``durable`` appends the record to this
-process's write-ahead file (:mod:`provmw.stores.write_ahead`) and returns ``"journaled"``
+process's write-ahead file (:mod:`provmw.stores.usage.write_ahead`) and returns ``"journaled"``
 at once; the writer takes it to the store with the next batch, and removes full segments
 once their records are stored.
 A record so journaled survives kill -9 without waiting for a commit or a thread.
@@ -47,10 +47,10 @@ from pathlib import Path
 from typing import Literal
 
 from provmw.errors import UsageLedgerUnavailableError
-from provmw.stores._lost import LostRecords
-from provmw.stores.spill import SpillClaim, SpillFile
 from provmw.stores.usage import UsageRecord, UsageStore
-from provmw.stores.write_ahead import Segment, WriteAheadFile
+from provmw.stores.usage.lost import LostRecords
+from provmw.stores.usage.spill import SpillClaim, SpillFile
+from provmw.stores.usage.write_ahead import Segment, WriteAheadFile
 
 __all__ = ["FailurePolicy", "Outcome", "UsageJournal"]
 
