@@ -24,7 +24,7 @@ from provmw.middleware.usage import UsageMiddleware
 from provmw.pipeline import Middleware, MiddlewarePipeline
 from provmw.responses import CompletionResponse, Usage
 from provmw.stores.embedded import EmbeddedState, SqliteFile
-from provmw.stores.journal import UsageJournal
+from provmw.stores.usage.journal import UsageJournal
 from provmw.testing import call_context
 
 CONFIG = ProviderConfig(identifier="bench", provider="openai", model="m")
