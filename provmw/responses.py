@@ -22,6 +22,7 @@ __all__ = [
     "Billed",
     "ChatChunk",
     "CompletionResponse",
+    "Counts",
     "EmbeddingResponse",
     "ProviderResponse",
     "Usage",
@@ -38,14 +39,13 @@ Billed = Literal["yes", "no", "unknown", "estimated"]
 
 
 @attrs.frozen(kw_only=True)
-class Usage:
-    """Tokens a call consumed and, once priced, what it cost (ADR 0015).
+class Counts:
+    """The counters an answer's ``Usage`` and the ledger's ``UsageRecord`` share, declared once.
 
     ``input_tokens`` counts every input token, cache reads and writes included;
     ``cached_input_tokens`` (cache reads) and the cache writes by TTL are parts of it.
     ``output_tokens`` counts every output token; ``reasoning_tokens`` is the part spent
-    thinking. A cache hit costs nothing: ``cost_usd`` is 0 and ``saved_cost_usd`` is what
-    the answer cost when it was made.
+    thinking. ``cost_usd`` is what they cost, once priced.
     """
 
     input_tokens: int = 0
@@ -55,6 +55,16 @@ class Usage:
     cache_write_1h_tokens: int = 0
     reasoning_tokens: int = 0
     cost_usd: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Usage(Counts):
+    """Tokens a call consumed and, once priced, what it cost (ADR 0015; the counters: ``Counts``).
+
+    A cache hit costs nothing: ``cost_usd`` is 0 and ``saved_cost_usd`` is what the answer
+    cost when it was made.
+    """
+
     saved_cost_usd: float | None = None
 
     @property

@@ -1,4 +1,4 @@
-"""``timeout``: a call may lengthen or shorten its attempts' time limits.
+"""``timeout``: a call sets its attempts' time limits; the terminal enforces them (ADR 0047).
 
 The limit of each attempt is its configuration's ``timeout_s`` (for a stream: its
 ``first_chunk_timeout_s`` to the first content chunk and ``stream_idle_timeout_s`` between

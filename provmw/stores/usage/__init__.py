@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo
 import attrs
 
 from provmw.errors import ConfigurationError, UsageLedgerUnavailableError
-from provmw.responses import Billed
+from provmw.responses import Billed, Counts
 from provmw.stores._sqlite import SqliteDatabase, Synchronous, transaction
 from provmw.stores.shared import masked_url
 from provmw.stores.usage.summary import Group, usage_rows
@@ -48,8 +48,9 @@ def billed_for(exc: BaseException) -> Billed:
 
 
 @attrs.frozen(kw_only=True)
-class UsageRecord:
-    """One attempt (or cache hit) of one logical call, priced when the model is."""
+class UsageRecord(Counts):
+    """One attempt (or cache hit) of one logical call, priced when the model is: its ``Counts``
+    and who, what, when and how it ended."""
 
     call_id: str
     attempt: int
@@ -61,13 +62,6 @@ class UsageRecord:
     model: str
     user: str | None = None
     tenant: str | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_input_tokens: int = 0
-    cache_write_5m_tokens: int = 0
-    cache_write_1h_tokens: int = 0
-    reasoning_tokens: int = 0
-    cost_usd: float | None = None
     latency_s: float = 0.0
     status: Literal["ok", "error", "cache_hit"] = "ok"
     error_type: str | None = None
