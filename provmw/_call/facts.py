@@ -37,7 +37,7 @@ from provmw.requests import (
     request_digest,
 )
 
-__all__ = ["ALLOWANCES", "Allowance", "cache_write_ttl", "call_facts", "call_needs", "estimate_tokens",
+__all__ = ["ALLOWANCES", "Allowance", "cache_write_ttl", "call_facts", "call_needs", "estimate_tokens", "output_limit",
            "input_token_bound"]
 
 _IMAGE_CHARS = 340  # an image counts as this much text; what providers charge varies by size
@@ -243,7 +243,7 @@ def _fixed(config: ProviderConfig, request: ProviderRequest, prices: PriceTable)
     rates = price.rates() if price is not None and not price.tiers else None
     flat = None if rates is None else (rates.highest_input(None), rates.highest_input(ttl), rates.output)
     fixed = _Fixed(_json_bytes(options), ALLOWANCES.get(config.provider, _UNKNOWN), price,
-                   0 if embedding else _max_output_tokens(config, request), ttl, flat)
+                   0 if embedding else output_limit(config, request), ttl, flat)
     if not own:
         if len(_fixed_by_config) >= _FIXED_KEPT:
             _fixed_by_config.clear()
@@ -306,11 +306,12 @@ def _plain(value: object) -> object:
 def _most_output_tokens(chain: Sequence[ProviderConfig], request: ProviderRequest) -> int | None:
     """The largest ``max_tokens`` over the fallback chain, or None when one of them sets none
     (a fallback may answer at length; a strict token limit must reserve for it)."""
-    bounds = [_max_output_tokens(config, request) for config in chain]
+    bounds = [output_limit(config, request) for config in chain]
     return None if not bounds or None in bounds else max(b for b in bounds if b is not None)
 
 
-def _max_output_tokens(config: ProviderConfig, request: ProviderRequest) -> int | None:
+def output_limit(config: ProviderConfig, request: ProviderRequest) -> int | None:
+    """The most output ``config`` may answer ``request`` with: its ``max_tokens`` (or the call's)."""
     # Either name bounds the answer (max_completion_tokens is OpenAI's for reasoning models);
     # with both set, the larger, so that a reservation is never short of what may be billed.
     # The call's option overrides the configuration's (merged_options), read without merging.

@@ -19,6 +19,7 @@ import attrs
 
 from provmw._base.deadlines import Deadlines
 from provmw._call import attempt_log
+from provmw._call.facts import output_limit
 from provmw.config import ProviderConfig
 from provmw.context import AttemptMeter, ProviderCallContext, ProviderOperation, attempt_meters
 from provmw.destinations import DestinationGuard
@@ -176,7 +177,7 @@ class Call(Generic[R]):
         try:
             price = None if stream else self.terminal.prices.price_for(chosen)  # a stream: at its end
             response = answered(await self._send(chosen), self.response_type, chosen, price,
-                                None if stream else self.ctx.facts.max_output_tokens)
+                                None if stream else output_limit(chosen, self.request))
         except BaseException as exc:
             Scrubber.for_config(chosen).error(exc)  # a provider may echo the credentials it was sent
             attempts.record(Attempt(config_id=chosen.identifier, error_type=type(exc).__name__,
@@ -210,7 +211,7 @@ class Call(Generic[R]):
                 served_by=config.identifier, first_chunk_s=config.first_chunk_timeout_s or config.timeout_s,
                 idle_s=config.stream_idle_timeout_s or config.timeout_s, price=terminal.prices.price_for(config),
                 estimated_input_tokens=ctx.facts.estimated_input_tokens,
-                max_output_tokens=output_bound(ctx.facts.max_output_tokens, terminal.prices.price_for(config)),
+                max_output_tokens=output_bound(output_limit(config, request), terminal.prices.price_for(config)),
                 scrub=Scrubber.for_config(config).error, scrub_chunk=Scrubber.for_config(config).answer)
             self.streams.append(opened)
             return opened
