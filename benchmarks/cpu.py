@@ -62,8 +62,7 @@ async def _run(names: list[str], args: argparse.Namespace, folder: Path) -> dict
     managers = {}
     for name in names:
         (folder / name).mkdir()
-        managers[name] = _manager(TEMPLATES[name][0].format(url=URL), folder / name)
-        managers[name].http = InstantHttp()
+        managers[name] = _manager(TEMPLATES[name][0].format(url=URL), folder / name, InstantHttp())
     try:
         for name in names:  # warm up
             await _per_call_us(managers[name], TEMPLATES[name][1], 200, 1)

@@ -149,11 +149,12 @@ async def adapter(url: str, folder: Path) -> Any:
         await http.aclose()
 
 
-def _manager(text: str, folder: Path) -> ServiceManager:
+def _manager(text: str, folder: Path, http: HttpClient | None = None) -> ServiceManager:
+    """A manager on the settings ``text``; ``http``: the client it sends through (the CPU benchmarks' instant one)."""
     path = folder / "provmw.toml"
     path.write_text(text)
     host = PluginHost(PluginPolicy(autoload=False), environ={})
-    return ServiceManager(load_settings(path, environ={**os.environ, "PROVMW_BENCH_KEY": KEY}), host=host)
+    return ServiceManager(load_settings(path, environ={**os.environ, "PROVMW_BENCH_KEY": KEY}), host=host, http=http)
 
 
 Contender = Callable[[str, Path], AbstractAsyncContextManager[Call]]

@@ -57,8 +57,7 @@ def _without(template: str, layers: list[str]) -> str:
 
 async def _calls(name: str, calls: int, folder: Path, without: list[str]) -> None:
     template, text = TEMPLATES[name]
-    async with _manager(_without(template, without).format(url=URL), folder) as manager:
-        manager.http = InstantHttp()
+    async with _manager(_without(template, without).format(url=URL), folder, InstantHttp()) as manager:
         for _ in range(WARM_UP + calls):
             await manager.chat(text(), user="ada", tenant="acme")
 

@@ -21,8 +21,7 @@ CALLS = 200
 @pytest.mark.parametrize("name", list(TEMPLATES))
 def test_cpu_per_call(benchmark: Any, loop: asyncio.AbstractEventLoop, tmp_path: Path, name: str) -> None:
     template, text = TEMPLATES[name]
-    manager = _manager(template.format(url=URL), tmp_path)
-    manager.http = InstantHttp()
+    manager = _manager(template.format(url=URL), tmp_path, InstantHttp())
 
     async def calls() -> None:
         for _ in range(CALLS):
