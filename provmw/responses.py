@@ -74,6 +74,15 @@ class Usage(Counts):
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
 
+    def __repr__(self) -> str:
+        # Costs are sums of float prices (0.00012300000000000001): the repr shows 12 significant
+        # digits, which hides that noise; the value itself keeps every digit for sums and checks.
+        def shown(value: object) -> str:
+            return repr(float(f"{value:.12g}")) if isinstance(value, float) else repr(value)
+
+        fields = ", ".join(f"{field.name}={shown(getattr(self, field.name))}" for field in attrs.fields(type(self)))
+        return f"{type(self).__name__}({fields})"
+
     @classmethod
     def from_dict(cls, value: object) -> Usage:
         data = serde.mapping(value, "usage")

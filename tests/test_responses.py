@@ -106,3 +106,9 @@ def test_image_part_needs_exactly_one_source() -> None:
 def test_tool_call_with_bad_json_arguments_raises_typed_error() -> None:
     with pytest.raises(InvalidDataError, match="not JSON"):
         ToolCall(id="1", name="f", arguments="{oops").parsed_arguments()
+
+
+def test_usage_repr_shows_a_summed_cost_without_float_noise() -> None:
+    usage = Usage(input_tokens=3, cost_usd=0.00001 + 0.00002)  # 3.0000000000000004e-05
+    assert "cost_usd=3e-05," in repr(usage) and repr(usage).startswith("Usage(input_tokens=3, ")
+    assert usage.cost_usd != 0.00003  # the value keeps its digits; only the repr rounds
