@@ -51,3 +51,27 @@ def test_verbose_is_taken_before_or_after_the_command(where: str) -> None:
     argv = ["-v", "usage"] if where == "before" else ["usage", "-v"]
     assert _parser().parse_args(argv).verbose is True
     assert _parser().parse_args(["usage"]).verbose is False
+
+
+def budget_file(fake: FakeProvider, path: Path) -> Path:
+    settings_file(fake, path)
+    path.write_text(path.read_text() + f'[middleware.budget]\npath = "{path.parent / "b.sqlite3"}"\n'
+                    '[[middleware.budget.limits]]\nscope = "global"\nperiod = "day"\nmax_requests = 0\n')
+    return path
+
+
+async def test_verbose_prints_no_traceback_for_a_budget_refusal(
+        fake: FakeProvider, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = budget_file(fake, tmp_path / "provmw.toml")
+    status, _ = await asyncio.to_thread(run, "-v", "--config", str(config), "chat", "hello")
+    err = capsys.readouterr().err
+    assert status == 2 and "BudgetExceededError: budget 'global:*'" in err
+    assert "Traceback" not in err
+
+
+def test_verbose_prints_no_traceback_for_a_configuration_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, _ = run("-v", "--config", str(tmp_path / "missing.toml"), "stack")
+    err = capsys.readouterr().err
+    assert status == 2 and "ConfigurationError: settings file not found" in err
+    assert "Traceback" not in err

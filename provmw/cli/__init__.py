@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from zoneinfo import ZoneInfo
 
-from provmw.errors import ConfigurationError, PluginError, ProvmwError
+from provmw.errors import ConfigurationError, InvalidDataError, PluginError, ProvmwError
 
 if TYPE_CHECKING:
     from provmw.settings import Settings
@@ -330,6 +330,10 @@ _COMMANDS: dict[str, Any] = {"chat": _chat, "embed": _embed, "stack": _stack, "p
                              "usage": _usage, "budget": _budget, "demo": _demo, "fake-provider": _fake_provider}
 
 
+# The errors whose traceback ``-v`` prints: they mean code went wrong, not that a call was refused.
+_CODE_FAILURES = (PluginError, InvalidDataError)
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point of the ``provmw`` command; returns the exit status."""
     out = out or sys.stdout
@@ -347,8 +351,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return 1
     except ProvmwError as exc:
         sys.stderr.write(f"provmw: {type(exc).__name__}: {exc}\n")
+        # A refusal (bad settings, a budget, a provider's answer) is the whole story in its
+        # message; a traceback helps only where code failed: a plugin's, or data that won't decode.
+        if not isinstance(exc, _CODE_FAILURES):
+            return 2
         if args.verbose:
             traceback.print_exception(exc, file=sys.stderr)
-        elif isinstance(exc, PluginError):
+        else:
             sys.stderr.write("provmw: run with -v for the traceback\n")
         return 2
