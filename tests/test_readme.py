@@ -90,3 +90,12 @@ def test_the_plugin_example_takes_a_priority_provmw_stack_shows_free() -> None:
     assert found and main(["stack"], stack) == 0
     taken = {line.split()[0] for line in stack.getvalue().splitlines()[1:] if line.split()[0].isdigit()}
     assert len(taken) > 10 and found.group(1) not in taken
+
+
+@pytest.mark.parametrize("command", ["chat", "embed"])
+def test_the_command_list_gives_the_configuration_option(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    listed = README.read_text().split("## Command line", 1)[1].split("\n\n", 2)[1]
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert "[-c CONFIGURATION]" in capsys.readouterr().out  # the README spells it as argparse does
+    assert re.search(rf"`provmw {command} TEXT[.]* \[-c CONFIGURATION\]`", listed), listed
