@@ -31,7 +31,7 @@
     ├── CircuitOpenError                   a breaker is open; retry_after_s
     ├── DeadlineExceededError              the logical call's total time limit fired
     ├── FallbackExhaustedError             every attempt and its error, skipped configurations too
-    ├── BudgetExceededError                bucket, dimension, limit, spent, reserved, period
+    ├── BudgetExceededError                bucket, dimension, limit, spent, reserved, period, needed, set_by
     ├── BudgetUnavailableError             fail-closed: the budget store cannot reserve
     └── UsageLedgerUnavailableError        fail-closed: the ledger cannot take more records
 
@@ -373,7 +373,11 @@ class BudgetExceededError(ProvmwError):
     """A budget bucket refused the call before it reached a provider.
 
     ``dimension`` is what ran out: ``cost_usd``, ``tokens`` or ``requests``; ``resets_at``
-    is an ISO 8601 time in the budget's time zone, or None for a total.
+    is an ISO 8601 time in the budget's time zone, or None for a total. ``needed`` is what
+    this call asked to reserve in that dimension (a strict budget's worst case), ``set_by``
+    the configuration of its fallback chain that made it that large, ``reason`` why, with the
+    setting that lowers it; ``further_attempt`` is True when a retry or fallback of a call
+    already under way was refused (each attempt reserves again).
     """
 
     never_sent = True  # refused before the request left: the ledger records it as not billed
@@ -388,11 +392,15 @@ class BudgetExceededError(ProvmwError):
         period: str,
         resets_at: str | None = None,
         dimension: str = "cost_usd",
+        needed: float | None = None,
+        set_by: str | None = None,
+        reason: str | None = None,
+        further_attempt: bool = False,
     ) -> None:
         resets = f", resets at {resets_at}" if resets_at else ""
         super().__init__(
             f"budget {bucket!r} ({period}) exceeded on {dimension}: limit {_plain(limit)}, spent {_plain(spent)}, "
-            f"reserved {_plain(reserved)}{resets}"
+            f"reserved {_plain(reserved)}{resets}{_needed(needed, set_by, reason, further_attempt)}"
         )
         self.bucket = bucket
         self.limit = limit
@@ -401,6 +409,18 @@ class BudgetExceededError(ProvmwError):
         self.period = period
         self.resets_at = resets_at
         self.dimension = dimension
+        self.needed = needed
+        self.set_by = set_by
+        self.reason = reason
+        self.further_attempt = further_attempt
+
+
+def _needed(needed: float | None, set_by: str | None, reason: str | None, further: bool) -> str:
+    if needed is None:
+        return ""
+    who = "a further attempt of this call (a retry or fallback reserves again)" if further else "this call"
+    by = f", set by {set_by!r}" if set_by else ""
+    return f"; {who} needed {_plain(needed)}{by}" + (f": {reason}" if reason else "")
 
 
 class BudgetUnavailableError(ProvmwError):

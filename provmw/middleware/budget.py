@@ -31,9 +31,11 @@ from provmw._base.periods import PERIODS, Period, Window, window
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation, metering
 from provmw.errors import BudgetExceededError, ConfigurationError
+from provmw.middleware._budget_need import need, refusal_error
 from provmw.middleware._common import Clock
 from provmw.options import number, one_of, options_from
 from provmw.pipeline import Next, R
+from provmw.pricing import PriceTable
 from provmw.responses import Billed, ProviderResponse, Usage
 from provmw.stores.budgets import (
     DIMENSIONS,
@@ -154,6 +156,7 @@ class BudgetMiddleware:
         self._limits = {limit: limit.limits for limit in self.options.limits}
         self._buckets: dict[tuple[str, str, str, str], BucketId] = {}  # the buckets of recent calls, made once
         self._renewals = _Renewals(self.store, self.options.lease_s, wall_clock)
+        self._prices: PriceTable | None = None  # read only to explain a refusal, so loaded on the first
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         if not self.options.limits:
@@ -162,11 +165,11 @@ class BudgetMiddleware:
         charges = self.charges(ctx, config, now)
         if not charges:
             return await next(config)
-        bill = _Bill(self, charges)
+        bill = _Bill(self, charges, ctx, config)
         refusal = await bill.reserve(now)
         if refusal is not None:
             await asyncio.sleep(0)  # a caller retrying at once must still let the loop run (ADR 0045)
-            raise _error(refusal)
+            raise self.refused(ctx, config, refusal, charges[0].amount)
         try:
             with metering(bill):
                 response = await next(config)
@@ -185,6 +188,14 @@ class BudgetMiddleware:
         amount = self._worst_case(ctx, config, [limit for limit, _ in touched])
         return list(one_per_bucket([Charge(self._bucket(limit, subject, now), self._limits[limit], amount)
                                     for limit, subject in touched]))
+
+    def refused(self, ctx: ProviderCallContext, config: ProviderConfig, refusal: Refusal, amount: Amounts, *,
+                further: bool = False) -> BudgetExceededError:
+        """The error for ``refusal``: what the call (or a further attempt) needed, who set it, and why."""
+        if self._prices is None:
+            self._prices = PriceTable()  # the bundled table, as the manager's; a configuration's own price first
+        why = need(ctx, config, amount, refusal.dimension, strict=self.options.mode == "strict", prices=self._prices)
+        return refusal_error(refusal, why, further=further)
 
     def _bucket(self, limit: BudgetLimit, subject: str, now: float) -> BucketId:
         span = self._window(limit.period, now)
@@ -245,8 +256,10 @@ class _Bill:
     the call is over and its streams have ended.
     """
 
-    def __init__(self, layer: BudgetMiddleware, charges: Sequence[Charge]) -> None:
+    def __init__(self, layer: BudgetMiddleware, charges: Sequence[Charge], ctx: ProviderCallContext,
+                 config: ProviderConfig) -> None:
         self._store, self._renewals, self._clock = layer.store, layer._renewals, layer._clock
+        self._layer, self._ctx, self._config = layer, ctx, config  # to explain a refused further attempt
         self._lease_s = layer.options.lease_s
         self._charges = charges
         self._each = charges[0].amount  # one attempt's worth: the same in every bucket
@@ -278,7 +291,7 @@ class _Bill:
             refusal = await self.reserve(self._clock())
             if refusal is not None:
                 self._started -= 1
-                raise _error(refusal)
+                raise self._layer.refused(self._ctx, self._config, refusal, self._each, further=True)
         self._open += 1
 
     async def ended(self, config: ProviderConfig | None, billed: Billed, usage: Usage | None) -> None:
@@ -344,16 +357,6 @@ class _Bill:
                 failed = failed or exc
         if failed is not None:
             raise failed
-
-
-def _error(refusal: Refusal) -> BudgetExceededError:
-    bucket = refusal.bucket
-    scale = 1e6 if refusal.dimension == "cost_micro_usd" else 1.0
-    dimension = "cost_usd" if refusal.dimension == "cost_micro_usd" else refusal.dimension
-    return BudgetExceededError(
-        f"{bucket.scope}:{bucket.subject}", limit=refusal.limit / scale, spent=refusal.spent / scale,
-        reserved=refusal.reserved / scale, period=f"{bucket.period} {bucket.window}",
-        resets_at=bucket.resets_at, dimension=dimension)
 
 
 class _Renewals:
