@@ -190,7 +190,7 @@ async def test_budget_lists_each_bucket_with_its_spend_and_reset(fake: FakeProvi
     status, text = await asyncio.to_thread(run, "--config", str(config), "budget", "--format", "json")
     assert status == 0
     [row] = json.loads(text)
-    assert (row["bucket"], row["limit"], row["requests"], row["reserved_usd"]) == ("global:*", "$1", 2, 0.0)
+    assert (row["scope"], row["max_cost_usd"], row["requests"], row["reserved_usd"]) == ("global", 1.0, 2, 0.0)
     assert row["spent_usd"] > 0 and row["resets_at"].endswith(("-08:00", "-07:00"))
 
 

@@ -165,7 +165,7 @@ def _usage(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _budget(args: argparse.Namespace, out: TextIO) -> int:
-    from provmw.cli.reports import budget_rows, render
+    from provmw.cli.reports import budget_rows, budget_table, render
     from provmw.middleware import BUDGET, section_options
 
     settings, zone = _report_settings(args)
@@ -182,7 +182,8 @@ def _budget(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     now = time.time()
     states = asyncio.run(_read_state(settings, lambda state: state.budget_store().states(now=now)))
-    out.write(render(budget_rows(states, options.limits, zone, now), args.format))
+    rows = budget_rows(states, options.limits, zone, now)
+    out.write(render(budget_table(rows) if args.format == "table" else rows, args.format))
     return 0
 
 

@@ -15,12 +15,16 @@ from provmw.middleware.budget import BudgetLimit
 from provmw.stores.budgets import BucketState
 from provmw.stores.usage.summary import GROUPS, usage_rows
 
-__all__ = ["GROUPS", "budget_rows", "plain", "render", "usage_rows", "usd"]
+__all__ = ["GROUPS", "budget_rows", "budget_table", "plain", "render", "usage_rows", "usd"]
 
 
 def budget_rows(states: Sequence[BucketState], limits: Sequence[BudgetLimit], zone: ZoneInfo,
                 now: float) -> list[dict[str, Any]]:
-    """Each bucket of the current windows, with its limits, spend and live reservations."""
+    """Each bucket of the current windows, with its limits, spend and live reservations.
+
+    Values are data (numbers, ``None`` for no limit or no reset, ISO dates and times), as
+    ``--format json`` and ``csv`` print them; :func:`budget_table` turns a row into words.
+    """
     rows = []
     for limit in limits:
         current = window(limit.period, zone, now).label
@@ -31,17 +35,26 @@ def budget_rows(states: Sequence[BucketState], limits: Sequence[BudgetLimit], zo
             if limit.match not in ("*", bucket.subject):
                 continue
             rows.append({
-                "bucket": f"{bucket.scope}:{bucket.subject}", "period": f"{bucket.period} {bucket.window}",
-                "limit": _limits(limit), "spent_usd": state.spent.cost_micro_usd / 1e6,
+                "scope": bucket.scope, "subject": bucket.subject, "period": bucket.period, "window": bucket.window,
+                "max_cost_usd": limit.max_cost_usd, "max_tokens": limit.max_tokens,
+                "max_requests": limit.max_requests, "spent_usd": state.spent.cost_micro_usd / 1e6,
                 "reserved_usd": state.reserved.cost_micro_usd / 1e6, "tokens": state.spent.tokens,
-                "requests": state.spent.requests, "resets_at": bucket.resets_at or "never"})
+                "requests": state.spent.requests, "resets_at": bucket.resets_at})
     return rows
 
 
-def _limits(limit: BudgetLimit) -> str:
-    parts = [f"${limit.max_cost_usd:g}" if limit.max_cost_usd is not None else "",
-             f"{limit.max_tokens} tokens" if limit.max_tokens is not None else "",
-             f"{limit.max_requests} requests" if limit.max_requests is not None else ""]
+def budget_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of :func:`budget_rows` for reading: ``global:*``, ``day 2026-11-28``, ``$1, 100 tokens``."""
+    return [{"bucket": f"{row['scope']}:{row['subject']}", "period": f"{row['period']} {row['window']}",
+             "limit": _limits(row), "spent_usd": row["spent_usd"], "reserved_usd": row["reserved_usd"],
+             "tokens": row["tokens"], "requests": row["requests"], "resets_at": row["resets_at"] or "never"}
+            for row in rows]
+
+
+def _limits(row: dict[str, Any]) -> str:
+    parts = [f"${row['max_cost_usd']:g}" if row["max_cost_usd"] is not None else "",
+             f"{row['max_tokens']} tokens" if row["max_tokens"] is not None else "",
+             f"{row['max_requests']} requests" if row["max_requests"] is not None else ""]
     return ", ".join(p for p in parts if p)
 
 
