@@ -49,7 +49,9 @@ def need(ctx: ProviderCallContext, config: ProviderConfig, amount: Amounts, dime
     head = f"the most expensive configuration of the fallback chain ({' -> '.join(c.identifier for c in chain)})"
     if not strict:
         return Need(reserved, costliest.identifier, f"the estimate of this call's cost (estimate mode); {head}")
-    if output is None and price is not None:
+    if embedding:
+        why = f"{head}: at most {input_tokens} input tokens, each at its highest rate"
+    elif output is None and price is not None:
         why = (f"{head} sets no max_tokens, so the model's output ceiling from its price "
                f"(max_output_tokens = {price.max_output_tokens}) was used; {_LOWER}")
     else:

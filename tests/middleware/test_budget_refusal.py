@@ -80,3 +80,13 @@ async def test_a_refused_further_attempt_says_it_was_one(
     error, _ = await refusal(fake, builtin_only, path, {"max_cost_usd": math.ceil(one * 1.5) / 1e6})
     assert (error.further_attempt, error.needed, fake.count()) == (True, one / 1e6, 1)
     assert "a further attempt of this call" in str(error)
+
+
+async def test_an_embedding_refusal_is_explained_by_its_input_alone(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    async with ServiceManager(settings(fake, tmp_path / "l.sqlite3", {"max_cost_usd": 1e-6}),
+                              host=builtin_only) as manager:
+        with pytest.raises(BudgetExceededError) as refused:
+            await manager.embed("hello")
+    assert refused.value.reason is not None and "input tokens" in refused.value.reason
+    assert "max_tokens" not in refused.value.reason
