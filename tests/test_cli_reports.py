@@ -9,8 +9,11 @@ import json
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
+
 from provmw.cli import main
 from provmw.plugins import PluginHost, PluginPolicy
+from provmw.stores.usage.summary import ROW_COLUMNS
 from provmw.testing import FakeProvider
 
 SETTINGS = """
@@ -83,3 +86,11 @@ async def test_the_budget_rounds_each_sub_micro_dollar_call_up(fake: FakeProvide
     budget = await only_row(config, "budget")
     # Up to one micro-dollar a call (2 here) over the ledger, whose sum is itself rounded to the micro-dollar.
     assert 0 < round((budget["spent_usd"] - ledger["cost_usd"]) * 1e6, 6) <= 2.5
+
+
+def test_usage_help_explains_every_column(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["usage", "--help"])
+    lines = capsys.readouterr().out.split("columns (", 1)[1].splitlines()
+    assert [line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("   ")] == \
+        list(ROW_COLUMNS)

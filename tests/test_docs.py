@@ -16,8 +16,10 @@ from docs.settings_meaning import MEANING
 from provmw import settings as settings_module
 from provmw._transport.reads import ReadLimits
 from provmw.cli import _parser
+from provmw.cli.reports import USAGE_COLUMNS
 from provmw.destinations import DestinationPolicy
 from provmw.middleware import BUILTINS
+from provmw.stores.usage.summary import ROW_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,3 +83,9 @@ def test_every_first_party_plugin_is_in_the_reference() -> None:
     page = render()
     for plugin in sorted(p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").exists()):
         assert f"(plugin {plugin})" in page, f"{plugin}: no section in docs/gen_settings.py"
+
+
+@pytest.mark.parametrize("column", ROW_COLUMNS)
+def test_every_column_of_provmw_usage_is_explained_in_the_guide(column: str) -> None:
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    assert f"| `{column}` | {USAGE_COLUMNS[column]} |" in page

@@ -273,6 +273,13 @@ def _fake_arguments(fake: argparse.ArgumentParser) -> None:
     add_fault_arguments(fake)
 
 
+def _usage_arguments(usage: argparse.ArgumentParser) -> None:
+    from provmw.cli.reports import usage_help
+
+    usage.epilog = usage_help()
+    usage.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
 def _command(commands: Any, name: str, help: str) -> argparse.ArgumentParser:
     """A subcommand that also takes ``--config`` and ``-v`` after its name (``provmw usage -v``)."""
     sub: argparse.ArgumentParser = commands.add_parser(name, help=help, allow_abbrev=False)
@@ -311,6 +318,7 @@ def _parser() -> argparse.ArgumentParser:
     _command(commands, "plugins", help="discovered plugins and their status")
     _command(commands, "check", help="validate settings, key variables, plugins and state; list every problem")
     usage = _command(commands, "usage", help="the usage ledger, grouped")
+    _usage_arguments(usage)
     usage.add_argument("--since", help="7d, 12h, 30m, or an ISO date/time")
     usage.add_argument("--group-by", choices=("day", "configuration", "model", "user", "tenant"),
                        default="day")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import textwrap
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any, Literal
@@ -15,7 +16,30 @@ from provmw.middleware.budget import BudgetLimit
 from provmw.stores.budgets import BucketState
 from provmw.stores.usage.summary import GROUPS, usage_rows
 
-__all__ = ["GROUPS", "budget_rows", "budget_table", "plain", "render", "usage_rows", "usd"]
+__all__ = ["GROUPS", "USAGE_COLUMNS", "budget_rows", "budget_table", "plain", "render", "usage_help", "usage_rows",
+           "usd"]
+
+
+# What each column of ``provmw usage`` counts, for its --help and the guide (a test holds both to it).
+USAGE_COLUMNS = {
+    "calls": "logical calls: one per chat() or embed(), however many attempts it took",
+    "attempts": "attempts made at a provider, each retry and fallback counted (a cache hit is none)",
+    "input_tokens": "input tokens the providers reported (estimated for a stream cut short)",
+    "output_tokens": "output tokens, counted the same way",
+    "cost_usd": "what those tokens cost at the configured prices, summed, then rounded to the micro-dollar",
+    "cache_hits": "calls the cache answered: nothing sent, cost 0",
+    "errors": "attempts that ended in an error (a refusal status, a timeout, a cut connection)",
+    "billed_unknown": "attempts sent whose usage never came back (a timeout, a cut connection): the provider "
+                      "may have billed them, so the real cost can be higher than cost_usd",
+}
+
+
+def usage_help() -> str:
+    """The --help epilog of ``provmw usage``: one line per column."""
+    width = max(map(len, USAGE_COLUMNS))
+    lines = [textwrap.fill(meaning, 96, initial_indent=f"  {name:<{width}}  ", subsequent_indent=" " * (width + 4))
+             for name, meaning in USAGE_COLUMNS.items()]
+    return "\n".join(["columns (the first is the group; (none) holds records without a user or tenant):", *lines])
 
 
 def budget_rows(states: Sequence[BucketState], limits: Sequence[BudgetLimit], zone: ZoneInfo,
