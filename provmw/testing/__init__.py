@@ -50,6 +50,7 @@ from aiohttp import web
 
 from provmw.config import ProviderConfig
 from provmw.context import CallFacts, FrozenMap, ProviderCallContext, ProviderOperation
+from provmw.pricing import PriceTable
 from provmw.responses import CompletionResponse, ProviderResponse
 from provmw.testing import wires as wire
 from provmw.testing.faults import (
@@ -169,6 +170,7 @@ class FakeProvider:
         self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
         self.received: collections.deque[RecordedRequest] = collections.deque(maxlen=record_limit)
         self._runner: web.AppRunner | None = None
+        self._prices = PriceTable()
 
     @property
     def url(self) -> str:
@@ -265,6 +267,9 @@ class FakeProvider:
             await asyncio.sleep(fault.delay_s)
         if fault is not None and fault.status is not None:
             return _error_response(served, route, fault.status, fault.code, fault.message, fault.headers)
+        if route == "embedding" and self._chat_model(model):
+            return _error_response(served, route, 400, None, f"model {model!r} is a chat model and does not make "
+                                   "embeddings (use an embedding model, such as text-embedding-3-small)", {})
         payload = served.answer(route, body, self._count)
         if fault is not None and fault.usage is not None:
             payload = served.with_usage(payload, json.loads(json.dumps(fault.usage, default=dict)))
@@ -275,6 +280,18 @@ class FakeProvider:
         if fault is not None and fault.drop_connection:
             return await _drop_mid_body(request, json.dumps(payload).encode())
         return web.json_response(payload)
+
+    def _chat_model(self, model: str) -> bool:
+        """Whether the bundled price table knows ``model`` as an OpenAI chat model (it has an output ceiling).
+
+        A name the table does not know is served as asked, for embeddings as for chat: tests and
+        conformance suites name models freely ("m", "gpt-test"), and only a known chat model is
+        one a real provider would refuse to embed with.
+        """
+        if "embed" in model.lower():
+            return False
+        price = self._prices._lookup("openai", model)  # not price_for: that warns about unknown names
+        return price is not None and bool(price.max_output_tokens)
 
     def _next_fault(self, route: str, model: str) -> Fault | None:
         for key in ((route, model), (route, _ANY), (_ANY, model), (_ANY, _ANY)):
