@@ -3,7 +3,9 @@
 It speaks the OpenAI (``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``)
 and Anthropic (``/v1/messages``) wire formats with deterministic answers ("echo: <last
 user text>", one token per word, vectors from SHA-256), so tests, benchmarks and the demo
-talk real HTTP without a key or a network::
+talk real HTTP without a key or a network. Like a real provider it refuses (400) to embed
+with a model it knows as a chat model (``gpt-4o-mini``: the price table gives it an output
+ceiling); any other name is served as asked::
 
     async with FakeProvider() as fake:
         fake.script(Fault(status=503), model="primary-model")   # next matching request fails
