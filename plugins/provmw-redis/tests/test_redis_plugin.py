@@ -107,7 +107,7 @@ async def test_provmw_budget_reads_the_shared_buckets(fake: FakeProvider, prefix
     out = io.StringIO()
     assert await asyncio.to_thread(main, ["--config", str(config), "budget", "--format", "json"], out) == 0
     [row] = json.loads(out.getvalue())
-    assert (row["bucket"], row["requests"], row["reserved_usd"]) == ("global:*", 1, 0.0)
+    assert (row["scope"], row["subject"], row["requests"], row["reserved_usd"]) == ("global", "*", 1, 0.0)
     assert not (tmp_path / "provmw.sqlite3").exists()  # nothing was kept locally
 
 
