@@ -103,6 +103,15 @@ def test_a_duplicate_middleware_names_both_plugins(builtin_only: PluginHost) -> 
         builtin_only.collect_middleware(Settings(), State())
 
 
+def test_an_application_middleware_taking_a_plugin_name_names_both_sources(builtin_only: PluginHost) -> None:
+    from provmw.manager import ServiceManager
+
+    builtin_only.register(Contributes("stamp"), "stamper")
+    with pytest.raises(DuplicateMiddlewareError, match="named 'stamp': one from plugin 'stamper', one from the "
+                                                       r"application \(ServiceManager\(middleware="):
+        ServiceManager(Settings(), host=builtin_only, middleware=[Contributes("stamp")])
+
+
 def test_a_plugin_failing_in_a_hook_says_how_to_block_it(builtin_only: PluginHost) -> None:
     builtin_only.register(Contributes(""), "bad")
     with pytest.raises(PluginError, match="failed in provmw_middleware: division by zero; .*BLOCKED_PLUGINS=bad"):
