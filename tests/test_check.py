@@ -47,7 +47,7 @@ def test_settings_that_check_out_exit_zero(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("CHECK_A_KEY", "sk-a")
     monkeypatch.setenv("CHECK_B_HEADER", "h-b")
     assert check(tmp_path) == (0, f"settings: {tmp_path / 'provmw.toml'}\nusage ledger: {tmp_path / 'provmw.sqlite3'}\n"
-                                  "ok: settings, keys, plugins and state check out\n")
+                                  "ok: settings, keys, plugins, state and ledger check out\n")
 
 
 def test_a_state_url_no_plugin_serves_is_a_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,3 +94,48 @@ def test_an_autoload_switch_neither_true_nor_false_is_a_problem(tmp_path: Path,
     monkeypatch.setenv("PROVMW_DISABLE_PLUGIN_AUTOLOAD", "maybe")
     status, printed = check(tmp_path)
     assert status == 1 and "PROVMW_DISABLE_PLUGIN_AUTOLOAD: 'maybe' is neither true" in printed
+
+
+def test_an_empty_key_variable_is_a_problem_not_a_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHECK_A_KEY", "")
+    monkeypatch.setenv("CHECK_B_HEADER", "h-b")
+    status, printed = check(tmp_path)
+    assert status == 1
+    assert "[configurations.a] api_key_env: environment variable CHECK_A_KEY is set but empty" in printed
+
+
+def test_a_sqlite_ledger_under_a_missing_folder_is_a_ledger_problem(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHECK_A_KEY", "sk-a")
+    monkeypatch.setenv("CHECK_B_HEADER", "h-b")
+    status, printed = check(tmp_path, '[middleware.usage]\npath = "gone/ledger.sqlite3"')
+    assert status == 1
+    assert "ledger (1 problem(s)):\n  problem: " in printed
+    assert f"{tmp_path / 'gone'} is a folder that does not exist, and the SQLite file ledger.sqlite3" in printed
+
+
+def test_a_file_where_the_ledger_folder_should_be_is_a_ledger_problem(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHECK_A_KEY", "sk-a")
+    monkeypatch.setenv("CHECK_B_HEADER", "h-b")
+    (tmp_path / "taken").write_text("not a folder")
+    status, printed = check(tmp_path, '[middleware.usage]\npath = "taken/ledger.sqlite3"')
+    assert status == 1 and "taken is a file, not a folder" in printed
+
+
+def test_a_ledger_file_that_is_no_database_is_a_ledger_problem(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHECK_A_KEY", "sk-a")
+    monkeypatch.setenv("CHECK_B_HEADER", "h-b")
+    (tmp_path / "provmw.sqlite3").write_text("x" * 200)
+    status, printed = check(tmp_path)
+    assert status == 1 and "cannot be opened for writing (file is not a database)" in printed
+
+
+def test_every_problem_is_listed_under_its_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CHECK_A_KEY", raising=False)
+    monkeypatch.setenv("CHECK_B_HEADER", "h-b")
+    status, printed = check(tmp_path, '[middleware.usage]\npath = "gone/ledger.sqlite3"\n[middleware.retry]\nx = 1')
+    sections = [line.split(" (")[0] for line in printed.splitlines() if line.endswith("problem(s)):")]
+    assert status == 1 and sections == ["settings", "credentials", "ledger"]
+    assert printed.endswith("3 problem(s) found\n")

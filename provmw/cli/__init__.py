@@ -131,14 +131,16 @@ def _plugins(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _check(args: argparse.Namespace, out: TextIO) -> int:
-    from provmw.cli.check import locations, problems
+    from provmw.cli.check import locations, report
 
     for line in locations(args.config):
         out.write(f"{line}\n")
-    found = await problems(args.config)
-    for problem in found:
-        out.write(f"problem: {problem}\n")
-    out.write(f"{len(found)} problem(s) found\n" if found else "ok: settings, keys, plugins and state check out\n")
+    found = await report(args.config)
+    for section, problems in found.items():  # every problem, under the part of the setup it concerns
+        out.write(f"{section} ({len(problems)} problem(s)):\n")
+        out.writelines(f"  problem: {problem}\n" for problem in problems)
+    count = sum(len(problems) for problems in found.values())
+    out.write(f"{count} problem(s) found\n" if found else "ok: settings, keys, plugins, state and ledger check out\n")
     return 1 if found else 0
 
 
