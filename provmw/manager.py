@@ -36,7 +36,7 @@ from provmw.responses import (
 from provmw.settings import Settings, load_settings
 from provmw.state import open_state
 from provmw.streams import OpenedStream, StreamEnd
-from provmw.structured import parsed_answer, schema_of
+from provmw.structured import parsed_answer, parsed_stream, schema_of
 
 __all__ = ["ServiceManager", "StackEntry"]
 
@@ -212,37 +212,58 @@ class ServiceManager:
                           correlation_id: str | None = None, provider: str | None = None,
                           model: str | None = None, base_url: str | None = None,
                           api_key: str | Secret | None = None, timeout_s: float | None = None,
+                          response_schema: ResponseSchema | None = None,
                           **option_args: Unpack[GenerationOptions]) -> AsyncGenerator[ChatChunk, None]:
         """Stream an answer: opening it (to its first content chunk) goes through the pipeline,
         the chunks after it do not (ADR 0005); a failure after the first chunk raises
-        ``StreamInterruptedError``. The last chunk carries the finish reason and usage."""
-        request = ChatRequest(messages_from(messages), options=call_options(options, option_args))
-        opened = await self._open(ProviderOperation.CHAT, request, CallArguments(
-            configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
-            api_key, timeout_s))
-        async with contextlib.aclosing(opened.chunks()) as chunks:  # a caller who stops: the end runs now
+        ``StreamInterruptedError``. Every chunk names the configuration that serves it
+        (``served_by``) and the attempts before it; the last carries the finish reason and usage.
+
+        With ``response_schema`` (as for ``chat``) the answer is checked at the end of the stream:
+        the last chunk carries ``parsed``; an answer that does not follow the schema raises
+        ``StructuredOutputError`` after its last chunk. Unlike ``chat``, a stream gets no repair
+        turn: its chunks are already read, so an invalid answer is not asked for again.
+        """
+        request = ChatRequest(messages_from(messages), options=call_options(options, option_args),
+                              response_schema=schema_of(response_schema))
+        async with contextlib.aclosing(self._stream(ProviderOperation.CHAT, request, CallArguments(
+                configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
+                api_key, timeout_s))) as chunks:  # a caller who stops: the end runs now
             async for chunk in chunks:
                 yield chunk
 
-    async def stream_chat_with_tools(self, /, messages: Messages, tools: Sequence[ToolSpec], *,
+    async def stream_chat_with_tools(self, /, messages: Messages, tools: Sequence[ToolSpec | Mapping[str, Any]], *,
                                      options: Mapping[str, Any] | None = None, configuration: str | None = None,
                                      user: str | None = None, tenant: str | None = None,
                                      controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
                                      correlation_id: str | None = None, provider: str | None = None,
                                      model: str | None = None, base_url: str | None = None,
                                      api_key: str | Secret | None = None, timeout_s: float | None = None,
+                                     response_schema: ResponseSchema | None = None,
                                      **option_args: Unpack[GenerationOptions]) -> AsyncGenerator[ChatChunk, None]:
         """Stream an answer in which the model may call ``tools``: each call comes whole, once,
-        in a chunk's ``tool_calls``."""
+        in a chunk's ``tool_calls``; ``response_schema`` as for ``stream_chat`` (a turn that calls
+        tools has no ``parsed``)."""
         if not tools:
             raise ConfigurationError("stream_chat_with_tools needs at least one tool")
-        request = ChatRequest(messages_from(messages), tools=tools, options=call_options(options, option_args))
-        opened = await self._open(ProviderOperation.TOOLS, request, CallArguments(
-            configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
-            api_key, timeout_s))
-        async with contextlib.aclosing(opened.chunks()) as chunks:  # a caller who stops: the end runs now
+        request = ChatRequest(messages_from(messages), tools=tools, options=call_options(options, option_args),
+                              response_schema=schema_of(response_schema))
+        async with contextlib.aclosing(self._stream(ProviderOperation.TOOLS, request, CallArguments(
+                configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
+                api_key, timeout_s))) as chunks:  # a caller who stops: the end runs now
             async for chunk in chunks:
                 yield chunk
+
+    async def _stream(self, operation: ProviderOperation, request: ChatRequest,
+                      call: CallArguments) -> AsyncGenerator[ChatChunk, None]:
+        opened = await self._open(operation, request, call)
+        schema = request.response_schema
+        async with contextlib.aclosing(opened.chunks()) as read:
+            chunks = read if schema is None else parsed_stream(read, schema, provider=opened.provider,
+                                                               model=opened.model)
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
+                    yield chunk
 
     def resolve(self, configuration: str | None = None, *, provider: str | None = None,
                 model: str | None = None, base_url: str | None = None,

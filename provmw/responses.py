@@ -227,12 +227,40 @@ class EmbeddingResponse(ProviderResponse):
 @attrs.frozen(kw_only=True)
 class ChatChunk:
     """One piece of a streamed answer: text, or complete tool calls (each once, whole);
-    the last one carries the finish reason and usage."""
+    the last one carries the finish reason and usage.
+
+    Every chunk a stream hands out names the configuration that serves it (``served_by``)
+    and the attempts before it (``attempts``), as ``CompletionResponse`` does. ``parsed``
+    is set on the last chunk of a stream with a ``response_schema``: the answer as JSON,
+    validated against it.
+    """
 
     text: str = ""
     finish_reason: str | None = None
     usage: Usage | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+    served_by: str = ""
+    attempts: tuple[Attempt, ...] = ()
+    parsed: Any = attrs.field(default=None, hash=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types only; ``from_dict`` rebuilds an equal chunk."""
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_dict(cls, value: object) -> ChatChunk:
+        """Rebuild from ``to_dict`` output; ``InvalidDataError`` names what is wrong."""
+        data, where = serde.mapping(value, "chat_chunk"), "chat_chunk"
+        usage = data.get("usage")
+        return cls(
+            text=serde.get(data, "text", str, where, default=""),
+            finish_reason=serde.get(data, "finish_reason", str, where, default=None),
+            usage=None if usage is None else Usage.from_dict(usage),
+            tool_calls=tuple(ToolCall.from_dict(c) for c in serde.get(data, "tool_calls", list, where, default=[])),
+            served_by=serde.get(data, "served_by", str, where, default=""),
+            attempts=tuple(Attempt.from_dict(a) for a in serde.get(data, "attempts", list, where, default=[])),
+            parsed=data.get("parsed"),
+        )
 
 
 _TYPES: dict[str, Callable[[object], ProviderResponse]] = {

@@ -213,9 +213,12 @@ class _Reading:
         self.count = 0
 
     def saw(self, chunk: ChatChunk) -> ChatChunk:
-        """Note ``chunk`` and return it, its usage priced."""
-        if (scrub_chunk := self.opened.stream.scrub_chunk) is not None:
+        """Note ``chunk`` and return it, its usage priced, naming who served it."""
+        opened = self.opened
+        if (scrub_chunk := opened.stream.scrub_chunk) is not None:
             chunk = scrub_chunk(chunk)
+        if chunk.served_by != opened.served_by or chunk.attempts != opened.attempts:
+            chunk = attrs.evolve(chunk, served_by=opened.served_by, attempts=opened.attempts)
         self.count += 1
         if chunk.text:
             self.text_chars += len(chunk.text)
@@ -227,7 +230,7 @@ class _Reading:
         if chunk.finish_reason is not None:
             self.finish_reason = chunk.finish_reason
         if chunk.usage is not None:
-            price = self.opened.stream.price
+            price = opened.stream.price
             if price is not None and chunk.usage.cost_usd is None:
                 chunk = attrs.evolve(chunk, usage=attrs.evolve(chunk.usage, cost_usd=price.cost_usd(chunk.usage)))
             self.usage = chunk.usage

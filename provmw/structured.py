@@ -4,13 +4,14 @@
 read by duck typing so pydantic is never imported) into the plain schema a request carries;
 ``parsed_answer`` validates an answer's text against it with ``jsonschema`` (a dependency of
 provmw, imported on the first call that needs it, ADR 0024); ``repaired`` is the request of
-the one repair turn the ``structured_output`` middleware asks for.
+the one repair turn the ``structured_output`` middleware asks for. ``parsed_stream`` checks
+a streamed answer at its end: a stream cannot be repaired, its chunks are already read.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
@@ -18,14 +19,14 @@ import attrs
 from provmw.context import FrozenMap, RepairNote
 from provmw.errors import ConfigurationError, StructuredOutputError
 from provmw.http import plain_json
-from provmw.messages import Message
+from provmw.messages import Message, ToolCall
 from provmw.requests import ChatRequest
-from provmw.responses import CompletionResponse
+from provmw.responses import ChatChunk, CompletionResponse
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
-__all__ = ["parsed_answer", "repaired", "schema_of"]
+__all__ = ["parsed_answer", "parsed_stream", "repaired", "schema_of"]
 
 C = TypeVar("C", bound=CompletionResponse)
 
@@ -67,6 +68,37 @@ def parsed_answer(response: C, schema: Mapping[str, Any], *, tries: int = 1) -> 
         problem = f"at {where}: {found.message}"[:_PROBLEM_CHARS]
     raise StructuredOutputError(f"the answer does not follow response_schema after {tries} tries: {problem}",
                                 problem=problem, provider=response.provider, model=response.model)
+
+
+async def parsed_stream(chunks: AsyncIterator[ChatChunk], schema: Mapping[str, Any], *, provider: str,
+                        model: str) -> AsyncGenerator[ChatChunk, None]:
+    """``chunks`` as they come, the last with ``parsed`` set (see ``parsed_answer``); an answer
+    that does not follow ``schema`` raises ``StructuredOutputError`` after its last chunk.
+
+    A chunk with a finish reason or usage, and any after it, is handed out one chunk late:
+    only the end of the stream says which is the last. Text comes at once.
+    """
+    text: list[str] = []
+    calls: list[ToolCall] = []
+    held: ChatChunk | None = None
+    last = ChatChunk()
+    async for last in chunks:
+        text.append(last.text)
+        calls.extend(last.tool_calls)
+        if held is not None:
+            yield held
+        held = None if last.finish_reason is None and last.usage is None else last
+        if held is None:
+            yield last
+    answer = CompletionResponse(provider=provider, model=model, text="".join(text), tool_calls=tuple(calls))
+    try:
+        parsed = parsed_answer(answer, schema).parsed
+    except StructuredOutputError:
+        if held is not None:
+            yield held
+        raise
+    end = held or ChatChunk(served_by=last.served_by, attempts=last.attempts)
+    yield attrs.evolve(end, parsed=parsed)
 
 
 def repaired(request: ChatRequest, note: RepairNote) -> ChatRequest:
