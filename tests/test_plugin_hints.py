@@ -109,7 +109,7 @@ def test_an_application_middleware_taking_a_plugin_name_names_both_sources(built
     builtin_only.register(Contributes("stamp"), "stamper")
     with pytest.raises(DuplicateMiddlewareError, match="named 'stamp': one from plugin 'stamper', one from the "
                                                        r"application \(ServiceManager\(middleware="):
-        ServiceManager(Settings(), host=builtin_only, middleware=[Contributes("stamp")])
+        ServiceManager(Settings(), host=builtin_only, middleware=[Contributes("stamp")])  # type: ignore[list-item]
 
 
 def test_a_plugin_failing_in_a_hook_says_how_to_block_it(builtin_only: PluginHost) -> None:

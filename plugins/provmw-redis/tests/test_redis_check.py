@@ -7,7 +7,11 @@ import io
 import socket
 from pathlib import Path
 
+import pytest
+
 from provmw.cli import main
+
+pytestmark = pytest.mark.redis
 
 SETTINGS = """
 [plugins]
