@@ -22,6 +22,13 @@ def settings_file(fake: FakeProvider, tmp_path: Path) -> str:
     return str(path)
 
 
+def priced_settings_file(fake: FakeProvider, tmp_path: Path) -> str:
+    path = Path(settings_file(fake, tmp_path))
+    price = "[configurations.a.price]\ninput_usd_per_mtok = 1000\noutput_usd_per_mtok = 2000\n"
+    path.write_text(path.read_text() + price)
+    return str(path)
+
+
 async def run(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
     status = await asyncio.to_thread(main, list(argv), out)
@@ -69,8 +76,16 @@ async def test_option_values_are_json_when_they_parse_else_strings(fake: FakePro
 async def test_stream_prints_the_answer_and_its_usage(fake: FakeProvider, tmp_path: Path) -> None:
     status, text = await run("--config", settings_file(fake, tmp_path), "chat", "hello stream", "--stream")
     assert status == 0
-    assert text.splitlines() == ["echo: hello stream ", "-- streamed tokens in=2 out=3"]
+    assert text.splitlines() == ["echo: hello stream ", "-- served_by=a tokens in=2 out=3 cost=unpriced streamed"]
     assert fake.received[-1].body["stream"] is True
+
+
+async def test_stream_prints_its_cost(fake: FakeProvider, tmp_path: Path) -> None:
+    config = priced_settings_file(fake, tmp_path)
+    _, text = await run("--config", config, "chat", "hello stream", "--stream")
+    _, unary = await run("--config", config, "chat", "hello stream")
+    cost = unary.splitlines()[-1].split(" cost=")[1].split(" ")[0]
+    assert text.splitlines()[-1] == f"-- served_by=a tokens in=2 out=3 cost={cost} streamed"
 
 
 @pytest.mark.parametrize(("option", "named"), [("max_tokens", "expected KEY=VALUE, got 'max_tokens'"),

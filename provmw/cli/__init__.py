@@ -50,14 +50,15 @@ async def _chat(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _stream(chunks: AsyncIterator[Any], out: TextIO) -> int:
-    usage = None
+    usage, served_by = None, ""
     async for chunk in chunks:
         out.write(chunk.text)
         out.flush()  # each piece shows as it arrives
-        usage = chunk.usage or usage
+        usage, served_by = chunk.usage or usage, chunk.served_by
     out.write("\n")
     if usage is not None:
-        out.write(f"-- streamed tokens in={usage.input_tokens} out={usage.output_tokens}\n")
+        out.write(f"-- served_by={served_by} tokens in={usage.input_tokens} out={usage.output_tokens} "
+                  f"cost={_cost(usage)} streamed\n")
     return 0
 
 
@@ -90,14 +91,18 @@ async def _embed(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _usage_line(response: Any, out: TextIO) -> None:
+    usage = response.usage
+    out.write(f"-- served_by={response.served_by} model={response.model} tokens in={usage.input_tokens} "
+              f"out={usage.output_tokens} cost={_cost(usage)} cached={response.cached}\n")
+
+
+def _cost(usage: Any) -> str:
     from provmw.cli.reports import usd
 
-    usage = response.usage
     cost = "unpriced" if usage.cost_usd is None else usd(usage.cost_usd)
     if usage.saved_cost_usd is not None:
         cost += f" (saved {usd(usage.saved_cost_usd)})"
-    out.write(f"-- served_by={response.served_by} model={response.model} tokens in={usage.input_tokens} "
-              f"out={usage.output_tokens} cost={cost} cached={response.cached}\n")
+    return cost
 
 
 def _stack(args: argparse.Namespace, out: TextIO) -> int:
