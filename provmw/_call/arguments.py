@@ -3,13 +3,13 @@ to run the call (``CallArguments``) and the option keyword arguments (``call_opt
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from provmw.config import KNOWN_OPTIONS, Secret, check_options
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError, UnknownArgumentError
-from provmw.options import did_you_mean
 
 __all__ = ["CallArguments", "call_options"]
 
@@ -49,13 +49,36 @@ _NO_OPTIONS = FrozenMap()
 
 
 def _check_option_argument(name: str, options: Mapping[str, Any]) -> None:
+    if name in _METHOD_ARGUMENTS:
+        raise UnknownArgumentError(f"unknown argument {name!r} for this call: it is an argument of "
+                                   f"{_METHOD_ARGUMENTS[name]}")
     if name not in KNOWN_OPTIONS:
-        known = [*_CALL_ARGUMENTS, *KNOWN_OPTIONS]
         raise UnknownArgumentError(
-            f"unknown argument {name!r}{did_you_mean(name, known)}: it is neither a call argument nor an option "
+            f"unknown argument {name!r}{_slip_of(name)}: it is neither a call argument nor an option "
             f"provmw knows; a vendor field goes in options={{'extra_body': {{{name!r}: ...}}}}")
     if name in options:
         raise ConfigurationError(f"option {name!r} given twice, as {name}= and in options={{...}}: give it once")
 
 
 _CALL_ARGUMENTS = CallArguments._fields
+# Arguments some call methods take and others do not: given to one that does not, the caller
+# is told where it belongs rather than offered a neighbour (tools is not a slip of controls).
+_METHOD_ARGUMENTS = {
+    "response_schema": "chat, chat_with_tools, stream_chat and stream_chat_with_tools",
+    "tools": "chat_with_tools and stream_chat_with_tools",
+    "dimensions": "embed",
+    "images": "vision",
+}
+_KNOWN_NAMES = [*_CALL_ARGUMENTS, "options", *_METHOD_ARGUMENTS, *KNOWN_OPTIONS]
+_NEAR = 0.8  # difflib's ratio of a one- or two-letter slip of a name this long
+
+
+def _slip_of(name: str) -> str:
+    """A hint naming the known name ``name`` is a slip of: a near spelling, or one of them the
+    start of the other (config, timeout); a name that only shares a part (api_base, api_key)
+    gets none, as a wrong guess costs the reader more than no guess."""
+    for known in difflib.get_close_matches(name, _KNOWN_NAMES, n=3):
+        near = difflib.SequenceMatcher(None, name, known).ratio() >= _NEAR
+        if near or known.startswith(name) or name.startswith(known):
+            return f" (did you mean {known!r}?)"
+    return ""
