@@ -17,7 +17,7 @@ from provmw._call.terminal import Terminal, end_all
 from provmw.config import GenerationOptions, ProviderConfig, Secret, fallback_chain
 from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.destinations import DestinationGuard
-from provmw.errors import ConfigurationError
+from provmw.errors import ConfigurationError, DuplicateMiddlewareError
 from provmw.http import HttpClient
 from provmw.messages import ContentPart, ImagePart, Message, TextPart, ToolSpec, messages_from
 from provmw.options import did_you_mean
@@ -82,6 +82,8 @@ class ServiceManager:
         self.state = open_state(self.settings, self.host.collect_state(self.settings),
                                 ledger=self.host.collect_ledger(self.settings))
         contributions = self.host.collect_middleware(self.settings, self.state)
+        middleware = tuple(middleware)
+        _no_clash({c.middleware.name: c.plugin for c in contributions}, middleware)
         self.pipeline = MiddlewarePipeline([*(c.middleware for c in contributions), *middleware])
         plugins = {c.middleware.name: c.plugin for c in contributions}
         self.stack = tuple(StackEntry(m.name, m.priority, plugins.get(m.name, "(application)"))
@@ -340,3 +342,15 @@ class ServiceManager:
                 f"{where}: no provider adapter named {provider!r}{did_you_mean(provider, known)}; "
                 f"installed: {', '.join(known)}"
             ) from None
+
+
+def _no_clash(plugins: Mapping[str, str], own: Sequence[Middleware]) -> None:
+    """An application's own middleware that takes a plugin's name: an error naming both sources
+    (two plugins clash earlier, in the plugin host; two of the application's, in the pipeline)."""
+    for layer in own:
+        plugin = plugins.get(getattr(layer, "name", None))  # type: ignore[arg-type]
+        if plugin is not None:
+            raise DuplicateMiddlewareError(
+                f"two middleware are named {layer.name!r}: one from plugin {plugin!r}, one from the application "
+                "(ServiceManager(middleware=[...])); rename the application's middleware or block the plugin "
+                "(PROVMW_BLOCKED_PLUGINS or [plugins] block)")

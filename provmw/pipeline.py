@@ -98,26 +98,12 @@ def _checked(middleware: object) -> Middleware:
 
 def _resolve(middlewares: Iterable[object]) -> tuple[Middleware, ...]:
     ordered = sorted((_checked(m) for m in middlewares), key=lambda m: (-m.priority, m.name))
-    seen: dict[str, Middleware] = {}
+    seen: set[str] = set()
     for m in ordered:
         if m.name in seen:
-            raise _duplicate(seen[m.name], m)
-        seen[m.name] = m
+            raise DuplicateMiddlewareError(f"two middleware are named {m.name!r}")
+        seen.add(m.name)
     return tuple(ordered)
-
-
-def _duplicate(first: Middleware, second: Middleware) -> DuplicateMiddlewareError:
-    """Two middleware with one name, naming where each came from: a plugin, or the application
-    (``ServiceManager(middleware=[...])``); two plugins clash earlier, in the plugin host."""
-    from provmw._plugins.origins import contributed_by
-
-    plugins = [p for p in (contributed_by(first), contributed_by(second)) if p is not None]
-    own = "the application (ServiceManager(middleware=[...]))"
-    if not plugins:
-        return DuplicateMiddlewareError(f"two middleware are named {first.name!r}, both from {own}")
-    sources = ", ".join(f"one from plugin {p!r}" for p in plugins) + (f", one from {own}" if len(plugins) == 1 else "")
-    hint = "; rename the application's middleware or block the plugin (PROVMW_BLOCKED_PLUGINS or [plugins] block)"
-    return DuplicateMiddlewareError(f"two middleware are named {first.name!r}: {sources}{hint}")
 
 
 class MiddlewarePipeline:

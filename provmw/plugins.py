@@ -21,7 +21,6 @@ import pluggy
 
 from provmw import hookspecs
 from provmw._plugins.contributions import ADAPTER, MIDDLEWARE, STATE_BACKEND, USAGE_STORE, Shape, iterable_answer
-from provmw._plugins.origins import remember
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError, DuplicateMiddlewareError, PluginError, PluginLoadError, ProvmwError
 from provmw.hookspecs import hookimpl, hookspec
@@ -199,7 +198,6 @@ class PluginHost:
         for plugin, result in self._call("provmw_middleware", settings=settings, state=state):
             for middleware in result:
                 MIDDLEWARE.check(middleware, plugin, "provmw_middleware")
-                remember(middleware, plugin)  # so a clash with an application's own names this plugin
                 found.append(Contribution(middleware, plugin))
         _check_duplicates(found)
         _check_sections(settings, [c.middleware for c in found])
