@@ -164,8 +164,9 @@ class AdapterConformance:
     async def test_several_calls_of_one_tool_come_in_one_turn(self, fake: FakeProvider, http: HttpClient) -> None:
         self.needs("tools")
         response = await self.adapter.chat(http, self.config(fake), _TWO_CITIES)
-        assert [(c.name, json.loads(c.arguments)) for c in response.tool_calls] == [
-            ("weather", {"query": "Paris"}), ("weather", {"query": "London"})]
+        # the argument's name is the fake's choice (the declared "city", or a plugin fake's "query")
+        assert [(c.name, list(json.loads(c.arguments).values())) for c in response.tool_calls] == [
+            ("weather", ["Paris"]), ("weather", ["London"])]
         assert len({c.id for c in response.tool_calls}) == 2
         assert response.finish_reason == "tool_calls"
 
@@ -219,8 +220,8 @@ class AdapterConformance:
         self.needs("tools")
         chunks = await self.stream(fake, http, _TWO_CITIES)
         calls = [call for chunk in chunks for call in chunk.tool_calls]
-        assert [(c.name, json.loads(c.arguments)) for c in calls] == [
-            ("weather", {"query": "Paris"}), ("weather", {"query": "London"})]
+        assert [(c.name, list(json.loads(c.arguments).values())) for c in calls] == [
+            ("weather", ["Paris"]), ("weather", ["London"])]
         assert len({c.id for c in calls}) == 2
         assert chunks[-1].finish_reason == "tool_calls"
 

@@ -136,6 +136,16 @@ class ToolCall:
         except ValueError as exc:
             raise InvalidDataError(f"tool call {self.name!r} has arguments that are not JSON") from exc
 
+    @property
+    def args(self) -> dict[str, Any]:
+        """The arguments as the JSON object a tool takes, ready for ``tool(**call.args)``; raises
+        ``InvalidDataError`` naming the tool when the model wrote bad JSON or a non-object."""
+        value = self.parsed_arguments()
+        if not isinstance(value, dict):
+            raise InvalidDataError(f"tool call {self.name!r} has arguments that are JSON "
+                                   f"{type(value).__name__}, not an object")
+        return value
+
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "arguments": self.arguments}
 

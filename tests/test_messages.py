@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from provmw.errors import ConfigurationError
+from provmw.errors import ConfigurationError, InvalidDataError
 from provmw.manager import ServiceManager
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec, messages_from, tools_from
 from provmw.plugins import PluginHost
@@ -145,3 +145,13 @@ async def test_a_bad_tool_dict_names_its_place_and_sends_nothing(manager: Servic
     with pytest.raises(ConfigurationError, match=r"tools\[0\]\.type must be 'function', got 'retrieval'"):
         await manager.chat_with_tools("hi", [{"type": "retrieval", "function": {"name": "x"}}])
     assert fake.count() == 0
+
+
+def test_a_tool_calls_args_are_its_decoded_json_object() -> None:
+    assert ToolCall(id="1", name="get_weather", arguments='{"city": "Paris"}').args == {"city": "Paris"}
+
+
+@pytest.mark.parametrize(("arguments", "wrong"), [("{oops", "not JSON"), ("[1, 2]", "JSON list, not an object")])
+def test_a_tool_calls_args_name_the_tool_when_they_are_not_a_json_object(arguments: str, wrong: str) -> None:
+    with pytest.raises(InvalidDataError, match=f"'get_weather' has arguments that are {wrong}"):
+        ToolCall(id="1", name="get_weather", arguments=arguments).args  # noqa: B018

@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 __all__ = ["AnthropicWire", "FakeWire", "OpenAIWire", "Tokenizer", "anthropic_error", "anthropic_message",
            "anthropic_stream", "characters", "embedding_vector", "openai_chat", "openai_chat_stream",
-           "openai_completion", "openai_embeddings", "openai_error", "schema_example", "sse", "tool_queries", "words"]
+           "openai_completion", "openai_embeddings", "openai_error", "schema_example", "sse", "tool_arguments",
+           "tool_queries", "words"]
 
 Tokenizer = Callable[[str], int]
 CREATED = 1_767_225_600  # the fake's answers all say they were made at 2026-01-01T00:00:00Z
@@ -49,11 +50,23 @@ def _images_in(messages: list[Any]) -> int:
                for b in m["content"] if b.get("type") in ("image_url", "image"))
 
 
+def _tool_results(message: Mapping[str, Any]) -> list[str]:
+    """The texts of the tool results ``message`` carries: an OpenAI ``tool`` turn, Anthropic ``tool_result`` blocks."""
+    if message.get("role") == "tool":
+        return [_text_of(message.get("content"))]
+    content = message.get("content")
+    blocks = content if isinstance(content, list) else []
+    return [_text_of(b.get("content")) for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_result"]
+
+
 def _answer(messages: list[Any]) -> str:
-    last_user = next((_text_of(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    # after a tool result the echo carries it, as a real model answers from it: a round trip shows it arrived
+    said = f" (tool said: {'; '.join(results)})" if messages and (results := _tool_results(messages[-1])) else ""
+    last_user = next((_text_of(m.get("content")) for m in reversed(messages)
+                      if m.get("role") == "user" and not _tool_results(m)), "")
     images = _images_in(messages)
     seen = f"I see {images} image{'s' if images != 1 else ''}. " if images else ""
-    return f"{seen}echo: {last_user}".strip()
+    return f"{seen}echo: {last_user}{said}".strip()
 
 
 def _prompt_tokens(messages: list[Any], count: Tokenizer, system: str = "") -> int:
@@ -64,17 +77,24 @@ def _prompt_tokens(messages: list[Any], count: Tokenizer, system: str = "") -> i
 def _wants_tool(body: Mapping[str, Any], messages: list[Any]) -> bool:
     if not body.get("tools") or body.get("tool_choice") in ("none", {"type": "none"}):
         return False
-    last = messages[-1] if messages else {}
-    is_result = last.get("role") == "tool" or (
-        isinstance(last.get("content"), list)
-        and any(b.get("type") == "tool_result" for b in last["content"]))
-    return not is_result
+    return not (messages and _tool_results(messages[-1]))
 
 
 def tool_queries(messages: list[Any]) -> list[str]:
     """What the fake asks its first tool: one call per non-empty line of the last message."""
     text = _text_of(messages[-1].get("content"))
     return [line.strip() for line in text.splitlines() if line.strip()] or [text]
+
+
+def tool_arguments(parameters: Mapping[str, Any], query: str) -> dict[str, Any]:
+    """Arguments that fit a tool's declared ``parameters``: each required property (the first one
+    when none is required) a value of its declared type, strings being ``query``; a tool that
+    declares no properties gets ``{"query": query}``."""
+    properties = parameters.get("properties") or {}
+    if not properties:
+        return {"query": query}
+    names = [n for n in parameters.get("required") or () if n in properties] or list(properties)[:1]
+    return {name: schema_example(properties[name], query, parameters) for name in names}
 
 
 def schema_example(schema: Mapping[str, Any], text: str, root: Mapping[str, Any] | None = None) -> Any:
@@ -112,11 +132,12 @@ def openai_chat(body: Mapping[str, Any], count: Tokenizer = words) -> dict[str, 
         message["content"] = json.dumps(schema_example(schema, message["content"]))
     finish = "stop"
     if _wants_tool(body, messages):
-        tool = body["tools"][0]["function"]["name"]
+        tool = body["tools"][0]["function"]
+        calls = [tool_arguments(tool.get("parameters") or {}, query) for query in tool_queries(messages)]
         message = {"role": "assistant", "content": None,
                    "tool_calls": [{"id": f"call_{i}", "type": "function",
-                                   "function": {"name": tool, "arguments": json.dumps({"query": query})}}
-                                  for i, query in enumerate(tool_queries(messages))]}
+                                   "function": {"name": tool["name"], "arguments": json.dumps(arguments)}}
+                                  for i, arguments in enumerate(calls)]}
         finish = "tool_calls"
     text = message["content"] or ""
     output = _cut(text, body.get("max_tokens"), count)
@@ -213,8 +234,9 @@ def anthropic_message(body: Mapping[str, Any], count: Tokenizer = words) -> dict
         content.append({"type": "tool_use", "id": "toolu_0", "name": forced["name"], "input": answer})
         stop = "tool_use"
     elif _wants_tool(body, messages):
-        tool = body["tools"][0]["name"]
-        content += [{"type": "tool_use", "id": f"toolu_{i}", "name": tool, "input": {"query": query}}
+        tool = body["tools"][0]
+        content += [{"type": "tool_use", "id": f"toolu_{i}", "name": tool["name"],
+                     "input": tool_arguments(tool.get("input_schema") or {}, query)}
                     for i, query in enumerate(tool_queries(messages))]
         stop = "tool_use"
     else:

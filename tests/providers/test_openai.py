@@ -35,7 +35,7 @@ async def test_tools_request_shape_and_tool_call_answer(fake: FakeProvider, http
         "name": "weather", "description": "Weather by city",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
     assert fake.received[-1].body["tool_choice"] == "auto"
-    assert response.tool_calls == (ToolCall(id="call_0", name="weather", arguments='{"query": "Paris"}'),)
+    assert response.tool_calls == (ToolCall(id="call_0", name="weather", arguments='{"city": "Paris"}'),)
 
 
 async def test_tool_results_shape(fake: FakeProvider, http: HttpClient) -> None:
