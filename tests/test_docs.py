@@ -89,3 +89,9 @@ def test_every_first_party_plugin_is_in_the_reference() -> None:
 def test_every_column_of_provmw_usage_is_explained_in_the_guide(column: str) -> None:
     page = (ROOT / "docs" / "getting-started.md").read_text()
     assert f"| `{column}` | {USAGE_COLUMNS[column]} |" in page
+
+
+def test_the_tool_calling_page_is_in_the_nav_and_shows_the_readmes_tested_round_trip() -> None:
+    assert "- Tool calling: tools.md" in (ROOT / "mkdocs.yml").read_text()
+    assert '--8<-- "README.md:tool-call"' in (ROOT / "docs" / "tools.md").read_text()
+    assert "<!-- readme-test: tools.py -->" in (ROOT / "README.md").read_text().split("[start:tool-call]")[1]

@@ -99,3 +99,16 @@ def test_the_command_list_gives_the_configuration_option(command: str, capsys: p
         main([command, "--help"])
     assert "[-c CONFIGURATION]" in capsys.readouterr().out  # the README spells it as argparse does
     assert re.search(rf"`provmw {command} TEXT[.]* \[-c CONFIGURATION\]`", listed), listed
+
+
+async def test_the_tool_round_trip_runs_as_written(fake: FakeProvider, tmp_path: Path) -> None:
+    folder = first_call_folder(tmp_path, fake)
+    (folder / "tools.py").write_text(block("tools.py"))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "tools.py", cwd=folder, env=environment(OPENAI_API_KEY="sk-anything"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    assert out.decode() == "echo: Paris (tool said: 18 C and sunny in Paris)\n"
+    assert fake.received[-1].body["messages"][-1] == {
+        "role": "tool", "tool_call_id": "call_0", "content": "18 C and sunny in Paris"}
