@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
+import warnings
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
 
@@ -43,6 +45,12 @@ __all__ = ["ServiceManager", "StackEntry"]
 R = TypeVar("R", bound=ProviderResponse)
 Messages = str | Message | Sequence[Message | Mapping[str, Any]]
 ResponseSchema = Mapping[str, Any] | type
+
+
+log = logging.getLogger(__name__)
+_LEFT_OPEN = ("a ServiceManager was not closed and its HTTP client is still open: use "
+              "'async with ServiceManager(...) as manager:' or await manager.aclose() "
+              "(SyncServiceManager: 'with' or close())")
 
 
 @attrs.frozen
@@ -110,6 +118,15 @@ class ServiceManager:
 
     async def __aenter__(self) -> ServiceManager:
         return self
+
+    def __del__(self) -> None:
+        # aiohttp's "Unclosed client session" names neither provmw nor the fix; say both first.
+        # Cheap, and never raising: it may run half-built or at interpreter exit.
+        with contextlib.suppress(Exception):
+            if _left_open(self.http) or _left_open(self.destinations.http):
+                # a warning for test runs and -W; a log line, which Python shows by default, for the rest
+                warnings.warn(_LEFT_OPEN, ResourceWarning, source=self, stacklevel=1)
+                log.warning(_LEFT_OPEN)
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
@@ -354,3 +371,9 @@ def _no_clash(plugins: Mapping[str, str], own: Sequence[Middleware]) -> None:
                 f"two middleware are named {layer.name!r}: one from plugin {plugin!r}, one from the application "
                 "(ServiceManager(middleware=[...])); rename the application's middleware or block the plugin "
                 "(PROVMW_BLOCKED_PLUGINS or [plugins] block)")
+
+
+def _left_open(http: HttpClient) -> bool:
+    """Whether ``http`` opened a session that is still open (``aclose`` sets it back to None)."""
+    session = http._session  # the manager owns this client, and only looks at it
+    return session is not None and not session.closed
