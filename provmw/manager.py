@@ -125,8 +125,8 @@ class ServiceManager:
         with contextlib.suppress(Exception):
             if _left_open(self.http) or _left_open(self.destinations.http):
                 # a warning for test runs and -W; a log line, which Python shows by default, for the rest
+                log.warning(_LEFT_OPEN)  # first: under -W error the warning raises (and is suppressed)
                 warnings.warn(_LEFT_OPEN, ResourceWarning, source=self, stacklevel=1)
-                log.warning(_LEFT_OPEN)
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
