@@ -77,3 +77,13 @@ def test_a_chunk_round_trips_through_its_dict() -> None:
                       tool_calls=(ToolCall(id="c", name="f", arguments="{}"),), served_by="oa",
                       attempts=(Attempt(config_id="x", error_type="E", status=503),), parsed={"k": [1]})
     assert ChatChunk.from_dict(chunk.to_dict()) == chunk and chunk.to_dict()["served_by"] == "oa"
+
+
+async def test_an_anthropic_stream_gives_the_structured_answer_as_text_and_parsed(
+        fake: FakeProvider, builtin_only: PluginHost) -> None:
+    only_anthropic = Settings(configurations={"an": anthropic_config(fake)}, default="an",
+                              middleware={"retry": {"base_s": 0.001, "max_attempts": 1}})
+    async with ServiceManager(only_anthropic, host=builtin_only) as manager:
+        chunks = await read(manager, "Paris", response_schema=FORECAST)
+    assert chunks[-1].parsed == {"city": "echo: Paris", "days": 1}
+    assert (chunks[-1].finish_reason, [c for chunk in chunks for c in chunk.tool_calls]) == ("stop", [])

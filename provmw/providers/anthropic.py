@@ -272,13 +272,16 @@ class AnthropicAdapter:
         events = http.post_sse(_url(config), body, _headers(config))
         usage: dict[str, Any] = {}
         calls = ToolCallAssembler()
+        # With a response_schema the answer comes as the forced answer tool's input: its blocks
+        # (indexes noted here) stream as the answer's text, as ``chat`` makes it the text.
+        answer: set[int] | None = set() if request.response_schema is not None else None
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
             async for event in events:
                 try:
                     data = serde.mapping(decode_json(event.data), "event")
                     if event.event == "error" or data.get("type") == "error":
                         raise InBandError(event.data)
-                    chunk = _stream_chunk(event, data, usage, calls, config.model)
+                    chunk = _stream_chunk(event, data, usage, calls, config.model, answer)
                 except _SHAPE_ERRORS as exc:
                     raise malformed(self.name, config.model, exc) from None
                 if chunk is not None:
@@ -290,7 +293,7 @@ class AnthropicAdapter:
 
 
 def _stream_chunk(event: SSEEvent, data: Mapping[str, Any], usage: dict[str, Any], calls: ToolCallAssembler,
-                  model: str) -> ChatChunk | None:
+                  model: str, answer: set[int] | None = None) -> ChatChunk | None:
     kind = serde.get(data, "type", str, "event", default=None) or event.event
     if kind == "message_start":
         message = serde.get(data, "message", dict, "event", default=None) or {}
@@ -298,20 +301,27 @@ def _stream_chunk(event: SSEEvent, data: Mapping[str, Any], usage: dict[str, Any
     elif kind == "content_block_start":
         block = serde.get(data, "content_block", dict, "event")
         if block.get("type") == "tool_use":
-            calls.add(serde.get(data, "index", int, "event"), id=serde.get(block, "id", str, "event.content_block"),
-                      name=serde.get(block, "name", str, "event.content_block"))
+            index, name = serde.get(data, "index", int, "event"), serde.get(block, "name", str, "event.content_block")
+            if answer is not None and name == ANSWER_TOOL:
+                answer.add(index)
+            else:
+                calls.add(index, id=serde.get(block, "id", str, "event.content_block"), name=name)
     elif kind == "content_block_delta":
         delta = serde.get(data, "delta", dict, "event")
         if delta.get("type") == "text_delta":
             return ChatChunk(text=serde.get(delta, "text", str, "event.delta"))
         if delta.get("type") == "input_json_delta":
-            calls.add(serde.get(data, "index", int, "event"),
-                      arguments=serde.get(delta, "partial_json", str, "event.delta"))
+            index, piece = serde.get(data, "index", int, "event"), serde.get(delta, "partial_json", str, "event.delta")
+            if answer and index in answer:
+                return ChatChunk(text=piece)
+            calls.add(index, arguments=piece)
     elif kind == "message_delta":
         usage.update(serde.get(data, "usage", dict, "event", default=None) or {})
         delta = serde.get(data, "delta", dict, "event", default=None) or {}
-        return ChatChunk(finish_reason=_finish_reason(delta, "event.delta"), usage=_usage(usage, model),
-                         tool_calls=calls.calls())
+        finish, tool_calls = _finish_reason(delta, "event.delta"), calls.calls()
+        if answer and not tool_calls and finish == "tool_calls":  # the answer tool's call is the answer
+            finish = "stop"
+        return ChatChunk(finish_reason=finish, usage=_usage(usage, model), tool_calls=tool_calls)
     return None
 
 
