@@ -139,3 +139,21 @@ def test_every_problem_is_listed_under_its_section(tmp_path: Path, monkeypatch: 
     sections = [line.split(" (")[0] for line in printed.splitlines() if line.endswith("problem(s)):")]
     assert status == 1 and sections == ["settings", "credentials", "ledger"]
     assert printed.endswith("3 problem(s) found\n")
+
+
+def test_every_settings_table_that_does_not_load_is_listed(tmp_path: Path) -> None:
+    path = tmp_path / "provmw.toml"
+    path.write_text('[configurations.a]\nprovider = "openai"\nmodel = "m"\ntemprature = 0\n\n'
+                    '[configurations.b]\nprovider = "openai"\nmodel = "m"\nbase_urll = "x"\n')
+    out = io.StringIO()
+    assert main(["--config", str(path), "check"], out) == 1
+    assert "temprature" in out.getvalue() and "base_urll" in out.getvalue()
+
+
+def test_every_middleware_section_that_does_not_build_is_listed(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHECK_A_KEY", "k")
+    monkeypatch.setenv("CHECK_B_HEADER", "h")
+    status, printed = check(tmp_path, '[middleware.retyr]\nmax_attempts = 3\n[middleware.budget]\nmode = "stric"\n')
+    assert status == 1
+    assert "[middleware.retyr] names no installed middleware" in printed and "mode must be one of" in printed

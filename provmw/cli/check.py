@@ -18,10 +18,13 @@ import asyncio
 import importlib
 import os
 import sqlite3
+import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
+
+import attrs
 
 from provmw.errors import ProvmwError
 from provmw.scrubbing import masked_url, url_secrets
@@ -44,8 +47,8 @@ async def report(path: str | os.PathLike[str] | None = None,
     environ = os.environ if environ is None else environ
     try:
         settings = load_settings(path, environ)
-    except ProvmwError as exc:
-        return {"settings": [str(exc)]}  # nothing else can be checked without the settings
+    except ProvmwError as exc:  # nothing else can be checked without the settings: each table's problems
+        return {"settings": _distinct_list([str(exc), *_table_problems(path, environ)])}
     found: dict[str, list[str]] = {section: [] for section in SECTIONS}
     found["credentials"] += [*missing_variables(settings), *keys_given_twice(settings)]
     await _stack_problems(settings, environ, found)
@@ -123,13 +126,65 @@ async def _stack_problems(settings: Settings, environ: Mapping[str, str], found:
     try:
         manager = ServiceManager(settings, host=host)  # a failed plugin is left out, as reported above
     except ProvmwError as exc:
-        found[_section_of(str(exc))].append(str(exc))
+        for problem in [str(exc), *await _part_problems(settings, host)]:
+            found[_section_of(problem)].append(problem)
         return
     try:
         if not unreachable:  # said once: the budget question would only find it unreachable again
             found["state"] += await _budget_state_problems(manager)
     finally:
         await manager.aclose()
+
+
+def _table_problems(path: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> list[str]:
+    """When the settings do not load: each configuration table, then the rest, on its own, so that
+    every table's problem shows and not only the first."""
+    from provmw.settings import find_settings_file, parse_settings
+
+    found = find_settings_file(path, environ)
+    try:
+        document = tomllib.loads(found.read_text(encoding="utf-8")) if found is not None else {}
+    except (OSError, tomllib.TOMLDecodeError):
+        return []  # said already, by the whole file's error
+    if found is not None and found.name == "pyproject.toml":
+        document = document.get("tool", {}).get("provmw", {})
+    configurations = document.get("configurations", {})
+    parts: list[dict[str, Any]] = [{"configurations": {name: table}} for name, table in configurations.items()] \
+        if isinstance(configurations, dict) else []
+    parts.append({key: value for key, value in document.items() if key not in ("configurations", "default")})
+    return [problem for part in parts if (problem := _parse_problem(parse_settings, part, str(found), environ))]
+
+
+def _parse_problem(parse: Any, document: dict[str, Any], source: str, environ: Mapping[str, str]) -> str | None:
+    try:
+        parse(document, source, environ)
+    except ProvmwError as exc:
+        return str(exc)
+    return None
+
+
+async def _part_problems(settings: Settings, host: Any) -> list[str]:
+    """When the stack cannot be built: each middleware section and each configuration on its own,
+    so that every problem shows and not only the first."""
+    from provmw.manager import ServiceManager
+
+    parts: list[dict[str, Any]] = [{"middleware": {name: section}, "configurations": {}, "default": None}
+                                   for name, section in settings.middleware.items()]
+    parts += [{"middleware": {}, "configurations": {name: attrs.evolve(config, fallbacks=())}, "default": name}
+              for name, config in settings.configurations.items()]
+    found = []
+    for part in parts:
+        try:
+            manager = ServiceManager(attrs.evolve(settings, state=None, **part), host=host)
+        except ProvmwError as exc:
+            found.append(str(exc))
+        else:
+            await manager.aclose()
+    return found
+
+
+def _distinct_list(problems: list[str]) -> list[str]:
+    return list(dict.fromkeys(problems))
 
 
 def _section_of(problem: str) -> str:
