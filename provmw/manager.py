@@ -102,11 +102,11 @@ class ServiceManager:
             self._adapter(config.provider,
                           where=f"{self.settings.source}: [configurations.{config.identifier}] provider")
         self.prices = PriceTable()
-        self.http = http if http is not None else HttpClient(limits=self.settings.http)
+        http = http if http is not None else HttpClient(limits=self.settings.http)
         # Ad-hoc base_urls go through a client of their own, whose resolver checks (ADR 0018).
         self.destinations = DestinationGuard(self.settings.destinations, limits=self.settings.http)
         self._streams: dict[int, OpenedStream] = {}  # opened and not yet ended, by their state's id
-        self.terminal = Terminal(adapters=self.providers, http=self.http, prices=self.prices,
+        self.terminal = Terminal(adapters=self.providers, http=http, prices=self.prices,
                                  destinations=self.destinations, capabilities=self.capabilities,
                                  credentials=self.settings.with_credentials)
 
@@ -118,6 +118,13 @@ class ServiceManager:
 
     async def __aenter__(self) -> ServiceManager:
         return self
+
+    @property
+    def http(self) -> HttpClient:
+        """The manager's one HTTP client (given at construction, or made then), which its terminal
+        sends every attempt through and ``aclose`` closes; read only, so a replaced client cannot be
+        one the calls never use."""
+        return self.terminal.http
 
     def __del__(self) -> None:
         # aiohttp's "Unclosed client session" names neither provmw nor the fix; say both first.
