@@ -30,6 +30,7 @@
     │       └── ContentPolicyError         refused by the provider's content filter
     ├── CircuitOpenError                   a breaker is open; retry_after_s
     ├── DeadlineExceededError              the logical call's total time limit fired
+    ├── GuardRefusedError                  a guard refused the request or the answer; rule, stage
     ├── FallbackExhaustedError             every attempt and its error, skipped configurations too
     ├── BudgetExceededError                bucket, dimension, limit, spent, reserved, period, needed, set_by
     ├── BudgetUnavailableError             fail-closed: the budget store cannot reserve
@@ -63,6 +64,7 @@ __all__ = [
     "DeadlineExceededError",
     "DestinationRefusedError",
     "FirstChunkTimeoutError",
+    "GuardRefusedError",
     "Disposition",
     "DuplicateMiddlewareError",
     "FallbackAttempt",
@@ -421,6 +423,21 @@ def _needed(needed: float | None, set_by: str | None, reason: str | None, furthe
     who = "a further attempt of this call (a retry or fallback reserves again)" if further else "this call"
     by = f", set by {set_by!r}" if set_by else ""
     return f"; {who} needed {_plain(needed)}{by}" + (f": {reason}" if reason else "")
+
+
+class GuardRefusedError(ProvmwError):
+    """A guard refused the call's request (``stage="input"``, nothing was sent) or its answer
+    (``stage="output"``). ``rule`` names the rule that refused, never the text it matched; a
+    guard that cannot run (its check down, late or answering nonsense) refuses too, unless it
+    only monitors. Neither retried nor failed over: another attempt would say the same."""
+
+    def __init__(self, message: str, *, rule: str, stage: str = "input") -> None:
+        super().__init__(message)
+        self.rule, self.stage = rule, stage
+
+    @property
+    def never_sent(self) -> bool:
+        return self.stage == "input"
 
 
 class BudgetUnavailableError(ProvmwError):
