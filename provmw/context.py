@@ -1,11 +1,13 @@
 """The call context: what every middleware layer knows about one logical call.
 
-A context holds the call's ``operation`` and ``correlation_id``, the built-in
-:class:`CallFacts` the manager computed (read them as ``ctx.facts.tenant``,
-``ctx.facts.cache_key`` ...: typed, never string keys), the call's :class:`AttemptLog`
-and :class:`RepairSlot`, and ``metadata``: an immutable mapping that belongs to plugins (prefix keys with the
-plugin's name). For a middleware test, ``provmw.testing.call_context(tenant="acme")``
-builds one in a line.
+A context holds the call's ``operation`` and ``correlation_id``, its typed, frozen
+``request`` (what will be sent), the built-in :class:`CallFacts` the manager computed from
+it (read them as ``ctx.facts.tenant``, ``ctx.facts.cache_key`` ...: typed, never string
+keys), the call's :class:`AttemptLog`, and ``metadata``: an immutable mapping that belongs
+to plugins (prefix keys with the plugin's name). A layer that changes what is sent hands
+``ctx.with_request(changed)`` down (ADR 0001): the facts below it are those of the changed
+request. For a middleware test, ``provmw.testing.call_context(tenant="acme")`` builds one
+in a line.
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from provmw.errors import ConfigurationError
+
 if TYPE_CHECKING:
     from provmw.config import ProviderConfig
+    from provmw.requests import ProviderRequest
     from provmw.responses import Attempt, Billed, Usage
 
 __all__ = ["AttemptLog", "AttemptMeter", "CallFacts", "FrozenMap", "ProviderCallContext", "ProviderOperation",
-           "RepairNote", "RepairSlot", "attempt_meters", "metering", "scoped_key"]
+           "attempt_meters", "metering", "scoped_key"]
 
 
 class ProviderOperation(enum.Enum):
@@ -142,6 +147,7 @@ class CallFacts:
     identifier and what it lacks (the fallback layer skips it and says why).
     ``response_schema``: the JSON Schema the answer must follow, when the call gave one.
     ``chain``: the call's configuration and its fallbacks, in the order the fallback layer tries them.
+    ``rebuild``: the facts of another request for the same call (``ProviderCallContext.with_request``).
     """
 
     user: str | None = None
@@ -162,6 +168,7 @@ class CallFacts:
     _unmet: FrozenMap = attrs.field(default=_EMPTY, converter=_freeze, alias="unmet")
     response_schema: FrozenMap | None = attrs.field(default=None, converter=_freeze_or_none)
     digest: Callable[[], str] | None = attrs.field(default=None, eq=False, repr=False)
+    rebuild: Callable[[ProviderRequest], CallFacts] | None = attrs.field(default=None, eq=False, repr=False)
     # Computes (max_input_tokens, planned_cost_usd, estimated_cost_usd) on first read: only budgets
     # read them, and over a fallback chain they cost more than every other fact together.
     bounds: Callable[[], tuple[int, float | None, float | None]] | None = attrs.field(
@@ -307,25 +314,6 @@ def metering(meter: AttemptMeter) -> Iterator[None]:
         _METERS.reset(token)
 
 
-@attrs.frozen
-class RepairNote:
-    """What was wrong with an answer, for the repair turn: the answer itself and the problem."""
-
-    answer: str
-    problem: str
-
-
-class RepairSlot:
-    """The repair turn of one call while one is under way (ADR 0024): the ``structured_output``
-    layer sets ``note`` around the one attempt it asks for, and the manager's terminal sends
-    the request followed by the invalid answer and what was wrong with it."""
-
-    __slots__ = ("note",)
-
-    def __init__(self) -> None:
-        self.note: RepairNote | None = None
-
-
 # The metadata keys 0.1.0 documented for the built-in facts, and the fact each one is now.
 _DEPRECATED_KEYS = {"user": "user", "tenant": "tenant", "cache_key": "cache_key",
                     "shared_cache_key": "shared_cache_key", "deterministic": "deterministic",
@@ -415,7 +403,7 @@ def _new_call_id() -> str:
 
 @attrs.frozen
 class ProviderCallContext:
-    """What one logical call is: its operation, correlation id, facts, attempts, repair turn and plugin metadata."""
+    """What one logical call is: its operation, correlation id, request, facts, attempts and plugin metadata."""
 
     operation: ProviderOperation = attrs.field(validator=attrs.validators.instance_of(ProviderOperation))
     correlation_id: str = attrs.field(factory=_new_correlation_id)
@@ -424,7 +412,8 @@ class ProviderCallContext:
     # The ledger keys records by this, never by the caller's correlation id, which callers reuse.
     call_id: str = attrs.field(factory=_new_call_id, kw_only=True, eq=False, repr=False)
     attempts: AttemptLog = attrs.field(factory=AttemptLog, kw_only=True, eq=False, repr=False)
-    repair: RepairSlot = attrs.field(factory=RepairSlot, kw_only=True, eq=False, repr=False)
+    # What is sent: never in a repr (it is the caller's text). None only in a context built without one.
+    request: ProviderRequest | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "metadata", _Metadata(self.metadata, self.facts))
@@ -432,3 +421,14 @@ class ProviderCallContext:
     def with_metadata(self, **values: Any) -> ProviderCallContext:
         """Return a copy whose metadata is merged with ``values`` (the same facts and attempts)."""
         return attrs.evolve(self, metadata=FrozenMap({**self.metadata, **values}))
+
+    def with_request(self, request: ProviderRequest) -> ProviderCallContext:
+        """A copy of this call that sends ``request`` instead (a layer's rewrite: redaction, a policy,
+        a repair turn): hand it down with ``next(config, ctx)``. Its facts are recomputed for
+        ``request`` (digest, sizes, bounds, needs), so every layer below and the adapter see what
+        is sent; the call id, attempts and metadata are this call's."""
+        if self.request is not None and type(request) is not type(self.request):
+            raise ConfigurationError(f"with_request: a {type(self.request).__name__} call cannot send a "
+                                     f"{type(request).__name__}")
+        rebuild = self.facts.rebuild
+        return attrs.evolve(self, request=request, facts=self.facts if rebuild is None else rebuild(request))

@@ -318,8 +318,8 @@ class ServiceManager:
                            controls=call.controls, idempotency_key=call.idempotency_key,
                            capabilities=self.capabilities, stream=stream)
         if call.correlation_id is not None:
-            return config, ProviderCallContext(operation, call.correlation_id, facts=facts)
-        return config, ProviderCallContext(operation, facts=facts)
+            return config, ProviderCallContext(operation, call.correlation_id, facts=facts, request=request)
+        return config, ProviderCallContext(operation, facts=facts, request=request)
 
     async def _open(self, operation: ProviderOperation, request: ChatRequest, call: CallArguments) -> OpenedStream:
         if call.idempotency_key is not None:
@@ -348,7 +348,7 @@ class ServiceManager:
     async def _run(self, operation: ProviderOperation, request: ProviderRequest, response_type: type[R],
                    call: CallArguments, *, streams: list[OpenedStream] | None = None) -> R:
         config, ctx = self._facts(operation, request, call, stream=streams is not None)
-        terminal = self.terminal.call(ctx, request, response_type, streams)
+        terminal = self.terminal.call(ctx, response_type, streams)
         await terminal.admit(config)  # before the pipeline: nothing reserved or counted for a call refused here
         response = await self.pipeline.run(ctx, config, terminal)
         schema = ctx.facts.response_schema

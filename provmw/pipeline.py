@@ -18,15 +18,21 @@ No base class is needed. Inside ``handle`` a middleware may
 * pass through: ``return await next(config)``;
 * short-circuit: return a response without calling ``next`` (a cache hit);
 * substitute the configuration: ``await next(other_config)`` (a fallback);
-* call ``next`` several times (a retry), or wrap it with before/after logic.
+* call ``next`` several times (a retry), or wrap it with before/after logic;
+* change what is sent: ``await next(config, ctx.with_request(changed))`` (a redaction).
 
-The context ``ctx`` is frozen and the very same object reaches every layer; only the
-configuration travels through ``next``. The payload stays inside the terminal callable
-the ServiceManager built, so a middleware sees the typed response, never the request;
-what it needs to know about the call is in ``ctx.facts`` (typed: ``ctx.facts.tenant``,
-``ctx.facts.controls`` ...), and plugins may pass their own facts in ``ctx.metadata``.
-Inner layers report outward through the response (``attrs.evolve``) or the exception
-they raise.
+The context ``ctx`` is frozen. A layer that passes it on unchanged (``next(config)``) hands
+the very same object down; one that rewrites the request hands a derived context, as a
+PSR-15 middleware hands the next handler a changed immutable request, and every layer
+below it, and the adapter, sees the rewritten request and the facts computed from it
+(ADR 0001). The call's typed request is ``ctx.request``; what a layer needs to know about
+the call is in ``ctx.facts`` (typed: ``ctx.facts.tenant``, ``ctx.facts.controls`` ...), and
+plugins may pass their own facts in ``ctx.metadata``. Inner layers report outward through
+the response (``attrs.evolve``) or the exception they raise.
+
+A terminal is ``await terminal(config)``. One that reads the request (the manager's) has a
+``with_context(ctx)`` method giving the terminal for a rewritten context; a plain function
+is called as it is below a rewrite (it holds its own request).
 
 Two optional companions say what else the host relies on. A middleware that reads
 per-call controls declares them (:class:`DeclaresControls`): the manager refuses a control
@@ -52,7 +58,9 @@ __all__ = ["Closeable", "DeclaresControls", "Middleware", "MiddlewarePipeline", 
 
 R = TypeVar("R", bound=ProviderResponse)
 
-Next = Callable[[ProviderConfig], Awaitable[R]]
+# The layers below: ``await next(config)``, or ``await next(config, ctx.with_request(changed))``. Typed
+# loosely so that a test's plain ``async def next(config)`` still stands in for them.
+Next = Callable[..., Awaitable[R]]
 Terminal = Callable[[ProviderConfig], Awaitable[R]]
 
 
@@ -150,14 +158,36 @@ class MiddlewarePipeline:
         """Run the call described by ``ctx`` through every layer down to ``terminal``; await the result."""
         # Not a coroutine function itself, and no helper call per layer: each inner layer is a
         # plain function whose defaults hold what it calls, and the outermost is called as it is,
-        # so a call through N layers costs N handler coroutines and N - 1 small functions (a
+        # so a call through N layers costs N handler coroutines and N small functions (a
         # helper building a closure per layer cost 1.7 times hand-nested lambdas,
         # benchmarks/test_bench_pipeline.py).
         if self._outer is None:
             return terminal(config)
-        call: Next[R] = terminal
-        for handle in self._inner:
-            def call(config: ProviderConfig, handle: Callable[..., Awaitable[R]] = handle, inner: Next[R] = call,
-                     ctx: ProviderCallContext = ctx) -> Awaitable[R]:
-                return handle(ctx, config, inner)
-        return self._outer(ctx, config, call)
+        return self._outer(ctx, config, self._below(ctx, terminal, len(self._inner)))
+
+    def _below(self, ctx: ProviderCallContext, terminal: Terminal[R], layers: int) -> Next[R]:
+        """The ``next`` of the layer above the innermost ``layers``, bound to ``ctx``. A layer that hands
+        down another context gets the chain below it bound anew to that one: only a rewrite pays."""
+        below = self._below
+
+        def end(config: ProviderConfig, new: ProviderCallContext | None = None, /,
+                ctx: ProviderCallContext = ctx, terminal: Terminal[R] = terminal) -> Awaitable[R]:
+            if new is None or new is ctx:
+                return terminal(config)
+            return below(new, _rebound(terminal, new), 0)(config)
+
+        call: Next[R] = end
+        for position, handle in enumerate(self._inner[:layers], 1):
+            def call(config: ProviderConfig, new: ProviderCallContext | None = None, /,
+                     handle: Callable[..., Awaitable[R]] = handle, inner: Next[R] = call,
+                     ctx: ProviderCallContext = ctx, position: int = position) -> Awaitable[R]:
+                if new is None or new is ctx:
+                    return handle(ctx, config, inner)
+                return below(new, _rebound(terminal, new), position)(config)
+        return call
+
+
+def _rebound(terminal: Terminal[R], ctx: ProviderCallContext) -> Terminal[R]:
+    """The terminal for a rewritten ``ctx``: its own ``with_context`` when it reads the request."""
+    with_context = getattr(terminal, "with_context", None)
+    return terminal if with_context is None else with_context(ctx)

@@ -12,6 +12,11 @@ fails, or the caller stops reading (``break``, cancellation, an iterator dropped
         response.on_end(lambda end: settle(end.response.usage))  # end: a StreamEnd
         return response
 
+A layer may also register a :class:`ChunkFilter` at opening (``response.filter_chunks(f)``):
+it sees every chunk before the caller, and may rewrite it, hold it back (a bounded window,
+so that a value cut across chunks can still be recognised), or end the stream by raising
+(ADR 0005). The end-of-stream callbacks see what the provider sent, and still run once.
+
 ``ToolCallAssembler`` is for adapters: a provider streams each tool call in pieces (its id
 and name first, then its arguments as JSON text cut anywhere); the assembler joins them by
 call id, then by index, and hands out complete calls whose arguments are whole JSON.
@@ -22,8 +27,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 import attrs
 
@@ -39,7 +44,8 @@ from provmw.messages import ToolCall
 from provmw.pricing import Price
 from provmw.responses import ChatChunk, CompletionResponse, ProviderResponse, Usage
 
-__all__ = ["END_KEPT_CHARS", "EndCallback", "OpenedStream", "StreamEnd", "ToolCallAssembler", "open_stream"]
+__all__ = ["END_KEPT_CHARS", "ChunkFilter", "EndCallback", "OpenedStream", "StreamEnd", "ToolCallAssembler",
+           "open_stream"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +82,27 @@ class StreamEnd:
 EndCallback = Callable[[StreamEnd], Awaitable[None]]
 
 
+class ChunkFilter(Protocol):
+    """What a layer puts between a stream's chunks and its caller (``OpenedStream.filter_chunks``).
+
+    ``chunk`` is given every chunk the provider sent, in order, and returns what to hand on
+    now: the chunk, a rewrite of it, several, or none (held back). The provider's last chunk
+    carries its ``finish_reason``: hand on what is held with it. ``end`` is called once, when
+    the provider's chunks are all given (or the stream was cut short), and returns what is
+    still held. Either may raise (a ``GuardRefusedError``) to end the stream: the caller gets
+    that error as raised, and the end-of-stream callbacks run once. Hold back no more than a
+    value cut across chunks needs: the caller waits for what is held.
+    """
+
+    def chunk(self, chunk: ChatChunk) -> Sequence[ChatChunk]:
+        """What to hand on for ``chunk``."""
+        ...
+
+    def end(self) -> Sequence[ChatChunk]:
+        """What is still held, at the end of the provider's chunks."""
+        ...
+
+
 @attrs.define(eq=False)
 class _Stream:
     """The one mutable part of an opened stream, shared by every copy ``attrs.evolve`` makes."""
@@ -88,6 +115,7 @@ class _Stream:
     max_output_tokens: int | None
     scrub: Callable[[BaseException], object]
     callbacks: list[EndCallback] = attrs.Factory(list)
+    filters: list[ChunkFilter] = attrs.Factory(list)
     ended: bool = False
     scrub_chunk: Callable[[ChatChunk], ChatChunk] | None = None
 
@@ -107,17 +135,26 @@ class OpenedStream(ProviderResponse):
         """Run ``callback(StreamEnd)`` once at the end; inner layers' callbacks run first."""
         self.stream.callbacks.append(callback)
 
+    def filter_chunks(self, chunk_filter: ChunkFilter) -> None:
+        """Pass every chunk through ``chunk_filter`` before the caller; inner layers' filters see them first."""
+        self.stream.filters.append(chunk_filter)
+
     def to_dict(self) -> dict[str, Any]:
         raise TypeError("an opened stream is read, not stored")
 
     async def chunks(self) -> AsyncGenerator[ChatChunk, None]:
         """The chunks, the opening's first; a failure after it is a ``StreamInterruptedError``."""
-        reading = _Reading(self)
+        reading, filters = _Reading(self), self.stream.filters
         try:
             for chunk in self.stream.head:
-                yield reading.saw(chunk)
+                for out in reading.passed(chunk, filters):
+                    yield out
             while (more := await reading.next_chunk()) is not None:
-                yield reading.saw(more)
+                for out in reading.passed(more, filters):
+                    yield out
+            if filters:
+                for out in _through(filters, (), reading, ending=True):
+                    yield out
         except GeneratorExit:
             await self._end(reading, abandoned=True)
             raise
@@ -125,7 +162,7 @@ class OpenedStream(ProviderResponse):
             cancelled = isinstance(exc, asyncio.CancelledError)
             self.stream.scrub(exc)
             await self._end(reading, error=None if cancelled else exc, abandoned=cancelled)
-            if cancelled:
+            if cancelled or exc is reading.refused:
                 raise
             raise reading.interrupted(exc) from exc
         await self._end(reading)
@@ -144,6 +181,20 @@ class OpenedStream(ProviderResponse):
         # Shielded, closing included: a caller cancelled again while the adapter's stream closes
         # or the callbacks settle must not lose a record.
         await asyncio.shield(asyncio.get_running_loop().create_task(_finish(state, end)))
+
+
+def _through(filters: Sequence[ChunkFilter], chunks: Iterable[ChatChunk], reading: _Reading, *,
+             ending: bool) -> list[ChatChunk]:
+    """``chunks`` through each filter in turn (``ending``: each then gives what it holds); what a
+    filter raises is noted as its refusal."""
+    try:
+        for chunk_filter in filters:
+            passed = [out for chunk in chunks for out in chunk_filter.chunk(chunk)]
+            chunks = [*passed, *chunk_filter.end()] if ending else passed
+        return list(chunks)
+    except BaseException as exc:
+        reading.refused = exc
+        raise
 
 
 @attrs.define
@@ -211,6 +262,12 @@ class _Reading:
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
         self.count = 0
+        self.refused: BaseException | None = None  # what a chunk filter raised: the caller gets it as it is
+
+    def passed(self, chunk: ChatChunk, filters: Sequence[ChunkFilter]) -> Sequence[ChatChunk]:
+        """What the caller gets for ``chunk``: noted, then through the filters, if any."""
+        seen = self.saw(chunk)
+        return _through(filters, (seen,), self, ending=False) if filters else (seen,)
 
     def saw(self, chunk: ChatChunk) -> ChatChunk:
         """Note ``chunk`` and return it, its usage priced, naming who served it."""

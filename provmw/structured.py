@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from provmw.context import FrozenMap, RepairNote
+from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError, StructuredOutputError
 from provmw.http import plain_json
 from provmw.messages import Message, ToolCall
@@ -101,11 +101,11 @@ async def parsed_stream(chunks: AsyncIterator[ChatChunk], schema: Mapping[str, A
     yield attrs.evolve(end, parsed=parsed)
 
 
-def repaired(request: ChatRequest, note: RepairNote) -> ChatRequest:
-    """``request`` followed by the invalid answer and a user turn asking for one that follows the schema."""
-    ask = (f"That answer does not follow the required JSON Schema: {note.problem}. "
+def repaired(request: ChatRequest, answer: str, problem: str) -> ChatRequest:
+    """``request`` followed by the invalid ``answer`` and a user turn asking for one that follows the schema."""
+    ask = (f"That answer does not follow the required JSON Schema: {problem}. "
            "Answer again with only a JSON value that follows the schema.")
-    turns = (*request.messages, Message.assistant(note.answer), Message.user(ask))
+    turns = (*request.messages, Message.assistant(answer), Message.user(ask))
     return attrs.evolve(request, messages=turns)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from provmw.context import RepairNote
 from provmw.errors import ConfigurationError, StructuredOutputError
 from provmw.messages import Message
 from provmw.requests import ChatRequest
@@ -57,7 +56,7 @@ def test_the_parsed_answer_round_trips_through_to_dict() -> None:
 
 def test_the_repair_turn_follows_the_conversation() -> None:
     request = ChatRequest((Message.user("Paris?"),), response_schema=SCHEMA)
-    turns = repaired(request, RepairNote('{"town": 1}', "'city' is a required property")).messages
+    turns = repaired(request, '{"town": 1}', "'city' is a required property").messages
     assert [m.role for m in turns] == ["user", "assistant", "user"]
     assert turns[1].text == '{"town": 1}' and "'city' is a required property" in turns[2].text
 

@@ -110,6 +110,10 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
         deterministic=is_deterministic(config, request), sizes=sizes_and_unmet, bounds=bounds,
         stream=stream, needs=needs, response_schema=getattr(request, "response_schema", None), chain=tuple(chain),
         digest=lambda: request_digest(operation, config, request),
+        rebuild=lambda changed: call_facts(
+            operation, config, changed, chain=chain, prices=prices, known_controls=known_controls, user=user,
+            tenant=tenant, controls=controls, idempotency_key=idempotency_key, capabilities=capabilities,
+            stream=stream),
     )
 
 

@@ -32,7 +32,6 @@ from provmw.responses import Attempt, Billed, ProviderResponse, Usage
 from provmw.scrubbing import Scrubber
 from provmw.stores.usage import billed_for
 from provmw.streams import OpenedStream, StreamEnd, open_stream
-from provmw.structured import repaired
 
 __all__ = ["METHODS", "Terminal", "end_all"]
 
@@ -53,12 +52,6 @@ async def end_all(streams: Sequence[OpenedStream]) -> None:
     """End each stream unread (a no-op for one already ended), all of them even if cancelled."""
     if streams:
         await asyncio.shield(asyncio.gather(*(s.aclose() for s in streams)))
-
-
-def with_repair(request: ProviderRequest, ctx: ProviderCallContext) -> ProviderRequest:
-    """The request, followed by the repair turn when the structured_output layer asked for one."""
-    note = ctx.repair.note
-    return repaired(request, note) if note is not None and isinstance(request, ChatRequest) else request
 
 
 def attempt_timeout(config: ProviderConfig) -> AttemptTimeoutError:
@@ -141,15 +134,16 @@ class Terminal:
         self.capabilities[config.provider].require(needs, provider=config.provider, configuration=config.identifier)
         return config
 
-    def call(self, ctx: ProviderCallContext, request: ProviderRequest, response_type: type[R],
-             streams: list[OpenedStream] | None) -> Call[R]:
-        """The terminal of one call (``streams``: a stream's call, which collects what it opened)."""
-        return Call(self, ctx, request, response_type, streams)
+    def call(self, ctx: ProviderCallContext, response_type: type[R], streams: list[OpenedStream] | None) -> Call[R]:
+        """The terminal of the call ``ctx`` (``streams``: a stream's call, which collects what it opened)."""
+        assert ctx.request is not None
+        return Call(self, ctx, ctx.request, response_type, streams)
 
 
 class Call(Generic[R]):
-    """One call's terminal: ``await call(config)`` is one attempt. The configuration admitted last
-    is remembered, so the manager's admission before the pipeline and each retry of it are one."""
+    """One call's terminal: ``await call(config)`` is one attempt of ``ctx.request``. The configuration
+    admitted last is remembered, so the manager's admission before the pipeline and each retry of it
+    are one. A layer's rewrite gets a terminal of its own (``with_context``)."""
 
     __slots__ = ("_admitted", "ctx", "request", "response_type", "streams", "terminal")
 
@@ -158,6 +152,11 @@ class Call(Generic[R]):
         self.terminal, self.ctx, self.request, self.response_type, self.streams = \
             terminal, ctx, request, response_type, streams
         self._admitted: tuple[ProviderConfig, ProviderConfig] | None = None
+
+    def with_context(self, ctx: ProviderCallContext) -> Call[R]:
+        """This call's terminal for ``ctx``, a layer's rewrite of it: what it sends is ``ctx.request``."""
+        assert ctx.request is not None
+        return Call(self.terminal, ctx, ctx.request, self.response_type, self.streams)
 
     async def admit(self, config: ProviderConfig) -> ProviderConfig:
         admitted = self._admitted
@@ -216,5 +215,5 @@ class Call(Generic[R]):
             self.streams.append(opened)
             return opened
         send: Callable[..., Awaitable[ProviderResponse]] = getattr(adapter, METHODS[ctx.operation])
-        return await terminal.limits.run(config.timeout_s, send(http, config, with_repair(request, ctx)),
+        return await terminal.limits.run(config.timeout_s, send(http, config, request),
                                          lambda: attempt_timeout(config))

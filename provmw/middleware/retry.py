@@ -133,10 +133,10 @@ class RetryMiddleware:
 def _replaying(first: Exception, next: Next[R]) -> Next[R]:
     pending = [first]
 
-    async def attempt(config: ProviderConfig) -> R:
+    async def attempt(config: ProviderConfig, ctx: ProviderCallContext | None = None, /) -> R:
         if pending:
             raise pending.pop()
-        return await next(config)
+        return await next(config, ctx)
 
     return attempt
 

@@ -4,17 +4,20 @@ It sits inside ``fallback`` and outside ``retry`` (priority 520, ADR 0024). Insi
 so that an answer that stays invalid moves the call on to the next configuration; outside
 retry, so that the retries of each request and the one repair turn never multiply (the
 retry layer never sees ``StructuredOutputError``); outside ``usage``, so that the invalid
-answer, billed like any other, is recorded before it is judged.
+answer, billed like any other, is recorded before it is judged. The repair turn is a
+rewritten request handed down like any other layer's (``ctx.with_request``): the layers below
+and the adapter see the longer conversation, and a strict budget reserves for it.
 """
 
 from __future__ import annotations
 
 from provmw.config import ProviderConfig
-from provmw.context import ProviderCallContext, RepairNote
+from provmw.context import ProviderCallContext
 from provmw.errors import StructuredOutputError
 from provmw.pipeline import Next, R
+from provmw.requests import ChatRequest
 from provmw.responses import CompletionResponse
-from provmw.structured import parsed_answer
+from provmw.structured import parsed_answer, repaired
 
 __all__ = ["StructuredOutputMiddleware"]
 
@@ -33,11 +36,11 @@ class StructuredOutputMiddleware:
         try:
             return parsed_answer(response, schema)
         except StructuredOutputError as exc:
-            ctx.repair.note = RepairNote(response.text, exc.problem)
-        try:
-            repaired = await next(config)
-        finally:
-            ctx.repair.note = None
-        if not isinstance(repaired, CompletionResponse):
-            return repaired
-        return parsed_answer(repaired, schema, tries=2)
+            request = ctx.request
+            if not isinstance(request, ChatRequest):
+                raise
+            turn = ctx.with_request(repaired(request, response.text, exc.problem))
+        again = await next(config, turn)
+        if not isinstance(again, CompletionResponse):
+            return again
+        return parsed_answer(again, schema, tries=2)

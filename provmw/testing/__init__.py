@@ -52,7 +52,9 @@ from aiohttp import web
 
 from provmw.config import ProviderConfig
 from provmw.context import CallFacts, FrozenMap, ProviderCallContext, ProviderOperation
+from provmw.messages import Message
 from provmw.pricing import PriceTable
+from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, ProviderRequest
 from provmw.responses import CompletionResponse, ProviderResponse
 from provmw.testing import wires as wire
 from provmw.testing.faults import (
@@ -128,14 +130,26 @@ class FakeClock:
 
 
 def call_context(operation: ProviderOperation = ProviderOperation.CHAT, *, digest: str | None = None,
-                 metadata: Mapping[str, Any] | None = None, **facts: Any) -> ProviderCallContext:
+                 metadata: Mapping[str, Any] | None = None, request: ProviderRequest | None = None,
+                 **facts: Any) -> ProviderCallContext:
     """A context for a middleware test: ``call_context(tenant="acme", controls={"no_cache": True})``.
 
     ``facts`` are :class:`~provmw.context.CallFacts` fields; ``digest`` stands for the canonical
-    request's digest, from which the cache keys follow.
+    request's digest, from which the cache keys follow. ``request`` is what the call sends
+    (by default a one-line "hello" of the operation's kind, with the ``response_schema`` fact).
     """
     known = CallFacts(**facts, digest=None if digest is None else lambda: digest)
-    return ProviderCallContext(operation, metadata=metadata, facts=known)
+    if request is None:
+        request = _hello(operation, known)
+    return ProviderCallContext(operation, metadata=metadata, facts=known, request=request)
+
+
+def _hello(operation: ProviderOperation, facts: CallFacts) -> ProviderRequest:
+    if operation is ProviderOperation.EMBEDDING:
+        return EmbeddingRequest(("hello",))
+    if operation is ProviderOperation.COMPLETION:
+        return CompletionRequest("hello")
+    return ChatRequest((Message.user("hello"),), response_schema=facts.response_schema)
 
 
 @attrs.define

@@ -7,10 +7,11 @@ import json
 import pytest
 
 from provmw.config import ProviderConfig
-from provmw.context import ProviderCallContext, RepairNote
+from provmw.context import ProviderCallContext
 from provmw.errors import StructuredOutputError
 from provmw.messages import ToolCall
 from provmw.middleware.structured_output import StructuredOutputMiddleware
+from provmw.requests import ChatRequest
 from provmw.responses import CompletionResponse
 from provmw.testing import call_context
 
@@ -20,14 +21,14 @@ LAYER = StructuredOutputMiddleware()
 
 
 class Answers:
-    """An inner layer answering each text in turn, noting the repair turn each call saw."""
+    """An inner layer answering each text in turn, noting the context each call was handed (None: the layer's own)."""
 
     def __init__(self, ctx: ProviderCallContext, *texts: str, tool_calls: tuple[ToolCall, ...] = ()) -> None:
         self.ctx, self.texts, self.tool_calls = ctx, list(texts), tool_calls
-        self.notes: list[RepairNote | None] = []
+        self.notes: list[ProviderCallContext | None] = []
 
-    async def __call__(self, config: ProviderConfig) -> CompletionResponse:
-        self.notes.append(self.ctx.repair.note)
+    async def __call__(self, config: ProviderConfig, ctx: ProviderCallContext | None = None) -> CompletionResponse:
+        self.notes.append(ctx)
         return CompletionResponse(provider="openai", model="m", text=self.texts.pop(0), tool_calls=self.tool_calls)
 
 
@@ -44,9 +45,10 @@ async def test_an_invalid_answer_gets_one_repair_turn_that_says_what_was_wrong()
     response = await LAYER.handle(ctx, CONFIG, inner)
     assert response.parsed == {"city": "Paris"}
     first, repair = inner.notes
-    assert first is None and repair is not None
-    assert (repair.answer, "'city' is a required property" in repair.problem) == ('{"town": "Paris"}', True)
-    assert ctx.repair.note is None
+    assert first is None and repair is not None and isinstance(repair.request, ChatRequest)
+    asked, answer, ask = repair.request.messages
+    assert (asked.text, answer.text) == ("hello", '{"town": "Paris"}')
+    assert "'city' is a required property" in ask.text
 
 
 async def test_an_answer_still_invalid_after_the_repair_is_a_typed_error() -> None:
