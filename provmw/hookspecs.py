@@ -30,7 +30,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from provmw.pipeline import Middleware
-    from provmw.providers import ProviderAdapter
+    from provmw.providers import ProviderAdapter, ProviderDecorator
     from provmw.settings import Settings
     from provmw.state import State
     from provmw.stores.shared import StateBackend
@@ -72,6 +72,15 @@ def provmw_usage_schemes() -> Iterable[str]:
 
 
 @hookspec
-def provmw_providers() -> Iterable[ProviderAdapter]:
-    """Return the provider adapters this plugin contributes, each with a unique ``name``."""
+def provmw_providers(settings: Settings) -> Iterable[ProviderAdapter]:
+    """Return the provider adapters this plugin contributes, each with a unique ``name``, built
+    from ``settings`` if it needs them (an implementation without the argument is still called)."""
+    raise NotImplementedError  # pragma: no cover - a specification, never called
+
+
+@hookspec
+def provmw_provider_decorators(settings: Settings) -> Iterable[ProviderDecorator]:
+    """Return ``provmw.providers.ProviderDecorator`` values wrapping installed adapters by name,
+    this plugin's or any other's (``"*"``: every one); applied once, after every adapter is collected,
+    in plugin-name order, then in the order given (the last applied is the outermost)."""
     raise NotImplementedError  # pragma: no cover - a specification, never called

@@ -21,18 +21,20 @@ import pluggy
 
 from provmw import hookspecs
 from provmw._plugins.contributions import ADAPTER, MIDDLEWARE, STATE_BACKEND, USAGE_STORE, Shape, iterable_answer
+from provmw._plugins.decorations import HOOK as DECORATORS_HOOK
+from provmw._plugins.decorations import decorated
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError, DuplicateMiddlewareError, PluginError, PluginLoadError, ProvmwError
 from provmw.hookspecs import hookimpl, hookspec
 from provmw.middleware import BUILTINS, USAGE, section_options, store_options
 from provmw.options import did_you_mean
-from provmw.settings import PluginPolicy, PluginStatus, normalized_distribution
+from provmw.providers import ProviderDecorator
+from provmw.settings import PluginPolicy, PluginStatus, Settings, normalized_distribution
 from provmw.stores.usage import is_store_url
 
 if TYPE_CHECKING:
     from provmw.pipeline import Middleware
     from provmw.providers import ProviderAdapter
-    from provmw.settings import Settings
     from provmw.state import State
     from provmw.stores.shared import StateBackend
     from provmw.stores.usage import UsageStore
@@ -44,6 +46,7 @@ __all__ = [
     "PluginHost",
     "PluginInfo",
     "PluginPolicy",
+    "ProviderDecorator",
     "hookimpl",
     "hookspec",
 ]
@@ -85,6 +88,7 @@ class PluginHost:
         self._pm.add_hookspecs(hookspecs)
         self._infos: list[PluginInfo] = []
         self._loaded = False
+        self._settings: Settings | None = None  # the last collected for: what providers are built from
 
     @property
     def plugins(self) -> tuple[PluginInfo, ...]:
@@ -146,6 +150,7 @@ class PluginHost:
 
     def collect_state(self, settings: Settings) -> StateBackend | None:
         """The backend serving ``[state]``, or None without one; exactly one plugin must serve it."""
+        self._settings = settings
         if settings.state is None:
             return None
         answers = self._call("provmw_state_backend", many=False, settings=settings)
@@ -163,6 +168,7 @@ class PluginHost:
     def collect_ledger(self, settings: Settings) -> UsageStore | None:
         """The ledger store a plugin serves when ``[middleware.usage] store`` is a URL, else None
         (the embedded SQLite file or memory); exactly one plugin must serve the URL's scheme."""
+        self._settings = settings
         url = section_options(settings, USAGE).store
         if not is_store_url(url):
             return None
@@ -185,15 +191,21 @@ class PluginHost:
     def _unserved(self) -> tuple[str, str]:
         """Why nothing answered for a URL scheme, as ("installed" or "loaded", a note): plugins
         installed but not loaded are named with their status, so a blocked one is not "missing"."""
-        if not self.policy.autoload:
-            return "loaded", " (plugin autoload is off)"
-        idle = [f"{p.name} ({p.distribution}: {p.status})" for p in self._infos if p.status != "loaded"]
+        idle = self._idle_note()
         if idle:
-            return "loaded", f" (installed but not loaded: {', '.join(idle)})"
+            return "loaded", idle
         return "installed", " (redis:// is served by provmw-redis, postgresql:// by provmw-postgres)"
+
+    def _idle_note(self) -> str:
+        """Why an installed plugin may not answer: autoload is off, or some are not loaded; else ""."""
+        if not self.policy.autoload:
+            return " (plugin autoload is off)"
+        idle = [f"{p.name} ({p.distribution}: {p.status})" for p in self._infos if p.status != "loaded"]
+        return f" (installed but not loaded: {', '.join(idle)})" if idle else ""
 
     def collect_middleware(self, settings: Settings, state: State) -> tuple[Contribution, ...]:
         """Every enabled middleware contributed by loaded plugins, with its plugin's name."""
+        self._settings = settings
         found: list[Contribution] = []
         for plugin, result in self._call("provmw_middleware", settings=settings, state=state):
             for middleware in result:
@@ -203,16 +215,30 @@ class PluginHost:
         _check_sections(settings, [c.middleware for c in found])
         return tuple(c for c in found if settings.enabled(c.middleware.name))
 
-    def collect_providers(self) -> Mapping[str, ProviderAdapter]:
-        """Provider adapters by name; two adapters with one name are an error."""
+    def collect_providers(self, settings: Settings | None = None) -> Mapping[str, ProviderAdapter]:
+        """Provider adapters by name, each decorated as plugins ask (``provmw_provider_decorators``);
+        two adapters with one name are an error. ``settings`` default to those the host last
+        collected state, the ledger or middleware for (a manager's), else to ``Settings()``."""
+        settings = settings if settings is not None else self._settings or Settings()
         adapters: dict[str, ProviderAdapter] = {}
-        for plugin, result in self._call("provmw_providers"):
+        for plugin, result in self._call("provmw_providers", settings=settings):
             for adapter in result:
                 ADAPTER.check(adapter, plugin, "provmw_providers")
                 if adapter.name in adapters:
                     raise PluginError(f"plugin {plugin!r} registers provider {adapter.name!r} twice over")
                 adapters[adapter.name] = adapter
-        return adapters
+        return decorated(adapters, self._decorators(settings), self._idle_note())
+
+    def _decorators(self, settings: Settings) -> list[tuple[str, ProviderDecorator]]:
+        """Every ``(plugin, decorator)`` the plugins return; anything else is an error naming the plugin."""
+        found = []
+        for plugin, result in self._call(DECORATORS_HOOK, settings=settings):
+            for decorator in result:
+                if not isinstance(decorator, ProviderDecorator):
+                    raise PluginError(f"plugin {plugin!r} returned from {DECORATORS_HOOK} a value of type "
+                                      f"{type(decorator).__name__}, not a provmw.providers.ProviderDecorator")
+                found.append((plugin, decorator))
+        return found
 
     def _call(self, hook: str, *, many: bool = True, **kwargs: Any) -> list[tuple[str, Any]]:
         """Each plugin's answer to ``hook``; with ``many``, as a list (generators run here)."""

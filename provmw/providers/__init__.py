@@ -2,13 +2,15 @@
 
 ``ProviderAdapter`` is the whole contract; ``provmw.providers.openai`` and
 ``provmw.providers.anthropic`` are the built-in adapters, registered through the same
-``provmw_providers`` hook a third-party plugin uses.
+``provmw_providers`` hook a third-party plugin uses. A plugin wraps installed adapters, its
+own or another plugin's, by name with a ``ProviderDecorator`` (``provmw_provider_decorators``);
+``ForwardingAdapter`` is the wrapper to subclass.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import AsyncIterator, Callable, Collection
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -20,7 +22,8 @@ if TYPE_CHECKING:
     from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest
     from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse
 
-__all__ = ["CAPABILITY_NAMES", "Capabilities", "ProviderAdapter", "capabilities_of"]
+__all__ = ["ALL_PROVIDERS", "CAPABILITY_NAMES", "OPTIONAL_MEMBERS", "Capabilities", "ForwardingAdapter",
+           "ProviderAdapter", "ProviderDecorator", "capabilities_of"]
 
 
 @attrs.frozen
@@ -166,3 +169,60 @@ class ProviderAdapter(Protocol):
                     request: ChatRequest) -> AsyncIterator[ChatChunk]:
         """Stream the answer to a conversation as chunks; the last carries finish reason and usage."""
         ...
+
+
+ALL_PROVIDERS = "*"
+# What an adapter may declare besides its operations (``ProviderAdapter``'s docstring): a wrapper
+# must read the same, or an ad-hoc call would send credentials where the adapter never would.
+OPTIONAL_MEMBERS = ("api_key_env", "default_base_url", "ambient_credentials")
+
+
+@attrs.frozen
+class ProviderDecorator:
+    """Wraps the installed adapter named ``provider`` (``ALL_PROVIDERS``, ``"*"``: every one) as
+    ``wrap(adapter)``, once, when the plugin host collects the adapters.
+
+    A plugin returns these from ``provmw_provider_decorators(settings)``; it may name any
+    installed adapter, including another plugin's it never imports. ``wrap`` must return an
+    adapter with the same ``name``, reading as the wrapped one does for ``api_key_env``,
+    ``default_base_url`` and ``ambient_credentials``, and declaring ``capabilities`` when the
+    wrapped one does (``capabilities_of`` reads the outermost adapter): subclass
+    ``ForwardingAdapter``, which forwards all of them.
+    """
+
+    provider: str = attrs.field(validator=attrs.validators.and_(attrs.validators.instance_of(str),
+                                                                attrs.validators.min_len(1)))
+    wrap: Callable[[ProviderAdapter], ProviderAdapter] = attrs.field(validator=attrs.validators.is_callable())
+
+    def applies_to(self, name: str) -> bool:
+        """Whether this decorator wraps the adapter named ``name``."""
+        return self.provider in (ALL_PROVIDERS, name)
+
+
+class ForwardingAdapter:
+    """An adapter handing every operation to ``inner`` and reading as it does (``name``,
+    ``capabilities`` and every optional member); subclass it and override what a decorator changes."""
+
+    def __init__(self, inner: ProviderAdapter) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.capabilities = capabilities_of(inner)
+
+    def __getattr__(self, member: str) -> Any:
+        # Only reached for what __init__ did not set: the optional members, read as the inner's.
+        if member.startswith("__") or member == "inner":
+            raise AttributeError(member)
+        return getattr(self.inner, member)
+
+    async def chat(self, http: HttpClient, config: ProviderConfig, request: ChatRequest) -> CompletionResponse:
+        return await self.inner.chat(http, config, request)
+
+    async def complete(self, http: HttpClient, config: ProviderConfig,
+                       request: CompletionRequest) -> CompletionResponse:
+        return await self.inner.complete(http, config, request)
+
+    async def embed(self, http: HttpClient, config: ProviderConfig, request: EmbeddingRequest) -> EmbeddingResponse:
+        return await self.inner.embed(http, config, request)
+
+    def stream_chat(self, http: HttpClient, config: ProviderConfig, request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        return self.inner.stream_chat(http, config, request)
