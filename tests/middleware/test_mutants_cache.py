@@ -1,0 +1,1 @@
+"""Tests written from the survivors of the mutation run (docs/testing.md)."""
