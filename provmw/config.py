@@ -326,6 +326,10 @@ class ProviderConfig:
             raise ConfigurationError(f"base_url {masked_url(self.base_url)} carries credentials and api_key is set "
                                      "too: give the key one way (api_key, or headers)")
         object.__setattr__(self, "credential_fingerprint", fingerprint(self.api_key, self.headers, self.base_url))
+        if self.price is not None and self.price.declared_for is None:
+            # A price applies to the provider and model it was given with; a configuration derived
+            # with ``attrs.evolve`` keeps it declared for those, so the table prices its own (ADR 0049).
+            object.__setattr__(self, "price", self.price.declared(self.provider, self.model))
 
     def with_credentials(self, environ: Mapping[str, str]) -> ProviderConfig:
         """This configuration with ``api_key_env`` and ``headers_env`` read from ``environ``;

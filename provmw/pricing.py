@@ -18,7 +18,12 @@ overrides it::
     output_usd_per_mtok = 1.20
 
 Input tokens include cache reads and writes (ADR 0015): a usage is priced part by part.
-A model found in neither has no price: its cost is ``None`` and one warning says so.
+
+A configuration's own price is declared for its provider and model and applies to them only
+(ADR 0049): a layer that swaps in a configuration derived from it with another provider or
+model (``attrs.evolve(config, provider="anthropic", model=...)``) is priced from the table,
+by its own names. A model found in neither has no price: its cost is ``None``, the usage
+ledger records its attempts as billed ``"unknown"``, and one warning per configuration says so.
 """
 
 from __future__ import annotations
@@ -127,6 +132,15 @@ class Price:
     cache_write_1h_usd_per_mtok: float | None = attrs.field(default=None, validator=_OPTIONAL_RATE)
     max_output_tokens: int | None = attrs.field(default=None, validator=number(ge=0, integer=True, optional=True))
     tiers: tuple[PriceTier, ...] = attrs.field(default=(), converter=_tiers)
+    # The (provider, model) a configuration declared this price for: set by the configuration,
+    # never by a settings table, and kept by a configuration derived from it (ADR 0049).
+    declared_for: tuple[str, str] | None = attrs.field(default=None, init=False, eq=False, repr=False)
+
+    def declared(self, provider: str, model: str) -> Price:
+        """This price, declared for ``provider``'s ``model`` only."""
+        bound = attrs.evolve(self)
+        object.__setattr__(bound, "declared_for", (provider, model))
+        return bound
 
     def rates(self) -> _Rates:
         return _resolve(self.input_usd_per_mtok, self.output_usd_per_mtok, self.cached_input_usd_per_mtok,
@@ -205,20 +219,36 @@ class PriceTable:
         # Ad-hoc calls choose model names: remember the most recently used ones only (a model
         # looked up again after falling out warns again, which is all it costs).
         self._found: KeepingLRU[tuple[str, str], Price | None] = KeepingLRU(MAX_NAMES)
+        self._warned: KeepingLRU[tuple[str, str, str], bool] = KeepingLRU(MAX_NAMES)  # (configuration, provider, model)
 
     def price_for(self, config: ProviderConfig) -> Price | None:
-        """The price of calls on ``config``, or None (with one warning per model) when unknown."""
-        if config.price is not None:
-            return config.price
+        """The price of calls on ``config``: its own when declared for its provider and model, else
+        the table's; None (with one warning per configuration) when neither has one."""
+        found = self.lookup(config)
+        if found is None:
+            self._warn_unpriced(config)
+        return found
+
+    def lookup(self, config: ProviderConfig) -> Price | None:
+        """``price_for`` without its warning (``provmw check`` lists what has no price)."""
+        own = config.price
+        if own is not None and own.declared_for == (config.provider, config.model):
+            return own
         key = (config.provider, config.model)
         if key in self._found:
             self._found.move_to_end(key)
             return self._found[key]
         self._found[key] = found = self._lookup(*key)
-        if found is None:
-            log.warning("pricing: no price for %s model %r; its cost is unknown "
-                        "(set [configurations.%s.price])", config.provider, config.model, config.identifier)
         return found
+
+    def _warn_unpriced(self, config: ProviderConfig) -> None:
+        warned = (config.identifier, config.provider, config.model)
+        if warned in self._warned:
+            return
+        self._warned[warned] = True
+        log.warning("pricing: configuration %r calls %s model %r, which has no price: its cost is unknown and "
+                    "the usage ledger records its attempts as billed \"unknown\" (%s)",
+                    config.identifier, config.provider, config.model, _pricing_hint(config))
 
     def _lookup(self, provider: str, model: str) -> Price | None:
         exact = self._prices.get((provider, model))
@@ -226,3 +256,14 @@ class PriceTable:
             return exact
         prefixes = [m for (p, m) in self._prices if p == provider and model.startswith(m)]
         return self._prices[(provider, max(prefixes, key=len))] if prefixes else None
+
+
+def _pricing_hint(config: ProviderConfig) -> str:
+    """How to give ``config``'s calls a price."""
+    declared = config.price.declared_for if config.price is not None else None
+    if declared is not None:
+        return (f"its price is declared for {declared[0]} model {declared[1]!r} only; a layer that swaps in another "
+                "provider or model must give the configuration it derives a price of its own")
+    if config.is_ad_hoc:
+        return "call a named configuration with a price instead"
+    return f"set [configurations.{config.identifier}.price]"

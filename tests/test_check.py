@@ -18,11 +18,13 @@ provider = "openai"
 model = "m"
 api_key_env = "CHECK_A_KEY"
 fallbacks = ["b"]
+price = {{ input_usd_per_mtok = 1.0 }}  # an unpriced model is a note, and would show
 
 [configurations.b]
 provider = "openai"
 model = "m"
 headers_env = {{ "api-key" = "CHECK_B_HEADER" }}
+price = {{ input_usd_per_mtok = 1.0 }}
 {extra}
 """
 

@@ -122,7 +122,9 @@ async def test_a_stream_left_open_when_the_twin_closes_is_recorded_and_closes_qu
     from provmw.stores.usage import SqliteUsageStore
 
     path = tmp_path / "ledger.sqlite3"
-    settings = Settings(configurations={"oa": openai_config(fake)}, middleware={"usage": {"path": str(path)}})
+    # Priced: an unpriced attempt is billed "unknown" whatever its usage (ADR 0049).
+    priced = openai_config(fake, price={"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0})
+    settings = Settings(configurations={"oa": priced}, middleware={"usage": {"path": str(path)}})
 
     def use() -> None:
         twin = SyncServiceManager(settings, host=PluginHost(PluginPolicy(autoload=False), environ={}))

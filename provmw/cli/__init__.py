@@ -136,10 +136,13 @@ def _plugins(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _check(args: argparse.Namespace, out: TextIO) -> int:
-    from provmw.cli.check import locations, report
+    from provmw.cli.check import locations, notes, report
 
     for line in locations(args.config):
         out.write(f"{line}\n")
+    if unpriced := notes(args.config):  # worth knowing, no problem: the exit status ignores them
+        out.write(f"pricing ({len(unpriced)} note(s)):\n")
+        out.writelines(f"  note: {note}\n" for note in unpriced)
     found = await report(args.config)
     for section, problems in found.items():  # every problem, under the part of the setup it concerns
         out.write(f"{section} ({len(problems)} problem(s)):\n")

@@ -9,7 +9,9 @@ everything the stack is built from (middleware sections, providers, the
 keeps its state in is contacted: the ``[state]`` Redis answers a PING, the SQLite ledger's file
 opens (or its folder takes a new file), a PostgreSQL ledger accepts a connection; a state server
 that keeps budgets is asked whether it keeps them across its own restart (Redis: persistence).
-Problems come grouped by section (:data:`SECTIONS`), every one of them, not the first.
+Problems come grouped by section (:data:`SECTIONS`), every one of them, not the first. Notes
+are not problems: every configured model without a price (:func:`unpriced`), whose calls would
+cost an unknown amount.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from provmw.settings import Settings, load_settings
 if TYPE_CHECKING:
     from provmw.manager import ServiceManager
 
-__all__ = ["SECTIONS", "keys_given_twice", "ledger_problems", "locations", "missing_variables", "problems",
-           "report", "state_problems"]
+__all__ = ["SECTIONS", "keys_given_twice", "ledger_problems", "locations", "missing_variables", "notes", "problems",
+           "report", "state_problems", "unpriced"]
 
 SECTIONS = ("settings", "credentials", "plugins", "state", "ledger")
 # A check waits this long for a server: long enough for a slow network, short enough for a command.
@@ -87,6 +89,29 @@ def locations(path: str | os.PathLike[str] | None = None, environ: Mapping[str, 
         return []
     kept = {"sqlite": ledger.path, "memory": "in memory only (store = \"memory\")"}.get(ledger.store)
     return [f"settings: {settings.source}", f"usage ledger: {kept or masked_url(ledger.store)}"]
+
+
+def notes(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
+    """What is worth knowing but no problem: every configured model without a price; nothing when
+    the settings do not load (that is a problem, reported)."""
+    try:
+        settings = load_settings(path, environ)
+    except ProvmwError:
+        return []
+    return list(unpriced(settings))
+
+
+def unpriced(settings: Settings) -> Iterator[str]:
+    """One line per configuration whose provider and model have no price, neither its own nor the
+    bundled table's: its calls' cost is unknown and the ledger records them as billed "unknown"."""
+    from provmw.pricing import PriceTable
+
+    prices = PriceTable()
+    for config in settings.configurations.values():
+        if prices.lookup(config) is None:
+            yield (f"{settings.source}: [configurations.{config.identifier}] {config.provider} model "
+                   f"{config.model!r} has no price: its calls' cost is unknown, and the usage ledger records them "
+                   f"as billed \"unknown\"; set [configurations.{config.identifier}.price]")
 
 
 def missing_variables(settings: Settings) -> Iterator[str]:

@@ -2,7 +2,8 @@
 
 ``usage`` sits just outside ``timeout`` (300), so it sees every attempt the retry and
 fallback layers make, and sees a timed-out one as a timeout (billed ``unknown``: the
-provider may have done the work). ``usage_hits`` sits just outside ``cache`` (810) and
+provider may have done the work); an answered attempt that could not be priced is billed
+``unknown`` too (its cost is ``None``). ``usage_hits`` sits just outside ``cache`` (810) and
 records the calls a cache answered, which never reach a provider and cost nothing.
 Attempts of one logical call are numbered from 1 under its call id; a cache hit is
 attempt 0. ``usage`` waits until its record is durable (in the store, or in the spill
@@ -145,6 +146,10 @@ def _how_it_ended(end: StreamEnd) -> dict[str, Any]:
 def _answered(ctx: ProviderCallContext, config: ProviderConfig, attempt: int, started: float, latency_s: float,
               response: ProviderResponse, **fields: Any) -> UsageRecord:
     usage = response.usage
+    if usage.cost_usd is None:
+        # Unpriced (no price for its provider and model; the price table warned, naming it): the
+        # provider billed it at a price nobody here knows, so its cost is unknown, never 0 (ADR 0049).
+        fields["billed"] = "unknown"
     return _record(ctx, config, attempt, started, latency_s, model=response.model, input_tokens=usage.input_tokens,
                    output_tokens=usage.output_tokens, cached_input_tokens=usage.cached_input_tokens,
                    cache_write_5m_tokens=usage.cache_write_5m_tokens, cache_write_1h_tokens=usage.cache_write_1h_tokens,
