@@ -1,0 +1,53 @@
+"""The ledger's files on disk: who may read them, and what a forked child writes to (docs/testing.md)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from provmw.stores.usage import write_ahead
+from provmw.stores.usage.spill import SpillFile, encode_record
+from provmw.stores.usage.write_ahead import WriteAheadFile
+from tests.stores.test_usage_store import record
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_the_spill_file_is_created_readable_by_its_owner_only(tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "u.db.spill")
+    spill.append([record("a")])
+    assert mode(spill.path) == 0o600
+
+
+def test_a_write_ahead_segment_is_created_readable_by_its_owner_only(tmp_path: Path) -> None:
+    ahead = WriteAheadFile(SpillFile(tmp_path / "u.db.spill"))
+    ahead.append(record("a"))
+    [segment] = tmp_path.glob("u.db.spill.*.replay")
+    assert mode(segment) == 0o600
+    ahead.seal().drop()  # type: ignore[union-attr]
+
+
+def test_after_a_fork_the_child_appends_to_a_segment_of_its_own(tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "u.db.spill")
+    ahead = WriteAheadFile(spill)
+    ahead.append(record("parent"))
+    # The hook os.register_at_fork runs in a child, called here so that the run can see it: the parent's
+    # segment is no longer this process's (its lock is gone with the descriptor), a new one takes the record.
+    write_ahead._after_fork_in_child()
+    ahead.append(record("child"))
+    [claim] = spill.claim()  # the parent's segment, unlocked; the child's is still held
+    assert [r.key for r in claim.records] == [("parent", 1)]
+    claim.done()
+    ahead.seal().drop()  # type: ignore[union-attr]
+
+
+def test_after_a_fork_the_childs_segment_starts_empty(tmp_path: Path) -> None:
+    line = len(encode_record(record("a")))
+    ahead = WriteAheadFile(SpillFile(tmp_path / "u.db.spill"), segment_bytes=line + 1)
+    ahead.append(record("a"))
+    write_ahead._after_fork_in_child()
+    ahead.append(record("b"))
+    assert not ahead.full  # one line in it, one byte short of a full segment
+    ahead.seal().drop()  # type: ignore[union-attr]
