@@ -46,3 +46,14 @@ async def test_the_guides_application_layer_runs_through_from_file(fake: FakePro
     (folder / "app.py").write_text(guide_block("app.py"))
     status, out = await run(folder, "app.py")
     assert (status, out) == (0, "echo: hi\n")
+
+
+async def test_the_guides_redacting_layer_sends_placeholders_and_restores_them(fake: FakeProvider,
+                                                                              tmp_path: Path) -> None:
+    folder = first_call_folder(tmp_path, fake)
+    example = guide_block("redact_app.py")
+    (folder / "redact_app.py").write_text(example)
+    status, out = await run(folder, "redact_app.py")
+    assert (status, out) == (0, "echo: write to ada@example.com\n")
+    assert fake.received[-1].body["messages"][-1]["content"] == "write to <EMAIL_1>"
+    assert len(example.splitlines()) <= 60

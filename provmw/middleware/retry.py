@@ -136,7 +136,7 @@ def _replaying(first: Exception, next: Next[R]) -> Next[R]:
     async def attempt(config: ProviderConfig, ctx: ProviderCallContext | None = None, /) -> R:
         if pending:
             raise pending.pop()
-        return await next(config, ctx)
+        return await (next(config) if ctx is None else next(config, ctx))
 
     return attempt
 

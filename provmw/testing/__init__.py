@@ -95,14 +95,19 @@ class RecordedRequest:
 
 
 class ScriptedNext:
-    """A ``next`` callable that returns or raises its scripted outcomes in order, then answers "ok"."""
+    """A ``next`` callable that returns or raises its scripted outcomes in order, then answers "ok".
+
+    ``calls`` are the configurations it was called with; ``contexts`` the context each call was
+    handed (None: the layer passed its own on unchanged)."""
 
     def __init__(self, *outcomes: ProviderResponse | BaseException) -> None:
         self._outcomes = collections.deque(outcomes)
         self.calls: list[ProviderConfig] = []
+        self.contexts: list[ProviderCallContext | None] = []
 
-    async def __call__(self, config: ProviderConfig) -> Any:
+    async def __call__(self, config: ProviderConfig, ctx: ProviderCallContext | None = None) -> Any:
         self.calls.append(config)
+        self.contexts.append(ctx)
         outcome = self._outcomes.popleft() if self._outcomes else None
         if isinstance(outcome, BaseException):
             raise outcome
