@@ -1,0 +1,95 @@
+"""A call's text, read and rewritten: the request's out (redacted), the answer's in (restored).
+
+Every piece of text a request sends is visited: each message's text parts, the arguments of the
+tool calls in its history, a completion's prompt, an embedding's inputs. A value nothing changed
+is kept as the same object, so an untouched request is the request it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+from provmw.messages import ContentPart, Message, TextPart, ToolCall
+from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, ProviderRequest
+from provmw.responses import CompletionResponse
+from provmw_guard.placeholders import Find, Redaction
+
+__all__ = ["answer_texts", "answers_json", "redacted_request", "request_texts", "restored_answer"]
+
+Rewrite = Callable[[str], str]
+
+
+def request_texts(request: ProviderRequest) -> list[str]:
+    """Every piece of text ``request`` sends."""
+    if isinstance(request, CompletionRequest):
+        return [request.prompt]
+    if isinstance(request, EmbeddingRequest):
+        return list(request.inputs)
+    texts = []
+    for message in request.messages:
+        texts += [part.text for part in message.content if type(part) is TextPart]
+        texts += [call.arguments for call in message.tool_calls]
+    return texts
+
+
+def redacted_request(request: ProviderRequest, redaction: Redaction, find: Find) -> ProviderRequest:
+    """``request`` with every value ``find`` finds replaced by ``redaction``'s placeholder."""
+    def text(value: str) -> str:
+        return redaction.redact(value, find(value))
+
+    def arguments(value: str) -> str:
+        return redaction.redact_json(value, find)
+
+    if isinstance(request, CompletionRequest):
+        prompt = text(request.prompt)
+        return request if prompt == request.prompt else attrs.evolve(request, prompt=prompt)
+    if isinstance(request, EmbeddingRequest):
+        inputs = tuple(map(text, request.inputs))
+        return request if inputs == request.inputs else attrs.evolve(request, inputs=inputs)
+    messages = tuple(_message(m, text, arguments) for m in request.messages)
+    changed = any(new is not old for new, old in zip(messages, request.messages, strict=True))
+    return attrs.evolve(request, messages=messages) if changed else request
+
+
+def _message(message: Message, text: Rewrite, arguments: Rewrite) -> Message:
+    content = tuple(_part(part, text) for part in message.content)
+    calls = tuple(_call(call, arguments) for call in message.tool_calls)
+    if all(new is old for new, old in zip(content, message.content, strict=True)) and \
+            all(new is old for new, old in zip(calls, message.tool_calls, strict=True)):
+        return message
+    return attrs.evolve(message, content=content, tool_calls=calls)
+
+
+def _part(part: ContentPart, text: Rewrite) -> ContentPart:
+    if type(part) is not TextPart:
+        return part
+    new = text(part.text)
+    return part if new == part.text else TextPart(new)
+
+
+def _call(call: ToolCall, arguments: Rewrite) -> ToolCall:
+    new = arguments(call.arguments)
+    return call if new == call.arguments else attrs.evolve(call, arguments=new)
+
+
+def answers_json(request: ProviderRequest) -> bool:
+    """Whether the answer's text is JSON (a response schema or a JSON response format was asked)."""
+    return isinstance(request, ChatRequest) and (request.response_schema is not None
+                                                 or "response_format" in request.options)
+
+
+def answer_texts(response: CompletionResponse) -> list[str]:
+    """The text of an answer: its text and its tool calls' arguments."""
+    return [response.text, *(call.arguments for call in response.tool_calls)]
+
+
+def restored_answer(response: CompletionResponse, redaction: Redaction, *, json: bool) -> CompletionResponse:
+    """``response`` with this call's placeholders restored in its text, tool calls and parsed value."""
+    if not redaction.values:
+        return response
+    text = redaction.restore_json(response.text) if json else redaction.restore(response.text)
+    calls = tuple(attrs.evolve(c, arguments=redaction.restore_json(c.arguments)) for c in response.tool_calls)
+    parsed = None if response.parsed is None else redaction.restore_value(response.parsed)
+    return attrs.evolve(response, text=text, tool_calls=calls, parsed=parsed)
