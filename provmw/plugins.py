@@ -5,6 +5,8 @@ once, when a manager is built; it is never on the per-call path. provmw's own mi
 providers come through the same hooks. The policy (autoload switch, allow and block lists of
 ``name`` or ``distribution:name``) and entry-point name clashes are decided from package
 metadata before any plugin is imported; each hook's answer is checked where it is collected.
+Provider decorators (``provmw_provider_decorators``) are applied once, after every adapter is
+collected, by plugin name then in the order given (:mod:`provmw._plugins.decorations`).
 """
 
 from __future__ import annotations
