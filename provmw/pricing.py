@@ -224,22 +224,26 @@ class PriceTable:
     def price_for(self, config: ProviderConfig) -> Price | None:
         """The price of calls on ``config``: its own when declared for its provider and model, else
         the table's; None (with one warning per configuration) when neither has one."""
-        found = self.lookup(config)
-        if found is None:
-            self._warn_unpriced(config)
-        return found
-
-    def lookup(self, config: ProviderConfig) -> Price | None:
-        """``price_for`` without its warning (``provmw check`` lists what has no price)."""
         own = config.price
         if own is not None and own.declared_for == (config.provider, config.model):
             return own
         key = (config.provider, config.model)
         if key in self._found:
             self._found.move_to_end(key)
-            return self._found[key]
-        self._found[key] = found = self._lookup(*key)
+            found = self._found[key]
+        else:
+            self._found[key] = found = self._lookup(*key)
+        if found is None:
+            self._warn_unpriced(config)
         return found
+
+    def lookup(self, config: ProviderConfig) -> Price | None:
+        """What ``price_for`` finds, without its warning or its memory (``provmw check`` lists what
+        has no price)."""
+        own = config.price
+        if own is not None and own.declared_for == (config.provider, config.model):
+            return own
+        return self._lookup(config.provider, config.model)
 
     def _warn_unpriced(self, config: ProviderConfig) -> None:
         warned = (config.identifier, config.provider, config.model)
