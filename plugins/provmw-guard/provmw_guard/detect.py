@@ -150,8 +150,8 @@ def _card(text: str, start: int, end: int) -> Finding | None:
         digits = re.sub(r"\D", "", text[start:stop])
         if 13 <= len(digits) <= 19 and luhn(digits):
             return Finding(start, stop, "CARD")
-    phone = _PHONE_AT.match(text, start)
-    return None if phone is None else Finding(start, phone.end(), "PHONE")
+    phone = _PHONE_AT.match(text, start)  # the whole number, or nothing: never a phone number cut from a longer one
+    return None if phone is None or phone.end() < end else Finding(start, end, "PHONE")
 
 
 def _group_ends(text: str, start: int, end: int) -> list[int]:
