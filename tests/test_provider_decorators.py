@@ -17,7 +17,7 @@ from provmw.http import HttpClient
 from provmw.manager import ServiceManager
 from provmw.messages import Message
 from provmw.plugins import PluginHost, PluginPolicy, ProviderDecorator, hookimpl
-from provmw.providers import ALL_PROVIDERS, ForwardingAdapter, ProviderAdapter
+from provmw.providers import ALL_PROVIDERS, Capabilities, ForwardingAdapter, ProviderAdapter, capabilities_of
 from provmw.requests import ChatRequest
 from provmw.responses import CompletionResponse
 from provmw.settings import Settings
@@ -106,6 +106,14 @@ async def test_a_decorated_adapter_keeps_its_name_and_capabilities(fake: FakePro
     async with ServiceManager(settings(fake), host=plugins) as manager:
         assert isinstance(manager.providers["acme"], Marking)
         assert manager.capabilities["acme"] == AcmeAdapter.capabilities
+
+
+def test_a_forwarding_subclass_may_declare_capabilities_of_its_own() -> None:
+    class WithoutTools(ForwardingAdapter):
+        capabilities = Capabilities(tools=False)
+
+    providers = host(audit=Decorating(ProviderDecorator("openai", WithoutTools))).collect_providers()
+    assert capabilities_of(providers["openai"]).tools is False
 
 
 def test_decorators_apply_by_plugin_name_then_in_the_order_given() -> None:

@@ -201,15 +201,16 @@ class ProviderDecorator:
 
 class ForwardingAdapter:
     """An adapter handing every operation to ``inner`` and reading as it does (``name``,
-    ``capabilities`` and every optional member); subclass it and override what a decorator changes."""
+    ``capabilities`` and every optional member); subclass it and override what a decorator
+    changes (a class attribute ``capabilities = Capabilities(...)`` to offer less)."""
 
     def __init__(self, inner: ProviderAdapter) -> None:
         self.inner = inner
         self.name = inner.name
-        self.capabilities = capabilities_of(inner)
 
     def __getattr__(self, member: str) -> Any:
-        # Only reached for what __init__ did not set: the optional members, read as the inner's.
+        # Only reached for what neither the instance nor its class has: ``capabilities`` and the
+        # optional members, read as the inner adapter's (absent where it has none).
         if member.startswith("__") or member == "inner":
             raise AttributeError(member)
         return getattr(self.inner, member)
