@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from provmw_guard import EntityAnalyzer, Finding
 from provmw_guard.detect import luhn, merged
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from provmw_guard import Redaction, StreamRestorer
+from provmw_guard.placeholders import MAX_PLACEHOLDER_CHARS
 
 from provmw.errors import GuardRefusedError
 from provmw.messages import ToolCall
 from provmw.responses import ChatChunk
-from provmw_guard import Redaction, StreamRestorer
-from provmw_guard.placeholders import MAX_PLACEHOLDER_CHARS
 
 
 def restorer(**kwargs: object) -> StreamRestorer:
