@@ -16,7 +16,9 @@ import pytest
 from benchmarks.conftest import run_batch
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.messages import Message
 from provmw.pipeline import MiddlewarePipeline, Next, R
+from provmw.requests import ChatRequest
 from provmw.responses import CompletionResponse
 
 CALLS = 1_000
@@ -35,6 +37,26 @@ class PassThrough:
 
 async def terminal(config: ProviderConfig) -> CompletionResponse:
     return RESPONSE
+
+
+class ReadingTerminal:
+    """A terminal that reads the request from its context, as the manager's does."""
+
+    def with_context(self, ctx: ProviderCallContext) -> ReadingTerminal:
+        return self
+
+    async def __call__(self, config: ProviderConfig, ctx: ProviderCallContext | None = None) -> CompletionResponse:
+        return RESPONSE
+
+
+class Rewrite:
+    name, priority = "rewrite", 1_000  # outermost: every layer below is bound anew
+
+    async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
+        return await next(config, ctx.with_request(REQUEST))
+
+
+REQUEST = ChatRequest((Message.user("rewritten"),))
 
 
 def floor_call(depth: int) -> Callable[[], Awaitable[Any]]:
@@ -59,6 +81,23 @@ def test_pipeline(benchmark: Any, loop: Any, depth: int) -> None:
     pipeline = MiddlewarePipeline(PassThrough(n) for n in range(depth))
     benchmark.group = f"pipeline N={depth}"
     benchmark(run_batch(loop, lambda: pipeline.run(CTX, CONFIG, terminal), CALLS))
+
+
+@pytest.mark.parametrize("depth", [1, 5, 10])
+def test_pipeline_to_a_reading_terminal(benchmark: Any, loop: Any, depth: int) -> None:
+    """The manager's case: a terminal that reads the request (``with_context``), nobody rewriting."""
+    pipeline = MiddlewarePipeline(PassThrough(n) for n in range(depth))
+    benchmark.group = f"pipeline N={depth}"
+    benchmark(run_batch(loop, lambda: pipeline.run(CTX, CONFIG, ReadingTerminal()), CALLS))
+
+
+@pytest.mark.parametrize("depth", [5, 10])
+def test_pipeline_with_an_outermost_rewrite(benchmark: Any, loop: Any, depth: int) -> None:
+    """What a rewrite costs: the layers below it bound anew to the derived context (facts of a context
+    without a rebuild path, so only the pipeline's part is measured)."""
+    pipeline = MiddlewarePipeline([*(PassThrough(n) for n in range(depth - 1)), Rewrite()])
+    benchmark.group = f"pipeline N={depth}"
+    benchmark(run_batch(loop, lambda: pipeline.run(CTX, CONFIG, ReadingTerminal()), CALLS))
 
 
 @pytest.mark.parametrize("depth", [0, 1, 5, 10])

@@ -31,8 +31,9 @@ plugins may pass their own facts in ``ctx.metadata``. Inner layers report outwar
 the response (``attrs.evolve``) or the exception they raise.
 
 A terminal is ``await terminal(config)``. One that reads the request (the manager's) has a
-``with_context(ctx)`` method giving the terminal for a rewritten context; a plain function
-is called as it is below a rewrite (it holds its own request).
+``with_context(ctx)`` method giving the terminal for a rewritten context, and takes the
+context as a second argument from an innermost layer that rewrote (``terminal(config, ctx)``);
+a plain function is called as it is below a rewrite (it holds its own request).
 
 Two optional companions say what else the host relies on. A middleware that reads
 per-call controls declares them (:class:`DeclaresControls`): the manager refuses a control
@@ -47,7 +48,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
@@ -57,6 +58,7 @@ from provmw.responses import ProviderResponse
 __all__ = ["Closeable", "DeclaresControls", "Middleware", "MiddlewarePipeline", "Next", "Terminal"]
 
 R = TypeVar("R", bound=ProviderResponse)
+R_co = TypeVar("R_co", bound=ProviderResponse, covariant=True)
 
 # The layers below: ``await next(config)``, or ``await next(config, ctx.with_request(changed))``. Typed
 # loosely so that a test's plain ``async def next(config)`` still stands in for them.
@@ -158,36 +160,58 @@ class MiddlewarePipeline:
         """Run the call described by ``ctx`` through every layer down to ``terminal``; await the result."""
         # Not a coroutine function itself, and no helper call per layer: each inner layer is a
         # plain function whose defaults hold what it calls, and the outermost is called as it is,
-        # so a call through N layers costs N handler coroutines and N small functions (a
+        # so a call through N layers costs N handler coroutines and N - 1 small functions (a
         # helper building a closure per layer cost 1.7 times hand-nested lambdas,
         # benchmarks/test_bench_pipeline.py).
         if self._outer is None:
             return terminal(config)
-        return self._outer(ctx, config, self._below(ctx, terminal, len(self._inner)))
+        reads = _READS.get(type(terminal))
+        if reads is None:
+            reads = _READS[type(terminal)] = hasattr(type(terminal), "with_context")
+        innermost: _Terminal[R] = terminal if reads else _Plain(terminal)  # type: ignore[assignment]
+        return self._outer(ctx, config, self._bound(ctx, innermost, len(self._inner)) if self._inner else innermost)
 
-    def _below(self, ctx: ProviderCallContext, terminal: Terminal[R], layers: int) -> Next[R]:
-        """The ``next`` of the layer above the innermost ``layers``, bound to ``ctx``. A layer that hands
-        down another context gets the chain below it bound anew to that one: only a rewrite pays."""
-        below = self._below
-
-        def end(config: ProviderConfig, new: ProviderCallContext | None = None, /,
-                ctx: ProviderCallContext = ctx, terminal: Terminal[R] = terminal) -> Awaitable[R]:
-            if new is None or new is ctx:
-                return terminal(config)
-            return below(new, _rebound(terminal, new), 0)(config)
-
-        call: Next[R] = end
-        for position, handle in enumerate(self._inner[:layers], 1):
+    def _bound(self, ctx: ProviderCallContext, terminal: _Terminal[R], layers: int) -> Next[R]:
+        """The ``next`` of the layer above the innermost ``layers``, each bound to ``ctx``. A layer that
+        hands down another context gets the layers below it bound anew to that one: only a rewrite pays."""
+        # What a layer's function reads is in its defaults, none in a closure's cell (cells made each
+        # function a third dearer to make and to call); what only a rewrite needs is one shared pair.
+        call: Next[R] = terminal
+        at = (self, terminal)
+        for handle in self._inner[:layers] if layers < len(self._inner) else self._inner:
             def call(config: ProviderConfig, new: ProviderCallContext | None = None, /,
                      handle: Callable[..., Awaitable[R]] = handle, inner: Next[R] = call,
-                     ctx: ProviderCallContext = ctx, position: int = position) -> Awaitable[R]:
+                     ctx: ProviderCallContext = ctx,
+                     at: tuple[MiddlewarePipeline, _Terminal[R]] = at) -> Awaitable[R]:
                 if new is None or new is ctx:
                     return handle(ctx, config, inner)
-                return below(new, _rebound(terminal, new), position)(config)
+                pipeline, terminal = at
+                return pipeline._bound(new, terminal.with_context(new), pipeline._inner.index(handle) + 1)(config)
         return call
 
 
-def _rebound(terminal: Terminal[R], ctx: ProviderCallContext) -> Terminal[R]:
-    """The terminal for a rewritten ``ctx``: its own ``with_context`` when it reads the request."""
-    with_context = getattr(terminal, "with_context", None)
-    return terminal if with_context is None else with_context(ctx)
+class _Terminal(Protocol[R_co]):
+    """The innermost ``next``: sends for its context, or for the one handed to it; ``with_context``
+    gives the terminal of a rewritten context."""
+
+    def __call__(self, config: ProviderConfig, ctx: ProviderCallContext | None = None, /) -> Awaitable[R_co]: ...
+
+    def with_context(self, ctx: ProviderCallContext) -> _Terminal[R_co]: ...
+
+
+class _Plain(Generic[R]):
+    """A plain function terminal: it holds its own request, so a rewrite does not reach it."""
+
+    __slots__ = ("_send",)
+
+    def __init__(self, send: Terminal[R]) -> None:
+        self._send = send
+
+    def __call__(self, config: ProviderConfig, ctx: ProviderCallContext | None = None, /) -> Awaitable[R]:
+        return self._send(config)
+
+    def with_context(self, ctx: ProviderCallContext) -> _Plain[R]:
+        return self
+
+
+_READS: dict[type, bool] = {}  # whether a terminal type reads the request (``with_context``), by type

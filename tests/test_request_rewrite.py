@@ -55,7 +55,9 @@ class ReadingTerminal:
     def with_context(self, ctx: ProviderCallContext) -> ReadingTerminal:
         return ReadingTerminal(ctx, self.sent)
 
-    async def __call__(self, config: ProviderConfig) -> CompletionResponse:
+    async def __call__(self, config: ProviderConfig, ctx: ProviderCallContext | None = None) -> CompletionResponse:
+        if ctx is not None:
+            return await self.with_context(ctx)(config)
         assert isinstance(self.ctx.request, ChatRequest)
         self.sent.append(self.ctx.request.messages[-1].text)
         return CompletionResponse(provider="openai", model="m")

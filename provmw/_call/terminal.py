@@ -166,7 +166,9 @@ class Call(Generic[R]):
         self._admitted = config, ready
         return ready
 
-    async def __call__(self, chosen: ProviderConfig) -> R:
+    async def __call__(self, chosen: ProviderConfig, ctx: ProviderCallContext | None = None) -> R:
+        if ctx is not None and ctx is not self.ctx:  # the innermost layer rewrote the request
+            return await self.with_context(ctx)(chosen)
         # Again here: a layer may have swapped in another configuration (a fallback, a plugin's).
         chosen = await self.admit(chosen)
         meters, attempts, stream = attempt_meters(), self.ctx.attempts, self.streams is not None
