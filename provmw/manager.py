@@ -96,7 +96,7 @@ class ServiceManager:
         plugins = {c.middleware.name: c.plugin for c in contributions}
         self.stack = tuple(StackEntry(m.name, m.priority, plugins.get(m.name, "(application)"))
                            for m in self.pipeline.middlewares)
-        self.providers: Mapping[str, ProviderAdapter] = self.host.collect_providers()
+        self.providers: Mapping[str, ProviderAdapter] = self.host.collect_providers(self.settings)
         self.capabilities: Mapping[str, Capabilities] = {n: capabilities_of(a) for n, a in self.providers.items()}
         for config in self.settings.configurations.values():
             self._adapter(config.provider,

@@ -33,7 +33,8 @@ __all__ = [
 R = TypeVar("R", bound="ProviderResponse")
 
 # Whether an attempt was billed: "no" (never sent, or answered with an error status), "yes",
-# "unknown" (sent, usage unknown: a timeout, a cut connection), "estimated" (billed, but the
+# "unknown" (sent, usage unknown: a timeout, a cut connection; or answered by a model without a
+# price, so its cost is unknown), "estimated" (billed, but the
 # provider's usage never came: a stream cut or left early, counted from what was streamed).
 Billed = Literal["yes", "no", "unknown", "estimated"]
 

@@ -30,9 +30,9 @@ USAGE_COLUMNS = {
     "cache_hits": "calls the cache answered: nothing sent, cost 0",
     "errors": "attempts that ended in an error (a refusal status, a timeout, a cut connection)",
     "billed_unknown": "attempts sent whose usage never came back (a timeout, a cut connection, an error event "
-                      "inside an HTTP 200 stream, a body that does not parse): the provider may have billed "
-                      "them, so the real cost can be higher than cost_usd, and a strict budget counts each "
-                      "at its reservation",
+                      "inside an HTTP 200 stream, a body that does not parse), or answered by a model without "
+                      "a price (cost unknown): the provider may have billed them, so the real cost can be "
+                      "higher than cost_usd, and a strict budget counts each at its reservation",
 }
 
 
