@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 __all__ = ["IBAN_LENGTHS", "iban_span", "mod97"]
 
 IBAN_LENGTHS = {
@@ -19,8 +21,10 @@ IBAN_LENGTHS = {
 def mod97(compact: str) -> bool:
     """Whether an IBAN without spaces passes its check: the first four characters moved to the end,
     letters as numbers (A is 10), the whole is 1 modulo 97."""
-    moved = compact[4:] + compact[:4]
-    return int("".join(str(int(c, 36)) for c in moved)) % 97 == 1
+    return int((compact[4:] + compact[:4]).translate(_AS_NUMBERS)) % 97 == 1
+
+
+_AS_NUMBERS = {ord(letter): str(value) for value, letter in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZ", 10)}
 
 
 def iban_span(text: str, begin: int, end: int) -> tuple[int, int] | None:
@@ -30,12 +34,11 @@ def iban_span(text: str, begin: int, end: int) -> tuple[int, int] | None:
     length = IBAN_LENGTHS.get(text[begin:begin + 2])
     if length is None:
         return None
-    kept: list[str] = []
-    stop = begin
-    while stop < end and len(kept) < length:
-        if text[stop] != " ":
-            kept.append(text[stop])
-        stop += 1
-    if len(kept) < length or (stop < len(text) and text[stop].isalnum()):
+    found = _SHAPES[length].match(text, begin, end)
+    if found is None or (found.end() < len(text) and text[found.end()].isalnum()):
         return None
-    return (begin, stop) if mod97("".join(kept)) else None
+    return (begin, found.end()) if mod97(found.group().replace(" ", "")) else None
+
+
+# Per length: the country code, check digits and the rest, single spaces allowed between characters.
+_SHAPES = {n: re.compile(rf"[A-Z]{{2}}\d(?: ?[A-Z0-9]){{{n - 3}}}") for n in set(IBAN_LENGTHS.values())}

@@ -68,7 +68,7 @@ class GuardMiddleware:
         redaction = Redaction(reserved_names(texts))
         find = self._finder(ctx, config)
         sent = request if find is None else redacted_request(request, redaction, find)
-        if redaction.counts:
+        if redaction.counts and log.isEnabledFor(logging.INFO):
             log.info("guard call %s: redacted %s", _token(ctx.correlation_id), _counts(redaction))
         if self._check_in:
             self._refuse(ctx, "input", await self._ask(request_texts(sent)))

@@ -9,7 +9,6 @@ issued are restored; any other is left as the model wrote it.
 
 from __future__ import annotations
 
-import collections
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -41,24 +40,29 @@ class Redaction:
     """The placeholders of one call: the same value gets the same placeholder everywhere in it."""
 
     def __init__(self, reserved: Iterable[str] = ()) -> None:
-        self._names: dict[str, str] = {}
+        self._tokens: dict[str, str] = {}
         self.values: dict[str, str] = {}
         self._numbers: dict[str, int] = {}
         self._reserved = set(reserved)
-        self.counts: collections.Counter[str] = collections.Counter()
+        self.counts: dict[str, int] = {}
 
     def placeholder(self, value: str, kind: str) -> str:
         """The placeholder standing for ``value`` in this call (a new one the first time)."""
-        name = self._names.get(value)
-        if name is None:
-            number = self._numbers.get(kind, 0) + 1
-            while f"{kind}_{number}" in self._reserved:
-                number += 1
-            self._numbers[kind] = number
-            name = f"{kind}_{number}"
-            self._names[value], self.values[name] = name, value
-        self.counts[kind] += 1
-        return f"<{name}>"
+        token = self._tokens.get(value)
+        if token is None:
+            token = self._issue(value, kind)
+        counts = self.counts
+        counts[kind] = counts.get(kind, 0) + 1
+        return token
+
+    def _issue(self, value: str, kind: str) -> str:
+        number = self._numbers.get(kind, 0) + 1
+        while f"{kind}_{number}" in self._reserved:
+            number += 1
+        self._numbers[kind] = number
+        self.values[f"{kind}_{number}"] = value
+        token = self._tokens[value] = f"<{kind}_{number}>"
+        return token
 
     def redact(self, text: str, findings: list[Finding]) -> str:
         """``text`` with each finding (in order, not overlapping) replaced by its placeholder."""

@@ -49,8 +49,10 @@ def redacted_request(request: ProviderRequest, redaction: Redaction, find: Find)
         inputs = tuple(map(text, request.inputs))
         return request if inputs == request.inputs else attrs.evolve(request, inputs=inputs)
     messages = tuple(_message(m, text, arguments) for m in request.messages)
-    changed = any(new is not old for new, old in zip(messages, request.messages, strict=True))
-    return attrs.evolve(request, messages=messages) if changed else request
+    if all(new is old for new, old in zip(messages, request.messages, strict=True)):
+        return request
+    # The constructor, not attrs.evolve: a third of the cost, on every call that redacts something.
+    return ChatRequest(messages, request.tools, request.options, request.response_schema)
 
 
 def _message(message: Message, text: Rewrite, arguments: Rewrite) -> Message:
@@ -59,7 +61,7 @@ def _message(message: Message, text: Rewrite, arguments: Rewrite) -> Message:
     if all(new is old for new, old in zip(content, message.content, strict=True)) and \
             all(new is old for new, old in zip(calls, message.tool_calls, strict=True)):
         return message
-    return attrs.evolve(message, content=content, tool_calls=calls)
+    return Message(message.role, content, calls, message.tool_call_id)
 
 
 def _part(part: ContentPart, text: Rewrite) -> ContentPart:
@@ -90,6 +92,9 @@ def restored_answer(response: CompletionResponse, redaction: Redaction, *, json:
     if not redaction.values:
         return response
     text = redaction.restore_json(response.text) if json else redaction.restore(response.text)
-    calls = tuple(attrs.evolve(c, arguments=redaction.restore_json(c.arguments)) for c in response.tool_calls)
+    calls = tuple(_call(c, redaction.restore_json) for c in response.tool_calls)
     parsed = None if response.parsed is None else redaction.restore_value(response.parsed)
+    unchanged = all(new is old for new, old in zip(calls, response.tool_calls, strict=True))
+    if text is response.text and parsed is None and unchanged:
+        return response
     return attrs.evolve(response, text=text, tool_calls=calls, parsed=parsed)

@@ -8,8 +8,7 @@ Each kind has a literal marker; text holding none of them is passed by with a fe
 from __future__ import annotations
 
 import re
-
-import attrs
+from typing import NamedTuple
 
 __all__ = ["SECRET_RULES", "SecretFinding", "SecretScanner"]
 
@@ -26,14 +25,21 @@ SECRET_RULES: dict[str, str] = {
     "private_key": r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY-----|.*\Z)",
     "bearer_token": r"(?<![A-Za-z])(?:[Bb]earer|BEARER)[ \t]+(?P<bearer>[A-Za-z0-9._~+/-]{16,}=*)",
 }
-# Every rule's match contains one of these; "_" stands for GitHub's prefixes ("gh" is in many words).
-_MARKERS = ("sk-", "AKIA", "ASIA", "AIza", "_", "xox", "eyJ", "-----BEGIN", "earer", "EARER")
+
+
+def _may_hold(text: str) -> bool:
+    """Whether ``text`` holds a marker every secret's match contains; a single character first, which
+    is found fastest ("_" stands for GitHub's prefixes: "gh" is in many words)."""
+    return ("-" in text and ("sk-" in text or "xox" in text or "-----BEGIN" in text)) \
+        or ("A" in text and ("AKIA" in text or "ASIA" in text or "AIza" in text)) \
+        or "_" in text or ("J" in text and "eyJ" in text) or "earer" in text or "EARER" in text
+
+
 # Provider keys are random: a hyphenated phrase ("sk-learn-compatible-...") has no digit.
 _RANDOM = ("anthropic_key", "openai_key", "slack_token")
 
 
-@attrs.frozen
-class SecretFinding:
+class SecretFinding(NamedTuple):
     """A secret at ``text[start:end]``, found by the rule ``rule``."""
 
     start: int
@@ -49,10 +55,7 @@ class SecretScanner:
                                 re.DOTALL)
 
     def find(self, text: str) -> list[SecretFinding]:
-        for marker in _MARKERS:
-            if marker in text:
-                break
-        else:
+        if not _may_hold(text):
             return []
         return [found for match in self._scan.finditer(text) if (found := _finding(match)) is not None]
 
