@@ -265,8 +265,9 @@ class AttemptMeter(Protocol):
     to it.
     """
 
-    async def sending(self, config: ProviderConfig) -> None:
-        """The attempt is about to leave for ``config``; raising refuses it, and nothing is sent."""
+    async def sending(self, config: ProviderConfig, ctx: ProviderCallContext | None = None) -> None:
+        """The attempt is about to leave for ``config``, sending ``ctx.request`` (a layer below the meter
+        may have rewritten it); raising refuses it, and nothing is sent."""
 
     async def ended(self, config: ProviderConfig, billed: Billed, usage: Usage | None) -> None:
         """The attempt ended: ``usage`` (priced) when answered, None with ``billed`` from its error."""

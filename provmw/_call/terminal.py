@@ -91,11 +91,11 @@ def within_output_bound(response: ProviderResponse, bound: int | None) -> None:
                                      model=response.model)
 
 
-async def tell_sending(meters: Sequence[AttemptMeter], config: ProviderConfig) -> None:
-    """Tell each meter an attempt is leaving; when one refuses, those already told hear it never left."""
+async def tell_sending(meters: Sequence[AttemptMeter], config: ProviderConfig, ctx: ProviderCallContext) -> None:
+    """Tell each meter an attempt of ``ctx`` is leaving; when one refuses, those already told hear it never left."""
     for told, meter in enumerate(meters):
         try:
-            await meter.sending(config)
+            await meter.sending(config, ctx)
         except BaseException:
             await tell_ended(meters[:told], config, "no", None)
             raise
@@ -173,7 +173,7 @@ class Call(Generic[R]):
         chosen = await self.admit(chosen)
         meters, attempts, stream = attempt_meters(), self.ctx.attempts, self.streams is not None
         if meters:  # a strict budget reserves each attempt after the first (ADR 0040)
-            await tell_sending(meters, chosen)
+            await tell_sending(meters, chosen, self.ctx)
         started = attempt_log.start()
         try:
             price = None if stream else self.terminal.prices.price_for(chosen)  # a stream: at its end

@@ -185,7 +185,7 @@ class BudgetMiddleware:
                    if (subject := limit.subject(ctx, config)) is not None]
         if not touched:
             return []
-        amount = self._worst_case(ctx, config, [limit for limit, _ in touched])
+        amount = self.worst_case(ctx, config, [limit for limit, _ in touched])
         return list(one_per_bucket([Charge(self._bucket(limit, subject, now), self._limits[limit], amount)
                                     for limit, subject in touched]))
 
@@ -213,8 +213,11 @@ class BudgetMiddleware:
             span = self._windows[period] = window(period, self._zone, now)
         return span
 
-    def _worst_case(self, ctx: ProviderCallContext, config: ProviderConfig,
-                    limits: Sequence[BudgetLimit]) -> Amounts:
+    def worst_case(self, ctx: ProviderCallContext, config: ProviderConfig,
+                   limits: Sequence[BudgetLimit] | None = None) -> Amounts:
+        """What one attempt of ``ctx`` on ``config`` may cost, as reserved (``limits``: those it touches)."""
+        if limits is None:
+            limits = self.options.limits
         strict = self.options.mode == "strict"
         facts = ctx.facts
         # Strict reserves the true bound (ADR 0015); estimate mode the estimate, else the bound.
@@ -272,10 +275,11 @@ class _Bill:
         self._spent = Amounts()
         self._billed = self._closed = self._settled = False
 
-    async def reserve(self, now: float) -> Refusal | None:
+    async def reserve(self, now: float, sent: ProviderCallContext | None = None) -> Refusal | None:
         charges = self._charges
         if self._ids:  # a further attempt of a call already counted as one request
-            charges = [attrs.evolve(c, amount=attrs.evolve(c.amount, requests=0)) for c in charges]
+            amount = attrs.evolve(self._further(sent), requests=0)
+            charges = [attrs.evolve(c, amount=amount) for c in charges]
         reservation = os.urandom(16).hex()
         self._ids.append(reservation)  # before the await: one a cancellation cut short is settled too
         refusal = await self._store.reserve(reservation, charges, now=now, lease_s=self._lease_s)
@@ -285,10 +289,21 @@ class _Bill:
             self._ids.remove(reservation)
         return refusal
 
-    async def sending(self, config: ProviderConfig) -> None:
+    def _further(self, sent: ProviderCallContext | None) -> Amounts:
+        """What a further attempt reserves: as much as the first, or more when a layer below rewrote the
+        request into a larger one (a repair turn); the largest is what any attempt may then cost."""
+        if sent is None or sent.facts is self._ctx.facts:
+            return self._each
+        larger = self._layer.worst_case(sent, self._config)
+        each = self._each
+        self._each = each = Amounts(max(each.cost_micro_usd, larger.cost_micro_usd), max(each.tokens, larger.tokens),
+                                    each.requests)
+        return each
+
+    async def sending(self, config: ProviderConfig, ctx: ProviderCallContext | None = None) -> None:
         self._started += 1
         if self._started > len(self._ids):
-            refusal = await self.reserve(self._clock())
+            refusal = await self.reserve(self._clock(), ctx)
             if refusal is not None:
                 self._started -= 1
                 raise self._layer.refused(self._ctx, self._config, refusal, self._each, further=True)
