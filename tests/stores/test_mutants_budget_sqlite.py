@@ -1,0 +1,39 @@
+"""The SQLite budget store, pinned where the mutation run found it unchecked (docs/testing.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+from provmw.stores.budgets import Amounts
+from provmw.stores.budgets.sqlite import SqliteBudgetStore
+from tests.stores.test_settle_journal import CHARGE, committed, journals
+from tests.virtual_time import run_virtual
+
+
+def test_a_live_blocks_running_total_is_journaled_as_its_settle(tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
+    store.running("block-1", Amounts(7, 3, 2))
+    [journal] = journals(tmp_path)
+    assert journal.read_bytes() == b"block-1 7 3 2\n"  # what a replay settles should this process die
+    asyncio.run(store.aclose())
+
+
+def test_a_delayed_commit_that_finds_the_file_locked_is_tried_again(tmp_path: Path) -> None:
+    path = tmp_path / "b.db"
+
+    async def settle_while_locked() -> tuple[int, int]:
+        store = SqliteBudgetStore(path, synchronous="NORMAL", settle_delay_s=1.0, busy_timeout_s=0.01)
+        await store.reserve("r", [CHARGE], now=0, lease_s=60)
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        await store.settle("r", Amounts(1_000, 0, 1))  # journaled; its commit is due in a second
+        await asyncio.sleep(1.5)  # (the loop's seconds) the commit ran, and found the file locked
+        holder.close()
+        await asyncio.sleep(1.5)  # the next try commits it, with no other step to carry it
+        spent = committed(path)
+        await store.aclose()
+        return spent
+
+    assert run_virtual(settle_while_locked()) == (1_000, 0)
