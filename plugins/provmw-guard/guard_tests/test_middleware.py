@@ -157,3 +157,19 @@ async def test_redaction_follows_the_chain_to_a_chosen_fallback() -> None:
 def test_an_unknown_setting_is_refused_with_a_hint() -> None:
     with pytest.raises(ConfigurationError, match="did you mean 'secrets'"):
         provmw_middleware(Settings(middleware={"guard": {"secret": "block"}}))
+
+
+async def test_a_check_that_raises_refuses_the_call() -> None:
+    async def check(text: str) -> str | None:
+        raise RuntimeError(f"cannot judge {text}")
+
+    next = ScriptedNext()
+    with pytest.raises(GuardRefusedError) as refused:
+        await GuardMiddleware(check=check).handle(chat("hello"), CONFIG, next)
+    assert refused.value.rule == "check:unavailable" and next.calls == []
+
+
+async def test_an_analyzers_failure_is_not_chained_to_the_refusal() -> None:
+    with pytest.raises(GuardRefusedError) as refused:
+        await GuardMiddleware(analyzers=[BrokenAnalyzer()]).handle(chat("hello"), CONFIG, ScriptedNext())
+    assert refused.value.__context__ is None and refused.value.__cause__ is None

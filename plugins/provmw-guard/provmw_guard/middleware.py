@@ -135,15 +135,20 @@ class GuardMiddleware:
         def analyze(text: str) -> list[Finding]:
             try:  # checked here, so that a wrong span is this analyzer's failure, not a value left in place
                 return [Finding(f.start, f.end, label(f.kind)) for f in merged(analyzer.analyze(text), len(text))]
-            except Exception:
-                self._refuse(ctx, "input", [rule])
-                return []
+            except Exception:  # what it raised may quote the text: not chained to the refusal
+                pass
+            self._refuse(ctx, "input", [rule])
+            return []
 
         return analyze
 
     async def _ask(self, texts: Sequence[str]) -> list[str]:
         assert self._check is not None
-        verdict = await self._check("\n\n".join(text for text in texts if text))
+        try:
+            verdict = await self._check("\n\n".join(text for text in texts if text))
+        except Exception as exc:  # a check failing its own way cannot run either: refused, unless monitoring
+            log.warning("guard: the external check failed (%s)", type(exc).__name__)  # its message may quote the text
+            verdict = "check:unavailable"
         return [] if verdict is None else [verdict]
 
     async def _answer(self, ctx: ProviderCallContext, response: CompletionResponse, redaction: Redaction,

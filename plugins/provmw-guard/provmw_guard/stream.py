@@ -76,5 +76,8 @@ class StreamRestorer:
             self._watch(restored)
         redaction = self._redaction
         calls = tuple(attrs.evolve(c, arguments=redaction.restore_json(c.arguments)) for c in chunk.tool_calls)
+        if self._watch is not None:
+            for call in calls:
+                self._watch(call.arguments)
         parsed = redaction.restore_value(chunk.parsed) if chunk.parsed is not None else None
         return attrs.evolve(chunk, text=restored, tool_calls=calls, parsed=parsed)
