@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import attrs
+
+from provmw.context import ProviderOperation
+from provmw.middleware.cache import CacheMiddleware, CacheOptions
+from provmw.responses import EmbeddingResponse, ProviderResponse
+from provmw.stores.cache import MemoryCacheStore
 from provmw.testing import ScriptedNext
 from tests.middleware.test_cache import ANSWER, CONFIG, ctx, stored_key
 from tests.middleware.test_cache_text_store import TextStore, layer
@@ -30,3 +36,29 @@ def test_a_poller_drops_an_unreadable_entry_another_process_left() -> None:
     store = SpoiledWhileHeld(held=1)
     answer = run_virtual(layer(store).handle(ctx(no_store=True), CONFIG, ScriptedNext(ANSWER)))
     assert answer.text == "42" and stored_key() not in store.entries
+
+
+async def counted(answer: ProviderResponse, operation: ProviderOperation = ProviderOperation.CHAT) -> int:
+    """The bytes the memory store counts for ``answer`` once the cache kept it (its ``max_bytes`` bound)."""
+    cache = CacheMiddleware(CacheOptions(operations=("chat", "embedding")))
+    await cache.handle(ctx(operation=operation), CONFIG, ScriptedNext(answer))
+    assert isinstance(cache.store, MemoryCacheStore)
+    return cache.store.bytes
+
+
+async def test_a_non_ascii_character_of_an_answer_counts_four_bytes_against_max_bytes() -> None:
+    assert await counted(attrs.evolve(ANSWER, text="é" * 100)) - await counted(attrs.evolve(ANSWER, text="e" * 100)) \
+        == 300
+
+
+async def test_a_structured_answer_counts_four_times_its_text_against_max_bytes() -> None:
+    plain = attrs.evolve(ANSWER, text='{"a":1}')
+    text_and_object = len(plain.text) + 80
+    assert await counted(attrs.evolve(plain, parsed={"a": 1})) - await counted(plain) == 3 * text_and_object
+
+
+async def test_each_vector_of_an_embedding_counts_its_numbers_and_its_object_against_max_bytes() -> None:
+    one = EmbeddingResponse(provider="openai", model="e", vectors=[[0.5, 1.0]])
+    two = attrs.evolve(one, vectors=[[0.5, 1.0], [0.25, 2.0]])
+    embedding = ProviderOperation.EMBEDDING
+    assert await counted(two, embedding) - await counted(one, embedding) == 2 * 32 + 80
