@@ -13,11 +13,12 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from provmw_guard.options import CheckOptions
+
+if TYPE_CHECKING:  # aiohttp is imported when the check first runs: a manager that sends nothing never loads it
+    import aiohttp
 
 __all__ = ["Check", "ExternalCheck", "JUDGE_PROMPT"]
 
@@ -43,6 +44,8 @@ class ExternalCheck:
         self._path = "/moderations" if options.kind == "moderation" else "/chat/completions"
 
     async def __call__(self, text: str) -> str | None:
+        import aiohttp
+
         try:
             async with asyncio.timeout(self.options.timeout_s):
                 return await self._ask(text)
@@ -63,6 +66,8 @@ class ExternalCheck:
         if headers is None:
             return "check:unavailable"
         if self._session is None or self._session.closed:
+            import aiohttp
+
             self._session = aiohttp.ClientSession()
         url = self.options.base_url.rstrip("/") + self._path
         async with self._session.post(url, json=self._body(text), headers=headers) as response:

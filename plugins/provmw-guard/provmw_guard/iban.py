@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = ["IBAN_LENGTHS", "iban_span", "mod97"]
@@ -34,11 +35,14 @@ def iban_span(text: str, begin: int, end: int) -> tuple[int, int] | None:
     length = IBAN_LENGTHS.get(text[begin:begin + 2])
     if length is None:
         return None
-    found = _SHAPES[length].match(text, begin, end)
+    found = _shape(length).match(text, begin, end)
     if found is None or (found.end() < len(text) and text[found.end()].isalnum()):
         return None
     return (begin, found.end()) if mod97(found.group().replace(" ", "")) else None
 
 
-# Per length: the country code, check digits and the rest, single spaces allowed between characters.
-_SHAPES = {n: re.compile(rf"[A-Z]{{2}}\d(?: ?[A-Z0-9]){{{n - 3}}}") for n in set(IBAN_LENGTHS.values())}
+@functools.cache
+def _shape(length: int) -> re.Pattern[str]:
+    """An IBAN of ``length``: country code, check digits and the rest, single spaces allowed between
+    characters; compiled when first needed, so that importing the guard compiles none."""
+    return re.compile(rf"[A-Z]{{2}}\d(?: ?[A-Z0-9]){{{length - 3}}}")
