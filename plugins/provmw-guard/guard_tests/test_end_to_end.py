@@ -149,3 +149,9 @@ def test_the_plugin_builds_its_layer_from_its_section(manager: Manager) -> None:
     built = manager(guard={"secrets": "redact", "entities": ["email"]})
     layer = next(m for m in built.pipeline.middlewares if m.name == "guard")
     assert isinstance(layer, GuardMiddleware) and layer.options.entities == ("email",)
+
+
+async def test_the_priority_can_be_set_above_the_call_log(manager: Manager) -> None:
+    async with manager(guard={"priority": 960}) as built:
+        entry = next(e for e in built.stack if e.name == "guard")
+    assert entry.priority == 960 and built.pipeline.order[0] == "guard"

@@ -47,6 +47,7 @@ class GuardMiddleware:
     def __init__(self, options: GuardOptions | None = None, *, analyzers: Sequence[Analyzer] = (),
                  check: Check | None = None) -> None:
         self.options = options = options or GuardOptions()
+        self.priority = options.priority
         self._entities = EntityAnalyzer(options.entities)
         self._patterns = PatternAnalyzer([(p.name, re.compile(p.regex)) for p in options.patterns])
         self._analyzers = (*(load_analyzer(spec) for spec in options.analyzers), *analyzers)

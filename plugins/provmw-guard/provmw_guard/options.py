@@ -125,6 +125,9 @@ class GuardOptions:
     max_output_chars: int | None = attrs.field(default=None, validator=number(gt=0, integer=True, optional=True))
     check: CheckOptions | None = attrs.field(default=None, converter=_check)
     analyzers: tuple[str, ...] = attrs.field(default=(), converter=_analyzers)
+    # Above 900 (call_log) and 950 (otel) their content capture holds redacted text, and the deadline no
+    # longer bounds the external check (ADR 0048).
+    priority: int = attrs.field(default=825, validator=number(integer=True))
 
     @property
     def monitor(self) -> bool:
