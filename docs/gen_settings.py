@@ -18,6 +18,8 @@ import attrs
 from provmw_azure.adapter import AzureOpenAIAdapter
 from provmw_bedrock import BedrockAdapter
 from provmw_calllog.middleware import CallLogMiddleware, CallLogOptions
+from provmw_guard.middleware import GuardMiddleware
+from provmw_guard.options import CheckOptions, DenyRule, GuardOptions, PatternOption
 from provmw_gemini.adapter import GeminiAdapter
 from provmw_otel.middleware import OtelCallMiddleware
 from provmw_otel.options import OtelOptions
@@ -99,6 +101,11 @@ def _middleware() -> Iterator[Section]:
 def _first_party_plugins() -> Iterator[Section]:
     yield Section("plugin.call_log", f"[middleware.{CallLogMiddleware.name}] (plugin provmw-calllog)",
                   _intro(CallLogMiddleware), (_ENABLED, *_keys(CallLogOptions)))
+    yield Section("plugin.guard", f"[middleware.{GuardMiddleware.name}] (plugin provmw-guard)",
+                  _intro(GuardMiddleware), (_ENABLED, *_keys(GuardOptions)))
+    yield _section("plugin.guard.patterns", "[[middleware.guard.patterns]] (plugin provmw-guard)", PatternOption)
+    yield _section("plugin.guard.deny", "[[middleware.guard.deny]] (plugin provmw-guard)", DenyRule)
+    yield _section("plugin.guard.check", "[middleware.guard.check] (plugin provmw-guard)", CheckOptions)
     yield Section("plugin.otel", f"[middleware.{OtelCallMiddleware.name}] (plugin provmw-otel)",
                   _intro(OtelOptions), (_ENABLED, *_keys(OtelOptions)))
     yield _section("plugin.redis", '[state] with url = "redis://..." (plugin provmw-redis)', RedisOptions)

@@ -190,6 +190,43 @@ MEANING: dict[str, dict[str, str]] = {
         "log_text": "Also log the answer's text, redacted and cut.",
         "max_text_chars": "How much of the text is logged.",
     },
+    "plugin.guard": {
+        "enabled": _ENABLED,
+        "mode": "`enforce` refuses what a rule forbids; `monitor` logs what it would refuse and sends the call.",
+        "entities": "The kinds of personal data redacted: `email`, `phone`, `card` (Luhn-checked), `iban` "
+                    "(mod-97-checked), `ip`.",
+        "configurations": "The redaction applies to calls on these configurations, or with one of them in the "
+                          "fallback chain (fnmatch patterns; `[\"*\"]`: every call).",
+        "tenants": "...and from these tenants (fnmatch patterns; `[\"*\"]` includes calls without one).",
+        "secrets": "Provider and cloud keys, tokens and private key blocks in a request: `block` refuses the call, "
+                   "`redact` sends `<SECRET_1>`, `off` lets them through.",
+        "patterns": "Custom kinds to redact, one `[[middleware.guard.patterns]]` table each.",
+        "deny": "Patterns that refuse the call where they match, one `[[middleware.guard.deny]]` table each.",
+        "max_input_chars": "Refuse a request whose text is longer than this (unset: no limit).",
+        "max_output_chars": "Refuse an answer (or end a stream) longer than this (unset: no limit).",
+        "check": "An external check, `[middleware.guard.check]`; fails closed unless `mode = \"monitor\"`.",
+        "analyzers": "Extra detectors, `\"module:attr\"`: an object with `analyze(text)` giving spans to redact.",
+        "priority": "Its place in the stack (ADR 0048): 825 is inside `deadline` and above every layer that stores "
+                    "or sends; above 950 the call log's and spans' content capture hold only redacted text too, "
+                    "but the deadline no longer bounds the external check.",
+    },
+    "plugin.guard.patterns": {
+        "name": "The label of its placeholders: `EMPLOYEE_ID` gives `<EMPLOYEE_ID_1>`.",
+        "regex": "What to redact (a Python regular expression).",
+    },
+    "plugin.guard.deny": {
+        "rule": "The rule's name, in the refusal (`deny:<rule>`) and the log; never the matched text.",
+        "regex": "Where it matches, the call is refused (a Python regular expression).",
+        "stage": "`input` (the caller's request), `output` (the restored answer) or `both`.",
+    },
+    "plugin.guard.check": {
+        "base_url": "The endpoint: `{base_url}/moderations` or `{base_url}/chat/completions`.",
+        "kind": "`moderation` (OpenAI's shape) or `judge` (a chat model answering ALLOW or DENY).",
+        "model": "The model the check asks.",
+        "api_key_env": "The environment variable holding its key, read when the check runs.",
+        "timeout_s": "A check slower than this refuses the call (`check:timeout`).",
+        "stage": "What is checked: `input` (the redacted request), `output` (the answer) or `both`.",
+    },
     "plugin.otel": {
         "enabled": _ENABLED,
         "capture_content": "`true` records the answer's text, redacted, on the call span.",
