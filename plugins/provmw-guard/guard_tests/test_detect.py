@@ -31,7 +31,7 @@ def test_each_kind_is_found(text: str, kind: str, value: str) -> None:
 
 
 @pytest.mark.parametrize("text", [
-    "version 3.11 and 42 items", "due 2026-11-23, or 23/11/2026, at 2026-11-23T10:15:00Z",
+    "version 3.11 and 42 items", "due 2026-11-23, or 23/11/2026, at 2026-11-23T10:15:00Z, 2026.11.23",
     "a card-like 4111 1111 1111 1112 fails Luhn", "GB83 WEST 1234 5698 7654 32 fails mod 97",
     "ZZ82 WEST 1234 5698 7654 32 has no such country", "999.168.1.20 is no address",
     "at 10:30:45, Note: a MAC 00:1A:2B:3C:4D:5E", "an @mention and a@b", "price: $1,299.00",

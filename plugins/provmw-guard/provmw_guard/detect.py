@@ -61,8 +61,8 @@ _BRANCHES: dict[str, tuple[str, str]] = {
                    r"(?![A-Za-z0-9-]))"),
     "ip6": (":", r"(?P<ip6>(?<=:)[0-9A-Fa-f]{0,4}:[0-9A-Fa-f:.]*)"),
     # Dates and timestamps have a phone number's digits and separators: matched first, then kept.
-    "date": ("0-9", rf"(?P<date>{_STARTS}(?<=\d)(?:\d{{3}}-{_MONTH}-{_DAY}{_TIME}|\d{{3}}/{_MONTH}/{_DAY}"
-                    rf"|\d?(?P<sep>[/.])\d{{1,2}}(?P=sep)\d{{4}}){_END})"),
+    "date": ("0-9", rf"(?P<date>{_STARTS}(?<=\d)(?:\d{{3}}-{_MONTH}-{_DAY}{_TIME}"
+                    rf"|\d{{3}}(?P<ymd>[/.]){_MONTH}(?P=ymd){_DAY}|\d?(?P<sep>[/.])\d{{1,2}}(?P=sep)\d{{4}}){_END})"),
     "ip4": ("0-9", rf"(?P<ip4>{_STARTS}(?<=\d)\d{{0,2}}(?:\.\d{{1,3}}){{3}}{_END})"),
     "iban": ("0-9", r"(?P<iban>(?<=(?<![A-Za-z0-9])[A-Z]{2}\d)\d(?: ?[A-Z0-9]){10,32})"),
     "card": ("0-9", rf"(?P<card>{_STARTS}(?<=\d)(?:[ -]?\d){{12,18}}(?!\w|[.-]?\d))"),
