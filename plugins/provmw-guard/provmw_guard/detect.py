@@ -97,17 +97,22 @@ class EntityAnalyzer:
         self._scan = _compiled(chosen)
 
     def analyze(self, text: str) -> list[Finding]:
+        """The values in ``text``, in order and never overlapping (one widened to its left over the
+        one before, an e-mail address after digits, takes it in)."""
         scan = self._scan
         if scan is None:
             return []
-        found = []
+        found: list[Finding] = []
         for match in scan.finditer(text):
             kind = match.lastgroup
             if kind is None or kind == "date":
                 continue
-            finding = _CHECKS[kind](text, match.start(), match.end())
-            if finding is not None:
-                found.append(finding)
+            finding = _CHECKS[kind](text, *match.span())
+            if finding is None:
+                continue
+            while found and finding.start < found[-1].end:
+                finding = Finding(min(finding.start, found.pop().start), finding.end, finding.kind)
+            found.append(finding)
         return found
 
 

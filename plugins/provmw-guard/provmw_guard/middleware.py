@@ -91,10 +91,11 @@ class GuardMiddleware:
 
     def _input_refusals(self, texts: Sequence[str]) -> list[str]:
         refused = [rule for rule in (size_refusal(texts, self.options.max_input_chars, "input"),) if rule]
-        refused += self._deny_in.refusals(texts)
+        if self._deny_in.rules:
+            refused += self._deny_in.refusals(texts)
         if self.options.secrets == "block":
-            found = {f"secret:{f.rule}" for text in texts for f in self._secrets.find(text)}
-            refused += sorted(found)
+            scan = self._secrets.find
+            refused += sorted({f"secret:{f.rule}" for text in texts for f in scan(text)})
         return refused
 
     def _applies(self, ctx: ProviderCallContext, config: ProviderConfig) -> bool:
@@ -118,6 +119,8 @@ class GuardMiddleware:
             parts.append(self._secret_findings)
         if not parts:
             return None
+        if len(parts) == 1 and parts[0] == self._entities.analyze:
+            return self._entities.analyze  # in order and never overlapping already
 
         def find(text: str) -> list[Finding]:
             found: list[Finding] = []

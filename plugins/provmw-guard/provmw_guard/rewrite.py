@@ -56,6 +56,11 @@ def redacted_request(request: ProviderRequest, redaction: Redaction, find: Find)
 
 
 def _message(message: Message, text: Rewrite, arguments: Rewrite) -> Message:
+    content = message.content
+    if len(content) == 1 and type(content[0]) is TextPart and not message.tool_calls:  # most messages
+        new = text(content[0].text)
+        return message if new == content[0].text else Message(message.role, (TextPart(new),), (),
+                                                                 message.tool_call_id)
     content = tuple(_part(part, text) for part in message.content)
     calls = tuple(_call(call, arguments) for call in message.tool_calls)
     if all(new is old for new, old in zip(content, message.content, strict=True)) and \
