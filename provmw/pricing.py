@@ -1,8 +1,11 @@
 """Prices per million tokens, what a call cost, and what it could cost at worst.
 
-The bundled table (``prices.toml``, with the date it was taken) covers the common
-OpenAI and Anthropic chat and embedding models. A configuration's own ``price``
-overrides it::
+A price is found, in order (ADR 0050): a configuration's own ``price``; the bundled table
+(``prices.toml``, with the date it was taken: the common OpenAI and Anthropic chat and
+embedding models, with their output ceilings and long-context tiers); the ``genai-prices``
+catalogue (some 350 models of OpenAI, Anthropic, Google, Bedrock and Azure), imported on the
+first look-up that needs it and read from the data it ships with, at the price in force now.
+A configuration's own price looks like this::
 
     [configurations.primary.price]
     input_usd_per_mtok = 0.15
@@ -34,7 +37,8 @@ import logging
 import tomllib
 from collections.abc import Iterable, Mapping
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
 import attrs
 
@@ -43,10 +47,16 @@ from provmw.errors import ConfigurationError
 from provmw.options import did_you_mean, number
 
 if TYPE_CHECKING:
+    from decimal import Decimal
+
+    from genai_prices.data_snapshot import DataSnapshot
+    from genai_prices.types import ModelInfo, ModelPrice, TieredPrices
+
     from provmw.config import ProviderConfig
     from provmw.responses import Usage
 
-__all__ = ["WRITE_1H_PER_INPUT", "WRITE_5M_PER_INPUT", "CacheTTL", "Price", "PriceTable", "PriceTier", "to_price"]
+__all__ = ["CATALOGUE_PROVIDERS", "WRITE_1H_PER_INPUT", "WRITE_5M_PER_INPUT", "CacheTTL", "Price", "PriceTable",
+           "PriceTier", "catalogue_price", "price_from_catalogue", "to_price"]
 
 log = logging.getLogger(__name__)
 
@@ -208,10 +218,16 @@ def _bundled() -> tuple[datetime.date, dict[tuple[str, str], Price]]:
 
 
 class PriceTable:
-    """Finds a configuration's price: its own, else the table's by exact or longest-prefix model name."""
+    """Finds a configuration's price: its own, else the table's by exact name, else the catalogue's,
+    else the table's by longest-prefix model name.
+
+    ``PriceTable()`` is the bundled table over the catalogue; a table built from ``prices`` holds
+    those only, unless ``catalogue=True``.
+    """
 
     def __init__(self, prices: Mapping[tuple[str, str], Price] | None = None,
-                 taken: datetime.date | None = None) -> None:
+                 taken: datetime.date | None = None, *, catalogue: bool | None = None) -> None:
+        self.catalogue = prices is None if catalogue is None else catalogue
         if prices is None:
             taken, prices = _bundled()
         self.taken = taken
@@ -259,7 +275,115 @@ class PriceTable:
         if exact is not None:
             return exact
         prefixes = [m for (p, m) in self._prices if p == provider and model.startswith(m)]
-        return self._prices[(provider, max(prefixes, key=len))] if prefixes else None
+        family = max(prefixes, key=len) if prefixes else None
+        if not self.catalogue:
+            return self._prices[(provider, family)] if family is not None else None
+        return self._listed(provider, model, family)
+
+    def _listed(self, provider: str, model: str, family: str | None) -> Price | None:
+        """The catalogue's price of ``model``, unless it is the model the table names ``family`` (an
+        alias or a dated snapshot of it): the table's entry applies then, as it would to its own name."""
+        kept = self._prices[(provider, family)] if family is not None else None
+        listed = _catalogue_model(provider, model)
+        if listed is None or (family is not None and _catalogue_model(provider, family) is listed):
+            return kept
+        price = price_from_catalogue(listed.get_prices(datetime.datetime.now(datetime.UTC)))
+        if price is None or price.max_output_tokens is not None or kept is None or kept.max_output_tokens is None:
+            return price
+        # The catalogue has no output ceilings: a model the table's family prefix caught keeps the
+        # family's, as it had before the catalogue priced it (a strict budget reserves on it).
+        return attrs.evolve(price, max_output_tokens=kept.max_output_tokens)
+
+
+# provmw's provider names and the catalogue's provider ids (genai-prices' ``Provider.id``); a
+# provider named here only is looked up in no catalogue.
+CATALOGUE_PROVIDERS: Mapping[str, str] = MappingProxyType({
+    "openai": "openai", "anthropic": "anthropic", "gemini": "google", "google": "google",
+    "bedrock": "aws", "azure": "azure",
+})
+
+
+def catalogue_price(provider: str, model: str, at: datetime.datetime | None = None) -> Price | None:
+    """The ``genai-prices`` catalogue's price of ``provider``'s ``model`` in force at ``at`` (now when
+    None): None for a provider or model it does not know, or a model it prices by no token."""
+    found = _catalogue_model(provider, model)
+    if found is None:
+        return None
+    return price_from_catalogue(found.get_prices(at or datetime.datetime.now(datetime.UTC)))
+
+
+def price_from_catalogue(prices: ModelPrice) -> Price | None:
+    """A catalogue model's token prices as a ``Price``: its rates, and a tier at each threshold any
+    of them changes at; None when it prices no token (audio hours, characters). Rates the catalogue
+    leaves unset are what it charges for them: a cache read or write at the input rate."""
+    per_token = [getattr(prices, key) for key in _TOKEN_KEYS]
+    if all(value is None for value in per_token):
+        # Nothing priced at all is free (Gemma on Google); priced only by other units is unknown.
+        return None if any(v is not None for v in vars(prices).values()) else Price(input_usd_per_mtok=0.0)
+    thresholds = sorted({tier.start for value in per_token for tier in getattr(value, "tiers", ())} - {0})
+    return Price(**_catalogue_rates(prices, 0),
+                 tiers=[PriceTier(above_input_tokens=t, **_catalogue_rates(prices, t)) for t in thresholds])
+
+
+# The catalogue's per-million-token price keys that a provmw ``Usage`` has counts for.
+_TOKEN_KEYS = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok", "cache_write_5m_mtok",
+               "cache_write_1h_mtok")
+
+
+class _RateFields(TypedDict):
+    input_usd_per_mtok: float
+    output_usd_per_mtok: float
+    cached_input_usd_per_mtok: float | None
+    cache_write_5m_usd_per_mtok: float
+    cache_write_1h_usd_per_mtok: float
+
+
+def _catalogue_rates(prices: ModelPrice, above: int) -> _RateFields:
+    """The rates a call whose input tokens exceed ``above`` pays, as ``Price`` fields. In the
+    catalogue an unpriced write falls to the write price above it, then to the input price."""
+    rate = functools.partial(_rate, above=above)
+    input = rate(prices.input_mtok) or 0.0
+    write = rate(prices.cache_write_mtok)
+    write_5m, write_1h = rate(prices.cache_write_5m_mtok), rate(prices.cache_write_1h_mtok)
+    return _RateFields(input_usd_per_mtok=input, output_usd_per_mtok=rate(prices.output_mtok) or 0.0,
+                       cached_input_usd_per_mtok=rate(prices.cache_read_mtok),
+                       cache_write_5m_usd_per_mtok=next(r for r in (write_5m, write, input) if r is not None),
+                       cache_write_1h_usd_per_mtok=next(r for r in (write_1h, write, input) if r is not None))
+
+
+def _rate(value: Decimal | TieredPrices | None, above: int) -> float | None:
+    """The rate ``value`` charges a call whose input tokens exceed ``above``: its last tier starting
+    at or below it, else its base (a tier applies once input exceeds its start)."""
+    from genai_prices.types import TieredPrices
+
+    if value is None or not isinstance(value, TieredPrices):
+        return None if value is None else float(value)
+    reached = [tier.price for tier in value.tiers if tier.start <= above]
+    return float(reached[-1] if reached else value.base)
+
+
+def _catalogue_model(provider: str, model: str) -> ModelInfo | None:
+    """The catalogue's model that ``provider``'s ``model`` names, if any."""
+    catalogue_id = CATALOGUE_PROVIDERS.get(provider)
+    if catalogue_id is None:
+        return None
+    if catalogue_id == "google":
+        model = model.removeprefix("models/")  # the Gemini API's own spelling of a model's name
+    try:
+        return _catalogue().find_provider_model(model, None, catalogue_id, None)[1]
+    except LookupError:
+        return None
+
+
+@functools.cache
+def _catalogue() -> DataSnapshot:
+    """The catalogue's data as its package ships it, loaded on first use. Never the package's
+    process-wide snapshot, which its auto-update (never started here) would replace with one
+    fetched from the network: prices do not change under a running table."""
+    from genai_prices.data import providers
+    from genai_prices.data_snapshot import DataSnapshot
+
+    return DataSnapshot(providers=providers, from_auto_update=False)
 
 
 def _pricing_hint(config: ProviderConfig) -> str:
