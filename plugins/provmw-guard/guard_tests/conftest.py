@@ -64,9 +64,10 @@ Manager = Callable[..., ServiceManager]
 def manager(fake: FakeProvider, host: PluginHost) -> Manager:
     """``manager(guard={...settings...}, model="split-3")``: a manager on the fake with the guard loaded."""
 
-    def build(guard: Mapping[str, Any] | None = None, **fields: Any) -> ServiceManager:
+    def build(guard: Mapping[str, Any] | None = None, middleware: Mapping[str, Any] | None = None,
+              **fields: Any) -> ServiceManager:
         settings = Settings(configurations={"main": config(fake, **fields)}, default="main",
-                            middleware={"guard": dict(guard or {})})
+                            middleware={"guard": dict(guard or {}), **(middleware or {})})
         return ServiceManager(settings, host=host)
 
     return build

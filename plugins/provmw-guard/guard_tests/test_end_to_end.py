@@ -155,3 +155,12 @@ async def test_the_priority_can_be_set_above_the_call_log(manager: Manager) -> N
     async with manager(guard={"priority": 960}) as built:
         entry = next(e for e in built.stack if e.name == "guard")
     assert entry.priority == 960 and built.pipeline.order[0] == "guard"
+
+
+async def test_a_cached_answer_is_restored_with_each_callers_own_values(manager: Manager, fake: FakeProvider) -> None:
+    cache = {"cache": {"operations": ["chat"]}}
+    async with manager(middleware=cache, options={"temperature": 0}) as built:
+        first = await built.chat("mail ada@example.com")
+        second = await built.chat("mail bob@example.org")
+    assert (first.text, second.text) == ("echo: mail ada@example.com", "echo: mail bob@example.org")
+    assert second.cached and fake.count() == 1
