@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import attrs
 import pytest
 
 from provmw.config import ProviderConfig
@@ -117,3 +119,79 @@ async def test_after_a_refused_attempt_each_further_attempt_still_reserves_its_o
 
     await middleware.handle(call_context(planned_cost_usd=0.01, max_output_tokens=20), CONFIG, carries_on)
     assert outcomes == ["sent", "sent", "refused", "refused"]
+
+
+def strict_call() -> Any:
+    """A call that reserves 0.01 USD and 30 tokens (10 input, 20 output)."""
+    return call_context(planned_cost_usd=0.01, estimated_input_tokens=10, max_output_tokens=20)
+
+
+async def test_usage_exactly_at_the_reservation_is_settled_without_an_error_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    middleware = budget({"scope": "global", "period": "total", "max_cost_usd": 1.0, "max_tokens": 1_000})
+    at_the_bound = Usage(input_tokens=10, output_tokens=20, cost_usd=0.01)
+    await middleware.handle(strict_call(), CONFIG, ScriptedNext(attrs.evolve(answer(CONFIG), usage=at_the_bound)))
+    assert (await bucket(middleware)).spent == Amounts(10_000, 30, 1)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_usage_of_zero_tokens_is_settled_without_an_error_logged(caplog: pytest.LogCaptureFixture) -> None:
+    middleware = budget(GLOBAL)
+    await middleware.handle(strict_call(), CONFIG, ScriptedNext(attrs.evolve(answer(CONFIG), usage=Usage())))
+    assert (await bucket(middleware)).spent == Amounts(0, 0, 1)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_an_attempt_whose_usage_is_unknown_costs_its_reservation_in_every_dimension() -> None:
+    middleware = budget(GLOBAL)
+
+    async def unknown(config: ProviderConfig) -> CompletionResponse:
+        [meter] = attempt_meters()
+        await meter.sending(config)
+        await meter.ended(config, "unknown", None)  # sent, and its usage never came (a timeout)
+        return answer(config)
+
+    await middleware.handle(strict_call(), CONFIG, unknown)
+    assert (await bucket(middleware)).spent == Amounts(10_000, 30, 1)
+
+
+async def test_float_noise_below_a_thousandth_of_a_micro_dollar_is_not_rounded_up() -> None:
+    middleware = budget(GLOBAL)
+    noisy = Usage(input_tokens=5, output_tokens=5, cost_usd=3.0004e-6)
+    await middleware.handle(strict_call(), CONFIG, ScriptedNext(attrs.evolve(answer(CONFIG), usage=noisy)))
+    assert (await bucket(middleware)).spent.cost_micro_usd == 3
+
+
+class SettleFails(MemoryBudgetStore):
+    async def settle(self, reservation_id: str, actual: Amounts) -> None:
+        raise RuntimeError("the store went away")
+
+
+async def test_a_settle_that_fails_is_raised_to_the_layer_that_guards_the_store() -> None:
+    middleware = BudgetMiddleware(BudgetOptions(limits=[GLOBAL]), store=SettleFails(), wall_clock=FakeClock(1_000.0))
+    with pytest.raises(RuntimeError, match="the store went away"):  # provmw.stores.outage logs and keeps it
+        await middleware.handle(strict_call(), CONFIG, ScriptedNext())
+
+
+class SecondReserveFails(MemoryBudgetStore):
+    async def reserve(self, reservation_id: str, charges: Any, *, now: float, lease_s: float) -> Any:
+        if await self.states(now=now):  # a bucket exists: this is the call's further attempt
+            raise RuntimeError("the store went away")
+        return await super().reserve(reservation_id, charges, now=now, lease_s=lease_s)
+
+
+async def test_a_further_attempt_whose_reservation_failed_leaves_the_first_settled() -> None:
+    store = SecondReserveFails()
+    middleware = BudgetMiddleware(BudgetOptions(limits=[GLOBAL]), store=store, wall_clock=FakeClock(1_000.0))
+
+    async def retried(config: ProviderConfig) -> CompletionResponse:
+        [meter] = attempt_meters()
+        await meter.sending(config)
+        await meter.ended(config, "no", None)  # never sent
+        await meter.sending(config)  # the store fails to reserve the retry
+        return answer(config)
+
+    with pytest.raises(RuntimeError, match="the store went away"):
+        await middleware.handle(strict_call(), CONFIG, retried)
+    [state] = await store.states(now=1_000.0)
+    assert (state.spent, state.reserved) == (Amounts(), Amounts())
