@@ -65,7 +65,10 @@ class GuardMiddleware:
         if request is None:  # a context built without its request: nothing here to guard
             return await next(config)
         texts = request_texts(request)
-        self._refuse(ctx, "input", self._input_refusals(texts))
+        refused = self._input_refusals(texts)
+        if self._check_out and ctx.facts.stream:  # a stream's answer cannot be checked before it is read
+            refused.append("check:stream_output")
+        self._refuse(ctx, "input", refused)
         redaction = Redaction(reserved_names(texts))
         find = self._finder(ctx, config)
         sent = request if find is None else redacted_request(request, redaction, find)
@@ -73,8 +76,6 @@ class GuardMiddleware:
             log.info("guard call %s: redacted %s", _token(ctx.correlation_id), _counts(redaction))
         if self._check_in:
             self._refuse(ctx, "input", await self._ask(request_texts(sent)))
-        if self._check_out and ctx.facts.stream:  # a stream's answer cannot be checked before it is read
-            self._refuse(ctx, "input", ["check:stream_output"])
         response = await (next(config) if sent is request else next(config, ctx.with_request(sent)))
         json = answers_json(request)
         if isinstance(response, OpenedStream):
