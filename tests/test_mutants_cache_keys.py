@@ -3,7 +3,15 @@
 
 from __future__ import annotations
 
+import json
+
+from provmw._call.facts import input_token_bound
 from provmw.context import _RandomBytes
+from provmw.messages import Message, ToolSpec
+from provmw.requests import ChatRequest
+from tests.test_planned_costs import facts
+
+GET = ToolSpec("get")
 
 
 def test_a_pool_of_random_bytes_hands_out_sixteen_fresh_bytes_before_and_after_a_fork() -> None:
@@ -12,3 +20,16 @@ def test_a_pool_of_random_bytes_hands_out_sixteen_fresh_bytes_before_and_after_a
     pool._forget()  # what os.register_at_fork runs in a child, called here so that the run can see it
     after = pool.take()
     assert (len(before), len(after)) == (16, 16) and before != after
+
+
+def test_a_chain_bounds_a_call_with_tools_by_its_own_providers_allowance() -> None:
+    # Tools are where providers' allowances differ (OpenAI's hidden tool prompt is smaller than Anthropic's).
+    request = ChatRequest((Message.user("hi"),), tools=(GET,))
+    assert facts(request).max_input_tokens == input_token_bound("openai", request, {"max_tokens": 100}) \
+        < input_token_bound("anthropic", request, {"max_tokens": 100})
+
+
+def test_each_tool_adds_the_providers_allowance_per_tool() -> None:
+    one, two = (ChatRequest((Message.user("hi"),), tools=tools) for tools in ((GET,), (GET, GET)))
+    tool_json = len(json.dumps(GET.to_dict(), separators=(",", ":")))
+    assert input_token_bound("openai", two, {}) - input_token_bound("openai", one, {}) == tool_json + 64
