@@ -1,0 +1,165 @@
+"""A generated corpus of every kind of personal data the guard redacts (e-mail, phone, card, IBAN,
+IPv4 and IPv6 addresses), each value in prose, in a JSON document and in tool-call arguments.
+
+Every value is drawn distinctive: a random local part, at least nine digits, no loopback or
+unspecified address. Finding one in a store, a log line or a span can then only mean it leaked,
+never that the same text was there for another reason (the fake's port, a float of a vector).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import json
+from collections.abc import Iterable, Sequence
+
+import attrs
+from hypothesis import strategies as st
+from provmw_guard.iban import IBAN_LENGTHS, mod97
+
+__all__ = ["CARD_BRANDS", "KINDS", "Case", "Value", "case_of", "cases", "luhn_digit", "values"]
+
+KINDS = ("email", "phone", "card", "iban", "ip4", "ip6")
+DIGITS, LOWER, UPPER = "0123456789", "abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+WORDS = ("the", "order", "for", "Ada", "is", "ready", "see", "note", "mail", "call", "pay", "from")
+# What a value stands between in prose: a word boundary the guard must see as one.
+AROUND = ((" ", " "), ("(", ")"), (" ", ". "), ('"', '"'), (" ", ", "), ("\n", "\n"), (" <", "> "))
+
+
+@attrs.frozen
+class Value:
+    """One piece of personal data: its kind (one of ``KINDS``) and its text as the caller wrote it."""
+
+    kind: str
+    text: str
+
+
+@attrs.frozen
+class Case:
+    """One example: its values and the texts a call sends that hold them, each holding every value."""
+
+    values: tuple[Value, ...]
+    prose: str  # words and punctuation around each value
+    document: str  # a JSON object of every value (a card's digits also as a JSON number)
+    lines: tuple[str, ...]  # one short line per value: what the fake's tool is asked, one call a line
+    arguments: str  # a tool call's JSON arguments in the history: every value, a card's digits as a number
+
+    @property
+    def raw(self) -> frozenset[str]:
+        """Every form a value may take where it must not be: as written, and a card's bare digits."""
+        return frozenset(v.text for v in self.values) | frozenset(_digits(v) for v in self.values if v.kind == "card")
+
+
+def _digits(value: Value) -> str:
+    return "".join(c for c in value.text if c.isdigit())
+
+
+def luhn_digit(body: str) -> str:
+    """The check digit that makes ``body`` + it pass the Luhn check payment cards carry."""
+    total = 0
+    for i, c in enumerate(reversed(body)):
+        d = int(c) * (2 if i % 2 == 0 else 1)
+        total += d - 9 if d > 9 else d
+    return str(-total % 10)
+
+
+def _numbers(low: int, high: int) -> st.SearchStrategy[str]:
+    return st.text(DIGITS, min_size=low, max_size=high)
+
+
+@st.composite
+def emails(draw: st.DrawFn) -> str:
+    local = draw(st.sampled_from(LOWER)) + draw(st.text(LOWER + DIGITS, min_size=5, max_size=9))
+    local += draw(st.sampled_from(["", ".x", "+tag", "_y", "-z"]))
+    labels = draw(st.lists(st.text(LOWER, min_size=3, max_size=8), min_size=1, max_size=2))
+    return f"{local}@{'.'.join(labels)}.{draw(st.text(LOWER, min_size=2, max_size=6))}"
+
+
+@st.composite
+def phones(draw: st.DrawFn) -> str:
+    country = draw(st.sampled_from("123456789")) + draw(_numbers(0, 1))
+    form = draw(st.sampled_from(["international", "compact", "national"]))
+    if form == "national":
+        return f"(0{draw(_numbers(2, 2))}) {draw(_numbers(4, 4))} {draw(_numbers(4, 4))}"
+    groups = draw(st.lists(_numbers(3, 4), min_size=3, max_size=3))
+    if form == "compact":
+        return f"+{country}{''.join(groups)}"
+    return f"+{country} " + draw(st.sampled_from([" ", "-"])).join(groups)
+
+
+# A brand's first digits, its length and how its number is grouped when written.
+CARD_BRANDS = (("4", 16, (4, 4, 4, 4)), *((f"5{d}", 16, (4, 4, 4, 4)) for d in "12345"),
+               ("34", 15, (4, 6, 5)), ("37", 15, (4, 6, 5)))
+
+
+@st.composite
+def cards(draw: st.DrawFn) -> str:
+    prefix, length, groups = draw(st.sampled_from(CARD_BRANDS))
+    body = prefix + draw(_numbers(length - len(prefix) - 1, length - len(prefix) - 1))
+    number = body + luhn_digit(body)
+    cuts = list(itertools.accumulate(groups, initial=0))
+    return draw(st.sampled_from(["", " ", "-"])).join(number[a:b] for a, b in itertools.pairwise(cuts))
+
+
+@st.composite
+def ibans(draw: st.DrawFn) -> str:
+    country = draw(st.sampled_from(sorted(IBAN_LENGTHS)))
+    size = IBAN_LENGTHS[country] - 4
+    bban = draw(st.text(DIGITS + UPPER, min_size=size, max_size=size))
+    check = next(f"{n:02d}" for n in range(2, 99) if mod97(f"{country}{n:02d}{bban}"))
+    compact = f"{country}{check}{bban}"
+    return draw(st.sampled_from([compact, " ".join(compact[i:i + 4] for i in range(0, len(compact), 4))]))
+
+
+@st.composite
+def ip4s(draw: st.DrawFn) -> str:
+    first = draw(st.integers(11, 223).filter(lambda n: n != 127))
+    return ".".join(map(str, [first, *draw(st.lists(st.integers(10, 254), min_size=3, max_size=3))]))
+
+
+@st.composite
+def ip6s(draw: st.DrawFn) -> str:
+    groups = draw(st.lists(st.integers(0x100, 0xFFFF), min_size=8, max_size=8))
+    for at in draw(st.lists(st.integers(1, 7), max_size=3, unique=True)):  # zeros to compress
+        groups[at] = 0
+    address = ipaddress.IPv6Address(int("".join(f"{g:04x}" for g in groups), 16))
+    return draw(st.sampled_from([str(address), address.exploded, str(address).upper()]))
+
+
+_STRATEGIES = {"email": emails(), "phone": phones(), "card": cards(), "iban": ibans(), "ip4": ip4s(), "ip6": ip6s()}
+
+
+def values(kinds: Iterable[str] = KINDS) -> st.SearchStrategy[Value]:
+    """A value of one of ``kinds``."""
+    return st.one_of([st.builds(Value, st.just(kind), _STRATEGIES[kind]) for kind in kinds])
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> Case:
+    """An example of one to six values (every kind appears across a corpus) in each form a call sends."""
+    chosen = draw(st.lists(values(), min_size=1, max_size=6))
+    words = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join)
+    return case_of(chosen, [draw(words) for _ in chosen], [draw(st.sampled_from(AROUND)) for _ in chosen])
+
+
+def case_of(chosen: Sequence[Value], words: Sequence[str] | None = None,
+            around: Sequence[tuple[str, str]] | None = None) -> Case:
+    """The case of ``chosen`` values, each after its ``words`` and between its ``around`` in prose."""
+    words = words or ["see"] * len(chosen)
+    around = around or [(" ", " ")] * len(chosen)
+    pieces = [piece for v, w, (before, after) in zip(chosen, words, around, strict=True)
+              for piece in (w, before, v.text, after)]
+    lines = tuple(f"{w} {v.text}" for v, w in zip(chosen, words, strict=True))
+    return Case(tuple(chosen), "".join(pieces).strip(), _document(chosen), lines, _arguments(chosen))
+
+
+def _document(chosen: Sequence[Value]) -> str:
+    fields: dict[str, object] = {f"{v.kind}_{i}": v.text for i, v in enumerate(chosen)}
+    fields.update({f"card_{i}_digits": int(_digits(v)) for i, v in enumerate(chosen) if v.kind == "card"})
+    return json.dumps({"customer": fields, "note": "as given"})
+
+
+def _arguments(chosen: Sequence[Value]) -> str:
+    fields: dict[str, object] = {f"field_{i}": v.text for i, v in enumerate(chosen)}
+    fields.update({f"number_{i}": int(_digits(v)) for i, v in enumerate(chosen) if v.kind == "card"})
+    return json.dumps(fields)
