@@ -10,10 +10,13 @@ import pytest
 from provmw_guard import GuardMiddleware
 
 from provmw.errors import GuardRefusedError
+from provmw.manager import ServiceManager
 from provmw.messages import Message, ToolCall, ToolSpec
+from provmw.plugins import PluginHost
+from provmw.settings import Settings
 from provmw.testing import FakeProvider
 
-from .conftest import Manager
+from .conftest import Manager, config
 
 TEXT = "mail ada@example.com or call +44 20 7946 0958 about card 4111 1111 1111 1111"
 
@@ -90,12 +93,16 @@ async def test_a_secret_is_refused_and_nothing_is_sent(manager: Manager, fake: F
     assert "AKIA" not in str(refused.value) and fake.count() == 0
 
 
-async def test_a_refusal_is_neither_retried_nor_failed_over(manager: Manager, fake: FakeProvider) -> None:
-    async with manager(guard={"deny": [{"rule": "no-echo", "regex": "echo", "stage": "output"}]},
-                       fallbacks=()) as built:
+async def test_a_refusal_is_neither_retried_nor_failed_over(fake: FakeProvider, host: PluginHost) -> None:
+    guard = {"deny": [{"rule": "no-echo", "regex": "echo", "stage": "output"}]}
+    settings = Settings(configurations={"main": config(fake, fallbacks=("backup",)),
+                                        "backup": config(fake, "backup", model="backup-model")},
+                        default="main", middleware={"guard": guard})
+    async with ServiceManager(settings, host=host) as built:
         with pytest.raises(GuardRefusedError) as refused:
             await built.chat("hello")
-    assert (refused.value.rule, refused.value.stage) == ("deny:no-echo", "output") and fake.count() == 1
+    assert (refused.value.rule, refused.value.stage) == ("deny:no-echo", "output")
+    assert (fake.count(), fake.count(model="backup-model")) == (1, 0)
 
 
 @pytest.mark.parametrize("answer", [None, "not json", {"results": "maybe"}])
