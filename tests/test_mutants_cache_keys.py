@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from provmw._call.facts import input_token_bound
+from provmw._call.facts import estimate_tokens, input_token_bound
 from provmw.context import _RandomBytes
-from provmw.messages import Message, ToolSpec
-from provmw.requests import ChatRequest
+from provmw.messages import ImagePart, Message, TextPart, ToolSpec
+from provmw.requests import ChatRequest, CompletionRequest
 from tests.test_planned_costs import facts
 
 GET = ToolSpec("get")
@@ -33,3 +33,12 @@ def test_each_tool_adds_the_providers_allowance_per_tool() -> None:
     one, two = (ChatRequest((Message.user("hi"),), tools=tools) for tools in ((GET,), (GET, GET)))
     tool_json = len(json.dumps(GET.to_dict(), separators=(",", ":")))
     assert input_token_bound("openai", two, {}) - input_token_bound("openai", one, {}) == tool_json + 64
+
+
+def test_a_prompt_is_estimated_at_four_characters_a_token_in_whole_tokens() -> None:
+    assert estimate_tokens(CompletionRequest("x" * 10)) == 3  # 10 // 4 + 1, never a fraction
+
+
+def test_an_image_is_estimated_as_340_characters_of_text() -> None:
+    with_image = ChatRequest((Message.user([TextPart("hi"), ImagePart(url="https://i.test/a.png")]),))
+    assert estimate_tokens(with_image) == (2 + 340) // 4 + 1

@@ -11,7 +11,7 @@ import pytest
 
 from provmw.config import ProviderConfig
 from provmw.context import AttemptMeter, attempt_meters
-from provmw.errors import BudgetExceededError
+from provmw.errors import BudgetExceededError, ConfigurationError
 from provmw.middleware.budget import BudgetMiddleware, BudgetOptions
 from provmw.responses import ChatChunk, CompletionResponse, Usage
 from provmw.stores.budgets import Amounts, BucketState, MemoryBudgetStore
@@ -195,3 +195,27 @@ async def test_a_further_attempt_whose_reservation_failed_leaves_the_first_settl
         await middleware.handle(strict_call(), CONFIG, retried)
     [state] = await store.states(now=1_000.0)
     assert (state.spent, state.reserved) == (Amounts(), Amounts())
+
+
+async def test_a_strict_cost_limit_on_a_call_without_a_worst_case_says_what_to_add() -> None:
+    middleware = budget(GLOBAL)
+    with pytest.raises(ConfigurationError) as refused:
+        await middleware.handle(call_context(planned_cost_usd=None, max_output_tokens=20), CONFIG, ScriptedNext())
+    assert str(refused.value) == (
+        "budget: the worst-case cost of a call on 'oa' is unknown (a configuration in its chain has no price, or the "
+        "call sets no max_tokens and the model's ceiling is unknown); strict cost limits need it: add "
+        "[configurations.<name>.price] (with max_output_tokens) or options.max_tokens")
+
+
+async def test_a_further_attempt_is_not_counted_as_another_request() -> None:
+    middleware = budget({"scope": "global", "period": "total", "max_requests": 1})
+
+    async def retried(config: ProviderConfig) -> CompletionResponse:
+        [meter] = attempt_meters()
+        for _ in range(2):  # the retry reserves the call's cost again, not a second request
+            await meter.sending(config)
+            await meter.ended(config, "unknown", None)
+        return answer(config)
+
+    await middleware.handle(strict_call(), CONFIG, retried)
+    assert (await bucket(middleware)).spent.requests == 1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from provmw.stores.budgets import Amounts
 from provmw.stores.budgets.sqlite import SqliteBudgetStore
-from tests.stores.test_settle_journal import CHARGE, committed, journals
+from tests.stores.test_settle_journal import CHARGE, SMALL, committed, journals
 from tests.virtual_time import run_virtual
 
 
@@ -37,3 +37,22 @@ def test_a_delayed_commit_that_finds_the_file_locked_is_tried_again(tmp_path: Pa
         return spent
 
     assert run_virtual(settle_while_locked()) == (1_000, 0)
+
+
+def test_a_settle_in_a_new_event_loop_is_committed_by_that_loops_timer(tmp_path: Path) -> None:
+    path = tmp_path / "b.db"
+    store = SqliteBudgetStore(path, synchronous="NORMAL", settle_delay_s=1.0)
+
+    async def first_loop() -> None:  # its commit timer is armed, and the loop closes before it fires
+        await store.reserve("a", [CHARGE], now=0, lease_s=60)
+        await store.reserve("b", [SMALL], now=0, lease_s=60)
+        await store.settle("a", Amounts(1_000, 0, 1))
+
+    async def second_loop() -> tuple[int, int]:
+        await store.settle("b", Amounts(500, 0, 1))
+        await asyncio.sleep(1.5)  # (the loop's seconds) past the delay: this loop's timer has committed both
+        return committed(path)
+
+    run_virtual(first_loop())
+    assert run_virtual(second_loop()) == (1_500, 0)
+    asyncio.run(store.aclose())
