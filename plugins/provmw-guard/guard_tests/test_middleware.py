@@ -173,3 +173,15 @@ async def test_an_analyzers_failure_is_not_chained_to_the_refusal() -> None:
     with pytest.raises(GuardRefusedError) as refused:
         await GuardMiddleware(analyzers=[BrokenAnalyzer()]).handle(chat("hello"), CONFIG, ScriptedNext())
     assert refused.value.__context__ is None and refused.value.__cause__ is None
+
+
+@pytest.mark.parametrize(("response_format", "restored"), [
+    ({"type": "json_object"}, '{"q": "say \\"hi\\""}'),
+    ({"type": "text"}, '{"q": "say "hi""}'),
+])
+async def test_values_are_escaped_only_in_answers_asked_as_json(response_format: dict[str, str],
+                                                                restored: str) -> None:
+    request = ChatRequest((Message.user("QUOTE: say \"hi\""),), options={"response_format": response_format})
+    layer = GuardMiddleware(GuardOptions(patterns=[{"name": "QUOTE", "regex": 'say "hi"'}]))
+    response = await layer.handle(call_context(request=request), CONFIG, ScriptedNext(answer('{"q": "<QUOTE_1>"}')))
+    assert response.text == restored

@@ -7,7 +7,7 @@ is kept as the same object, so an untouched request is the request it was.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import attrs
 
@@ -82,9 +82,13 @@ def _call(call: ToolCall, arguments: Rewrite) -> ToolCall:
 
 
 def answers_json(request: ProviderRequest) -> bool:
-    """Whether the answer's text is JSON (a response schema or a JSON response format was asked)."""
-    return isinstance(request, ChatRequest) and (request.response_schema is not None
-                                                 or "response_format" in request.options)
+    """Whether the answer's text is JSON (a response schema, or a ``json_object`` / ``json_schema``
+    response format, was asked)."""
+    if not isinstance(request, ChatRequest):
+        return False
+    asked = request.options.get("response_format")
+    return request.response_schema is not None or (isinstance(asked, Mapping) and
+                                                    str(asked.get("type", "")).startswith("json"))
 
 
 def answer_texts(response: CompletionResponse) -> list[str]:
