@@ -2,9 +2,11 @@
 
 A price is found, in order (ADR 0050): a configuration's own ``price``; the bundled table
 (``prices.toml``, with the date it was taken: the common OpenAI and Anthropic chat and
-embedding models, with their output ceilings and long-context tiers); the ``genai-prices``
-catalogue (some 350 models of OpenAI, Anthropic, Google, Bedrock and Azure), imported on the
-first look-up that needs it and read from the data it ships with, at the price in force now.
+embedding models, with their output ceilings and long-context tiers) by exact name; the
+``genai-prices`` catalogue (some 350 models of OpenAI, Anthropic, Google, Bedrock and Azure),
+imported on the first look-up that needs it and read from the data it ships with, at the
+price in force now; the bundled table by the longest name the model starts with. A name the
+catalogue matches to the table's model (a dated snapshot, an alias) takes the table's price.
 A configuration's own price looks like this::
 
     [configurations.primary.price]
@@ -24,9 +26,10 @@ Input tokens include cache reads and writes (ADR 0015): a usage is priced part b
 
 A configuration's own price is declared for its provider and model and applies to them only
 (ADR 0049): a layer that swaps in a configuration derived from it with another provider or
-model (``attrs.evolve(config, provider="anthropic", model=...)``) is priced from the table,
-by its own names. A model found in neither has no price: its cost is ``None``, the usage
-ledger records its attempts as billed ``"unknown"``, and one warning per configuration says so.
+model (``attrs.evolve(config, provider="anthropic", model=...)``) is priced from the table and
+the catalogue, by its own names. A model found in none has no price: its cost is ``None``, the
+usage ledger records its attempts as billed ``"unknown"``, and one warning per configuration
+says so.
 """
 
 from __future__ import annotations
