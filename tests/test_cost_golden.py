@@ -1,8 +1,9 @@
 """The golden cost suite: raw provider usage bodies priced by provmw and by an independent oracle.
 
 Each body travels over real HTTP from the fake provider, is normalised by the adapter and
-priced by the bundled table; ``genai-prices`` (a test-only dependency, with its own usage
-extractors and its own price data) prices the same body. They must agree to 1e-9 USD.
+priced by provmw (the bundled table, or for a name it does not list as such the catalogue
+mapped onto provmw's prices, ADR 0050); ``genai-prices``, with its own usage extractors and
+its own arithmetic, prices the same body. They must agree to 1e-9 USD.
 """
 
 from __future__ import annotations
