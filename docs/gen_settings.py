@@ -18,9 +18,9 @@ import attrs
 from provmw_azure.adapter import AzureOpenAIAdapter
 from provmw_bedrock import BedrockAdapter
 from provmw_calllog.middleware import CallLogMiddleware, CallLogOptions
+from provmw_gemini.adapter import GeminiAdapter
 from provmw_guard.middleware import GuardMiddleware
 from provmw_guard.options import CheckOptions, DenyRule, GuardOptions, PatternOption
-from provmw_gemini.adapter import GeminiAdapter
 from provmw_otel.middleware import OtelCallMiddleware
 from provmw_otel.options import OtelOptions
 from provmw_postgres.store import PostgresOptions
@@ -33,6 +33,7 @@ from provmw.config import KNOWN_OPTIONS, ProviderConfig
 from provmw.destinations import DestinationPolicy
 from provmw.middleware import BUILTINS, NoOptions
 from provmw.middleware.budget import BudgetLimit
+from provmw.pools import Pool
 from provmw.pricing import Price, PriceTier
 from provmw.providers import ProviderAdapter
 from provmw.settings import PluginPolicy
@@ -76,6 +77,8 @@ def _top_level() -> Section:
 def _core() -> Iterator[Section]:
     yield _section("plugins", "[plugins]", PluginPolicy, only=settings_module._PLUGIN_KEYS)
     yield _section("configurations", "[configurations.NAME]", ProviderConfig, only=settings_module._CONFIG_KEYS)
+    yield Section("pools", "[pools.NAME]", _intro(Pool),
+                  (*_keys(Pool, skip=("name",)), Key("deployments", "table of tables", "{}")))
     yield _section("price", "[configurations.NAME.price]", Price)
     yield _section("price.tiers", "[[configurations.NAME.price.tiers]]", PriceTier)
     yield _section("state", "[state]", StateSettings, skip=("options",))

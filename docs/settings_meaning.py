@@ -15,11 +15,29 @@ MEANING: dict[str, dict[str, str]] = {
     "top": {
         "default": "The configuration a call uses when it names none (with one configuration, that one).",
         "configurations": "Named configurations, one table each.",
+        "pools": "Deployment pools, one table each: a name over several configurations, one chosen per attempt.",
+        "aliases": "Public names for configurations or pools (`gpt4 = \"gpt-4o\"`).",
         "middleware": "One table per middleware name, built-in or from a plugin.",
         "plugins": "Which installed plugins may load.",
         "state": "Shared state across processes and hosts, served by a plugin.",
         "security": "Where a call's own `base_url` may take a key.",
         "http": "How much of an answer is read.",
+    },
+    "pools": {
+        "members": "The deployments: configuration names (inline `deployments` join them).",
+        "strategy": "How one is chosen among those that may take the call: `order`, `weighted`, `least_busy`, "
+                    "`latency`, `headroom` or `affinity` (ADR 0051).",
+        "weights": "`weighted`: a deployment's weight (1 when not listed).",
+        "rpm": "A deployment's requests a minute: past it, the pool sends elsewhere (unlimited when not listed).",
+        "tpm": "A deployment's tokens a minute (the call's estimate and output bound), as `rpm`.",
+        "affinity": "`affinity`: what keeps a call with its deployment, the first the call has: the `session` "
+                    "control, the call's `user`, the `prefix` of its prompt.",
+        "then": "`affinity`: the strategy for a key not seen yet.",
+        "explore": "`latency`: the share of choices made at random, so a recovered deployment is measured again.",
+        "affinity_ttl_s": "`affinity`: how long a key stays with its deployment after its last call.",
+        "fallbacks": "The pool's fallback chain, as a configuration's.",
+        "deployments": "Inline deployments, `[pools.NAME.deployments.DEP]`: the configuration `NAME/DEP`, its "
+                       "`base` configuration with the keys it changes (`base_url`, `api_key_env`, `model`...).",
     },
     "plugins": {
         "autoload": "`false` loads no installed plugin (as `PROVMW_DISABLE_PLUGIN_AUTOLOAD=1`).",
@@ -183,6 +201,8 @@ MEANING: dict[str, dict[str, str]] = {
         "busy_timeout_s": "How long a write waits for another process's lock on the file.",
     },
     "middleware.timeout": {"enabled": _ENABLED},
+    "middleware.pool": {"enabled": "`false` takes the layer out: a call on a pool is then refused (the layer "
+                                  "chooses its deployment). Present only where the settings declare pools."},
     "middleware.structured_output": {"enabled": _ENABLED},
     "plugin.call_log": {
         "enabled": _ENABLED,

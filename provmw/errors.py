@@ -29,6 +29,7 @@
     │       ├── ContextLengthExceededError the prompt does not fit the model
     │       └── ContentPolicyError         refused by the provider's content filter
     ├── CircuitOpenError                   a breaker is open; retry_after_s
+    │   └── PoolUnavailableError           no deployment of a pool can take the call now; retry_after_s
     ├── DeadlineExceededError              the logical call's total time limit fired
     ├── GuardRefusedError                  a guard refused the request or the answer; rule, stage
     ├── FallbackExhaustedError             every attempt and its error, skipped configurations too
@@ -74,6 +75,7 @@ __all__ = [
     "LocalRateLimitError",
     "MalformedResponseError",
     "PluginError",
+    "PoolUnavailableError",
     "PluginLoadError",
     "ProviderConnectionError",
     "ProviderError",
@@ -332,6 +334,19 @@ class CircuitOpenError(ProvmwError):
         super().__init__(f"circuit {breaker!r} is open; retry after {retry_after_s:.3g}s")
         self.breaker = breaker
         self.retry_after_s = retry_after_s
+
+
+class PoolUnavailableError(CircuitOpenError):
+    """No deployment of pool ``pool`` can take the call now (each cooling down after a 429 or an
+    open breaker, at its requests or tokens a minute, or already failed in this call): like an
+    open breaker, the fallback chain moves on, and ``retry_after_s`` says when one is free."""
+
+    never_sent = True
+
+    def __init__(self, pool: str, retry_after_s: float, reasons: str) -> None:
+        ProvmwError.__init__(self, f"pool {pool!r} has no deployment free for this call ({reasons}); "
+                                   f"retry after {retry_after_s:.3g}s")
+        self.breaker, self.pool, self.retry_after_s = pool, pool, retry_after_s
 
 
 class DeadlineExceededError(ProvmwError, TimeoutError):

@@ -25,6 +25,7 @@ from provmw.messages import ContentPart, ImagePart, Message, TextPart, ToolSpec,
 from provmw.options import did_you_mean
 from provmw.pipeline import Middleware, MiddlewarePipeline
 from provmw.plugins import PluginHost
+from provmw.pools import POOL_PROVIDER, refuse_unservable
 from provmw.pricing import PriceTable
 from provmw.providers import Capabilities, ProviderAdapter, capabilities_of
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, ProviderRequest
@@ -99,8 +100,12 @@ class ServiceManager:
         self.providers: Mapping[str, ProviderAdapter] = self.host.collect_providers(self.settings)
         self.capabilities: Mapping[str, Capabilities] = {n: capabilities_of(a) for n, a in self.providers.items()}
         for config in self.settings.configurations.values():
-            self._adapter(config.provider,
-                          where=f"{self.settings.source}: [configurations.{config.identifier}] provider")
+            if config.provider != POOL_PROVIDER:
+                self._adapter(config.provider,
+                              where=f"{self.settings.source}: [configurations.{config.identifier}] provider")
+        # Each pool's deployments, for the facts of a call whose chain holds the pool.
+        self._deployments = {name: tuple(self.settings.configurations[m] for m in pool.members)
+                             for name, pool in self.settings.pools.items()}
         self.prices = PriceTable()
         http = http if http is not None else HttpClient(limits=self.settings.http)
         # Ad-hoc base_urls go through a client of their own, whose resolver checks (ADR 0018).
@@ -313,10 +318,13 @@ class ServiceManager:
         config = self.resolve(call.configuration, provider=call.provider, model=call.model,
                               base_url=call.base_url, api_key=call.api_key, timeout_s=call.timeout_s)
         chain = fallback_chain(config, self.settings.configurations) if config.fallbacks else (config,)
+        deployments = self._deployments
+        pools = {c.identifier: deployments[c.identifier] for c in chain if c.identifier in deployments} \
+            if deployments else None
         facts = call_facts(operation, config, request, chain=chain, prices=self.prices,
                            known_controls=self.pipeline.controls, user=call.user, tenant=call.tenant,
                            controls=call.controls, idempotency_key=call.idempotency_key,
-                           capabilities=self.capabilities, stream=stream)
+                           capabilities=self.capabilities, stream=stream, pools=pools)
         if call.correlation_id is not None:
             return config, ProviderCallContext(operation, call.correlation_id, facts=facts, request=request)
         return config, ProviderCallContext(operation, facts=facts, request=request)
@@ -349,7 +357,11 @@ class ServiceManager:
                    call: CallArguments, *, streams: list[OpenedStream] | None = None) -> R:
         config, ctx = self._facts(operation, request, call, stream=streams is not None)
         terminal = self.terminal.call(ctx, response_type, streams)
-        await terminal.admit(config)  # before the pipeline: nothing reserved or counted for a call refused here
+        # Before the pipeline: nothing reserved or counted for a call refused here.
+        if config.provider == POOL_PROVIDER:
+            refuse_unservable(config, ctx.facts.unmet, self._deployments.get(config.identifier, ()))
+        else:
+            await terminal.admit(config)
         response = await self.pipeline.run(ctx, config, terminal)
         schema = ctx.facts.response_schema
         if schema is not None and isinstance(response, CompletionResponse) and response.parsed is None:

@@ -51,13 +51,14 @@ from provmw.context import FrozenMap
 from provmw.destinations import DestinationPolicy
 from provmw.errors import ConfigurationError
 from provmw.options import did_you_mean, options_from
+from provmw.pools import pools_from_table, with_pools
 from provmw.stores.shared import StateSettings
 
 __all__ = ["PluginPolicy", "Settings", "find_settings_file", "load_settings", "normalized_distribution", "options_from"]
 
 T = TypeVar("T")
 
-_TOP_KEYS = ("default", "configurations", "middleware", "plugins", "state", "security", "http")
+_TOP_KEYS = ("default", "configurations", "pools", "aliases", "middleware", "plugins", "state", "security", "http")
 _PLUGIN_KEYS = ("autoload", "allow", "block")
 _CONFIG_KEYS = ("provider", "model", "base_url", "api_key_env", "options", "fallbacks", "timeout_s",
                 "first_chunk_timeout_s", "stream_idle_timeout_s", "active", "headers", "headers_env",
@@ -165,6 +166,10 @@ class Settings:
 
     configurations: FrozenMap = attrs.field(factory=FrozenMap, converter=FrozenMap)
     default: str | None = None
+    # Deployment pools by name (provmw.pools), each also a configuration of that name; aliases: a
+    # public name for a configuration or pool.
+    pools: FrozenMap = attrs.field(factory=FrozenMap, converter=FrozenMap)
+    aliases: FrozenMap = attrs.field(factory=FrozenMap, converter=FrozenMap)
     middleware: FrozenMap = attrs.field(factory=FrozenMap, converter=FrozenMap)
     plugins: PluginPolicy = attrs.field(factory=PluginPolicy)
     source: str = "<embedded defaults>"
@@ -181,7 +186,10 @@ class Settings:
         factory=dict, init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        if self.default is not None and self.default not in self.configurations:
+        if self.pools or self.aliases:
+            object.__setattr__(self, "configurations", FrozenMap(
+                with_pools(self.configurations, self.pools, self.aliases, self.source)))
+        if self.default is not None and self.default not in self.configurations and self.default not in self.aliases:
             raise ConfigurationError(
                 f"{self.source}: default names no configuration: {self.default!r}"
                 f"{did_you_mean(self.default, list(self.configurations))}"
@@ -227,6 +235,7 @@ class Settings:
         """The named configuration, or the default one, as written: its key variables are read when
         a call admits it (once a call)."""
         name = identifier if identifier is not None else self._default_name()
+        name = self.aliases.get(name, name)
         try:
             config: ProviderConfig = self.configurations[name]
         except KeyError:
@@ -311,12 +320,15 @@ def parse_settings(document: Mapping[str, Any], source: str, environ: Mapping[st
     """Validate a decoded settings document; ``source`` names it in errors."""
     _check_keys(document, _TOP_KEYS, source, "top level")
     configs = _table(document, "configurations", source)
+    configurations = {name: _config(name, _table(configs, name, source, f"configurations.{name}"), source)
+                      for name in configs}
+    pools, declared = pools_from_table(_table(document, "pools", source), configurations, source)
     middleware = _table(document, "middleware", source)
     for name in middleware:
         _table(middleware, name, source, f"middleware.{name}")
     return Settings(
-        configurations={name: _config(name, _table(configs, name, source, f"configurations.{name}"), source)
-                        for name in configs},
+        configurations={**configurations, **declared}, pools=pools,
+        aliases=_table(document, "aliases", source),
         default=_typed(document, "default", str, source, "top level"),
         middleware={name: FrozenMap(section) for name, section in middleware.items()},
         plugins=_policy(_table(document, "plugins", source), source),

@@ -21,6 +21,7 @@ from provmw.stores.outage import (
     GuardedBreakers,
     GuardedBudgets,
     GuardedCache,
+    GuardedPoolState,
     GuardedRateLimiter,
 )
 from provmw.stores.shared import masked_url
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from provmw.stores.breakers import BreakerStore
     from provmw.stores.budgets import BudgetStore
     from provmw.stores.cache import CacheStore
+    from provmw.stores.pools import PoolState
     from provmw.stores.rate_limits import RateLimiter
     from provmw.stores.shared import StateBackend
     from provmw.stores.usage import UsageStore
@@ -89,6 +91,14 @@ class State:
         make: Callable[[], RateLimiter] = local if shared is None else \
             lambda: GuardedRateLimiter(shared.rate_limiter(), local())
         return self._once("rate_limit", make)
+
+    def pool_state(self) -> PoolState:
+        """The pools' load, latency, affinity and cool-downs: shared where ``[state] shared`` lists
+        ``pool`` and the backend serves it, else this process's."""
+        shared, local = self._shared("pool"), self.embedded.pool_state
+        serve = getattr(shared, "pool_state", None)
+        make: Callable[[], PoolState] = local if serve is None else lambda: GuardedPoolState(serve(), local())
+        return self._once("pool", make)
 
     def usage_journal(self) -> UsageJournal:
         """The ledger's journal, shared by ``usage`` and ``usage_hits``."""

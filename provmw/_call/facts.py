@@ -80,27 +80,34 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
                chain: Sequence[ProviderConfig], prices: PriceTable, known_controls: Collection[str],
                user: str | None = None, tenant: str | None = None, controls: Mapping[str, Any] | None = None,
                idempotency_key: str | None = None, capabilities: Mapping[str, Capabilities] | None = None,
-               stream: bool = False) -> CallFacts:
+               stream: bool = False, pools: Mapping[str, Sequence[ProviderConfig]] | None = None) -> CallFacts:
     """The facts of one call on ``config`` whose fallback chain is ``chain``; ``capabilities``
-    are the installed adapters' by provider name (an adapter missing from it offers the defaults)."""
+    are the installed adapters' by provider name (an adapter missing from it offers the defaults);
+    ``pools`` the deployments of each pool in the chain, by the pool's name."""
     needs = call_needs(operation, config, request, streaming=stream)
     sized: list[tuple[int, int | None]] = []  # both lazy computations below share the sizes
+    # What may serve the call: a pool in the chain stands for its deployments (what they cost, lack).
+    served = chain if not pools else [m for c in chain for m in pools.get(c.identifier, (c,))]
 
     def sizes() -> tuple[int, int | None]:
         if not sized:
-            sized.append((estimate_tokens(request), _most_output_tokens(chain, request)))
+            sized.append((estimate_tokens(request), _most_output_tokens(served, request)))
         return sized[0]
 
     def sizes_and_unmet() -> tuple[int, int | None, dict[str, tuple[str, ...]]]:
         offered = capabilities or {}
-        unmet = {c.identifier: lacking for c in chain
+        unmet = {c.identifier: lacking for c in served
                  if (lacking := offered.get(c.provider, _DEFAULTS).lacking(needs))}
+        for pool, members in (pools or {}).items():  # a pool lacks only what every deployment lacks
+            lacks = [unmet.get(m.identifier, ()) for m in members]
+            if members and all(lacks):
+                unmet[pool] = tuple(sorted({need for lacked in lacks for need in lacked}))
         return (*sizes(), unmet)
 
     def bounds() -> tuple[int, float | None, float | None]:
-        max_input, planned = _bound_over(chain, request, prices)
+        max_input, planned = _bound_over(served, request, prices)
         estimated, max_output = sizes()
-        return max_input, planned, _planned_cost_usd(chain, request, prices, estimated, max_output)
+        return max_input, planned, _planned_cost_usd(served, request, prices, estimated, max_output)
 
     return CallFacts(
         user=_text("user", user), tenant=_text("tenant", tenant),
@@ -113,7 +120,7 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
         rebuild=lambda changed: call_facts(
             operation, config, changed, chain=chain, prices=prices, known_controls=known_controls, user=user,
             tenant=tenant, controls=controls, idempotency_key=idempotency_key, capabilities=capabilities,
-            stream=stream),
+            stream=stream, pools=pools),
     )
 
 

@@ -23,8 +23,9 @@ from provmw._call.facts import output_limit
 from provmw.config import ProviderConfig
 from provmw.context import AttemptMeter, ProviderCallContext, ProviderOperation, attempt_meters
 from provmw.destinations import DestinationGuard
-from provmw.errors import AttemptTimeoutError, MalformedResponseError
+from provmw.errors import AttemptTimeoutError, ConfigurationError, MalformedResponseError
 from provmw.http import HttpClient
+from provmw.pools import POOL_PROVIDER
 from provmw.pricing import Price, PriceTable
 from provmw.providers import Capabilities, ProviderAdapter
 from provmw.requests import ChatRequest, ProviderRequest
@@ -128,6 +129,9 @@ class Terminal:
     async def admit(self, config: ProviderConfig, needs: frozenset[str]) -> ProviderConfig:
         """``config`` as it goes out: its credentials read, its destination checked (an ad-hoc
         ``base_url``), the capabilities the call needs present; raises before anything is sent."""
+        if config.provider == POOL_PROVIDER:
+            raise ConfigurationError(f"pool {config.identifier!r} reached the provider: the pool layer that "
+                                     "chooses its deployment is off ([middleware.pool] enabled = false)")
         config = self.credentials(config)
         if self.destinations.applies_to(config):  # a named configuration is trusted: no await for it
             await self.destinations.check(config)

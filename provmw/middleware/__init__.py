@@ -12,6 +12,7 @@ priority   name              job
 550        ``rate_limit``    requests/tokens per minute and concurrency
 520        ``structured_output`` check an answer against ``response_schema``, repair it once
 500        ``retry``         retries with backoff, hints and a retry budget
+450        ``pool``          choose a deployment of a pool for each attempt (only with pools)
 400        ``circuit_breaker`` stop calling a failing endpoint, then probe it
 300        ``usage``         one priced ledger record per attempt that reached a provider
 200        ``timeout``       a per-call attempt time limit (``controls={"attempt_timeout_s": x}``)
@@ -39,6 +40,7 @@ from provmw.middleware.circuit_breaker import CircuitBreakerMiddleware
 from provmw.middleware.deadline import DeadlineMiddleware, DeadlineOptions
 from provmw.middleware.fallback import FallbackMiddleware
 from provmw.middleware.idempotency import IdempotencyMiddleware, IdempotencyOptions
+from provmw.middleware.pool import PoolMiddleware
 from provmw.middleware.rate_limit import RateLimitMiddleware, RateLimitOptions
 from provmw.middleware.retry import RetryMiddleware, RetryOptions
 from provmw.middleware.structured_output import StructuredOutputMiddleware
@@ -58,6 +60,7 @@ __all__ = [
     "BUILTINS",
     "CACHE",
     "IDEMPOTENCY",
+    "POOL",
     "USAGE",
     "BudgetMiddleware",
     "Builtin",
@@ -72,6 +75,7 @@ __all__ = [
     "TimeoutMiddleware",
     "UsageHitsMiddleware",
     "NoOptions",
+    "PoolMiddleware",
     "UsageMiddleware",
     "builtin_middleware",
     "enabled",
@@ -101,6 +105,7 @@ class Builtin(Generic[OptionsT]):
     options: type[OptionsT]
     inject: Callable[[Settings, State], Mapping[str, Any]] = lambda settings, state: {}
     takes_options: bool = True
+    wanted: Callable[[Settings], bool] = lambda settings: True  # built only where the settings need it
 
 
 DEADLINE = Builtin("deadline", DeadlineMiddleware, DeadlineOptions)
@@ -121,9 +126,13 @@ CIRCUIT_BREAKER = Builtin("circuit_breaker", CircuitBreakerMiddleware, BreakerPo
 USAGE = Builtin("usage", UsageMiddleware, UsageOptions, lambda _, state: {"journal": state.usage_journal()},
                 takes_options=False)
 TIMEOUT = Builtin("timeout", TimeoutMiddleware, NoOptions, takes_options=False)
+POOL = Builtin("pool", PoolMiddleware, NoOptions,
+               lambda settings, state: {"pools": settings.pools, "configurations": settings.configurations,
+                                        "state": state.pool_state()},
+               takes_options=False, wanted=lambda settings: bool(settings.pools))
 
 BUILTINS: tuple[Builtin[Any], ...] = (DEADLINE, USAGE_HITS, IDEMPOTENCY, CACHE, BUDGET, FALLBACK, RATE_LIMIT,
-                                      STRUCTURED_OUTPUT, RETRY, CIRCUIT_BREAKER, USAGE, TIMEOUT)
+                                      STRUCTURED_OUTPUT, RETRY, POOL, CIRCUIT_BREAKER, USAGE, TIMEOUT)
 
 # Options that name configurations (where, and how to find the names), checked once parsed.
 _CONFIGURATION_NAMES: Mapping[str, tuple[str, Callable[[Any], Iterable[str]]]] = {
@@ -162,7 +171,7 @@ def store_options(settings: Settings, builtin: Builtin[Any]) -> dict[str, Any]:
 
 def enabled(settings: Settings, builtin: Builtin[Any]) -> bool:
     """Whether the settings leave ``builtin`` on (``enabled = false`` turns it off)."""
-    return settings.enabled(builtin.name)
+    return settings.enabled(builtin.name) and builtin.wanted(settings)
 
 
 def builtin_middleware(settings: Settings, state: State) -> list[Middleware]:

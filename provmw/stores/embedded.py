@@ -11,6 +11,7 @@ from provmw.stores.budgets import BudgetStore, MemoryBudgetStore
 from provmw.stores.budgets.blocks import BudgetBlocks
 from provmw.stores.budgets.sqlite import SqliteBudgetStore
 from provmw.stores.cache import MemoryCacheStore
+from provmw.stores.pools import MemoryPoolState
 from provmw.stores.rate_limits import MemoryRateLimiter
 from provmw.stores.usage import MemoryUsageStore, SqliteUsageStore, UsageStore
 
@@ -60,6 +61,9 @@ class EmbeddedState:
 
     def rate_limiter(self) -> MemoryRateLimiter:
         return MemoryRateLimiter()
+
+    def pool_state(self) -> MemoryPoolState:
+        return MemoryPoolState()
 
     def usage_store(self) -> UsageStore:
         if self.ledger is None:

@@ -42,9 +42,11 @@ from provmw.stores.breakers import Admission, BreakerPolicy, BreakerStore, Trans
 from provmw.stores.budgets import Amounts, BucketState, BudgetStore, Charge, Refusal
 from provmw.stores.budgets.kept_settles import MAX_KEPT_SETTLES, KeptSettles
 from provmw.stores.cache import CacheStore
+from provmw.stores.pools import PoolState, PoolView
 from provmw.stores.rate_limits import Grant, RateLimiter, RateLimits
 
-__all__ = ["BudgetFailurePolicy", "GuardedBreakers", "GuardedBudgets", "GuardedCache", "GuardedRateLimiter"]
+__all__ = ["BudgetFailurePolicy", "GuardedBreakers", "GuardedBudgets", "GuardedCache", "GuardedPoolState",
+           "GuardedRateLimiter"]
 
 log = logging.getLogger(__name__)
 
@@ -259,3 +261,37 @@ class GuardedRateLimiter:
         # A shared slot lost to an outage is freed by its lease.
         await self._outage.call(store.release(key, limits, permit=permit, reserved=reserved, used=used, now=now),
                                 None, _UNREACHABLE)
+
+
+class GuardedPoolState:
+    """A shared ``PoolState`` that this process's own ``local`` state stands in for: while the shared
+    one is unreachable, choices are made on what this process knows, never refused (ADR 0051)."""
+
+    def __init__(self, shared: PoolState, local: PoolState) -> None:
+        self.shared, self.local = shared, local
+        self._outage = _Outage("pool", "this process's view of the pools decides")
+
+    async def read(self, pool: str, members: Sequence[str], key: str | None, now: float) -> PoolView:
+        try:
+            view = await self.shared.read(pool, members, key, now)
+        except _UNREACHABLE as exc:
+            await self._outage.failed(exc)
+            return await self.local.read(pool, members, key, now)
+        self._outage.ok()
+        return view
+
+    async def started(self, pool: str, member: str, *, key: str | None, tokens: int, now: float,
+                      key_ttl_s: float) -> None:
+        await self.local.started(pool, member, key=key, tokens=tokens, now=now, key_ttl_s=key_ttl_s)
+        await self._outage.call(self.shared.started(pool, member, key=key, tokens=tokens, now=now,
+                                                    key_ttl_s=key_ttl_s), None, _UNREACHABLE)
+
+    async def ended(self, pool: str, member: str, *, now: float, latency_s: float | None,
+                    cooldown_until: float | None) -> None:
+        await self.local.ended(pool, member, now=now, latency_s=latency_s, cooldown_until=cooldown_until)
+        await self._outage.call(self.shared.ended(pool, member, now=now, latency_s=latency_s,
+                                                  cooldown_until=cooldown_until), None, _UNREACHABLE)
+
+    async def aclose(self) -> None:
+        await self.local.aclose()
+        await self.shared.aclose()

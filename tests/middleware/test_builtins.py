@@ -6,10 +6,12 @@ from typing import Any
 
 import pytest
 
+from provmw.config import ProviderConfig
 from provmw.errors import ConfigurationError
 from provmw.manager import ServiceManager
 from provmw.middleware import BUILTINS, builtin_middleware
 from provmw.plugins import PluginHost
+from provmw.pools import Pool
 from provmw.settings import Settings
 from provmw.state import State
 
@@ -43,8 +45,14 @@ def test_a_built_in_without_options_refuses_any_key_but_enabled() -> None:
 
 
 def test_every_built_in_is_one_entry_named_as_its_middleware() -> None:
-    built = builtin_middleware(Settings(), State())
+    pools = Settings(configurations={"a": ProviderConfig(identifier="a", provider="openai", model="m")},
+                     pools={"p": Pool(name="p", members=("a",))})
+    built = builtin_middleware(pools, State())
     assert [m.name for m in built] == [b.name for b in BUILTINS]
+
+
+def test_the_pool_layer_is_built_only_where_there_are_pools() -> None:
+    assert "pool" not in [m.name for m in builtin_middleware(Settings(), State())]
 
 
 def test_usage_and_usage_hits_share_the_states_journal() -> None:
