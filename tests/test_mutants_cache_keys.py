@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 
 from provmw._call.facts import estimate_tokens, input_token_bound
-from provmw.context import _RandomBytes
+from provmw.config import ProviderConfig
+from provmw.context import ProviderOperation, _RandomBytes
 from provmw.messages import ImagePart, Message, TextPart, ToolSpec
-from provmw.requests import ChatRequest, CompletionRequest
+from provmw.requests import ChatRequest, CompletionRequest, request_digest
 from tests.test_planned_costs import facts
 
 GET = ToolSpec("get")
@@ -42,3 +43,11 @@ def test_a_prompt_is_estimated_at_four_characters_a_token_in_whole_tokens() -> N
 def test_an_image_is_estimated_as_340_characters_of_text() -> None:
     with_image = ChatRequest((Message.user([TextPart("hi"), ImagePart(url="https://i.test/a.png")]),))
     assert estimate_tokens(with_image) == (2 + 340) // 4 + 1
+
+
+def test_a_completions_key_holds_its_configurations_options() -> None:
+    hot, cold = (ProviderConfig(identifier="c", provider="openai", model="m", options={"temperature": t})
+                 for t in (1, 0))
+    prompt = CompletionRequest("the same words")
+    assert request_digest(ProviderOperation.COMPLETION, hot, prompt) != \
+        request_digest(ProviderOperation.COMPLETION, cold, prompt)
