@@ -1,5 +1,7 @@
 """A generated corpus of every kind of personal data the guard redacts (e-mail, phone, card, IBAN,
-IPv4 and IPv6 addresses), each value in prose, in a JSON document and in tool-call arguments.
+IPv4 and IPv6 addresses), each value in prose, in a JSON document and in tool-call arguments; and of
+every kind of secret it blocks (provider keys, cloud and code-host tokens, JWTs, private keys,
+bearer tokens).
 
 Every value is drawn distinctive: a random local part, at least nine digits, no loopback or
 unspecified address. Finding one in a store, a log line or a span can then only mean it leaked,
@@ -17,7 +19,8 @@ import attrs
 from hypothesis import strategies as st
 from provmw_guard.iban import IBAN_LENGTHS, mod97
 
-__all__ = ["CARD_BRANDS", "KINDS", "Case", "Value", "case_of", "cases", "luhn_digit", "values"]
+__all__ = ["CARD_BRANDS", "KINDS", "SECRETS", "Case", "Value", "case_of", "cases", "luhn_digit", "needles",
+           "secrets", "values"]
 
 KINDS = ("email", "phone", "card", "iban", "ip4", "ip6")
 DIGITS, LOWER, UPPER = "0123456789", "abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -46,8 +49,21 @@ class Case:
 
     @property
     def raw(self) -> frozenset[str]:
-        """Every form a value may take where it must not be: as written, and a card's bare digits."""
-        return frozenset(v.text for v in self.values) | frozenset(_digits(v) for v in self.values if v.kind == "card")
+        """Every form a value may take where it must not be (``needles``)."""
+        return frozenset(needle for value in self.values for needle in needles(value))
+
+
+def needles(value: Value) -> set[str]:
+    """What of ``value`` must not be found: its text, and a card's bare digits, a bearer token without
+    its scheme, a private key's body without its armour."""
+    found = {value.text}
+    if value.kind == "card":
+        found.add(_digits(value))
+    elif value.kind == "secret:bearer_token":
+        found.add(value.text.split()[-1])
+    elif value.kind == "secret:private_key":
+        found.add(value.text.splitlines()[1])
+    return found
 
 
 def _digits(value: Value) -> str:
@@ -126,6 +142,32 @@ def ip6s(draw: st.DrawFn) -> str:
     return draw(st.sampled_from([str(address), address.exploded, str(address).upper()]))
 
 
+def _token(alphabet: str, low: int, high: int) -> st.SearchStrategy[str]:
+    """Random characters ending in a digit: a provider key with none is taken for a hyphenated phrase."""
+    return st.builds(lambda text, digit: text + digit, st.text(alphabet, min_size=low, max_size=high),
+                     st.sampled_from(DIGITS))
+
+
+_KEY, _ALNUM = LOWER + UPPER + DIGITS + "_-", LOWER + UPPER + DIGITS
+SECRETS: dict[str, st.SearchStrategy[str]] = {
+    "anthropic_key": _token(_KEY, 24, 40).map("sk-ant-api03-".__add__),
+    "openai_key": _token(_KEY, 24, 40).map("sk-proj-".__add__),
+    "aws_access_key_id": st.text(UPPER + DIGITS, min_size=16, max_size=16).map("AKIA".__add__),
+    "google_api_key": st.text(_KEY, min_size=35, max_size=35).map("AIza".__add__),
+    "github_token": st.text(_ALNUM, min_size=36, max_size=40).map("ghp_".__add__),
+    "slack_token": _token(_ALNUM + "-", 12, 30).map("xoxb-".__add__),
+    "jwt": st.tuples(*[st.text(_ALNUM, min_size=12, max_size=20)] * 3).map(lambda p: f"eyJ{p[0]}.eyJ{p[1]}.{p[2]}"),
+    "private_key": st.text(_ALNUM + "+/", min_size=40, max_size=64).map(
+        lambda body: f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----"),
+    "bearer_token": st.text(_ALNUM + "._~+/-", min_size=20, max_size=40).map("Bearer ".__add__),
+}
+
+
+def secrets() -> st.SearchStrategy[Value]:
+    """A secret the guard blocks, of kind ``secret:<its rule>``."""
+    return st.one_of([st.builds(Value, st.just(f"secret:{rule}"), made) for rule, made in SECRETS.items()])
+
+
 _STRATEGIES = {"email": emails(), "phone": phones(), "card": cards(), "iban": ibans(), "ip4": ip4s(), "ip6": ip6s()}
 
 
@@ -135,9 +177,11 @@ def values(kinds: Iterable[str] = KINDS) -> st.SearchStrategy[Value]:
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> Case:
-    """An example of one to six values (every kind appears across a corpus) in each form a call sends."""
-    chosen = draw(st.lists(values(), min_size=1, max_size=6))
+def cases(draw: st.DrawFn, first: st.SearchStrategy[Value] | None = None) -> Case:
+    """An example of one to six values (every kind appears across a corpus) in each form a call sends;
+    ``first``, when given, draws the first of them (a secret, say)."""
+    chosen = [draw(first)] if first is not None else []
+    chosen += draw(st.lists(values(), min_size=0 if chosen else 1, max_size=6 - len(chosen)))
     words = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join)
     return case_of(chosen, [draw(words) for _ in chosen], [draw(st.sampled_from(AROUND)) for _ in chosen])
 

@@ -27,7 +27,7 @@ import json
 import logging
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -47,16 +47,17 @@ from provmw_bedrock.fake import BedrockWire
 from provmw_gemini.fake import GeminiWire
 
 from provmw.config import ProviderConfig
+from provmw.errors import GuardRefusedError
 from provmw.manager import ServiceManager
 from provmw.messages import Message, ToolCall, ToolSpec
 from provmw.plugins import PluginHost, PluginPolicy, hookimpl
 from provmw.providers import ProviderAdapter
 from provmw.settings import Settings
 from provmw.stores.shared import StateSettings
-from provmw.testing import FakeProvider
+from provmw.testing import FakeProvider, Fault
 from tests.providers.thirdparty_adapter import AcmeAdapter
 
-from .corpus import Case, Value, case_of, cases
+from .corpus import Case, Value, case_of, cases, secrets
 
 PLUGINS = Path(__file__).parents[2]
 
@@ -96,10 +97,10 @@ class Provider:
     model: str
     base_url: Callable[[FakeProvider], str]
 
-    def config(self, fake: FakeProvider) -> ProviderConfig:
+    def config(self, fake: FakeProvider, identifier: str = "main", fallbacks: tuple[str, ...] = ()) -> ProviderConfig:
         # temperature 0: a deterministic call, so that the cache keeps its answer
-        return ProviderConfig(identifier="main", provider=self.name, model=self.model, base_url=self.base_url(fake),
-                              api_key="provider-test-key", options={"temperature": 0})
+        return ProviderConfig(identifier=identifier, provider=self.name, model=self.model, base_url=self.base_url(fake),
+                              api_key="provider-test-key", options={"temperature": 0}, fallbacks=fallbacks)
 
 
 PROVIDERS = (
@@ -110,6 +111,10 @@ PROVIDERS = (
     Provider("gemini", "gemini-2.5-flash", lambda fake: f"{fake.url}/v1beta"),
     Provider("acme", "acme-large", lambda fake: fake.openai_base_url),  # the third-party example adapter
 )
+
+
+# The third-party example adapter streams text only (its conformance run says so).
+STREAMS_TOOL_CALLS = {p.name: p.name != "acme" for p in PROVIDERS}
 
 
 class Acme:
@@ -135,7 +140,7 @@ class Ledger:
     files: Callable[[], list[str]]  # the bytes of its files, where it has any
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class Composed:
     """A manager on the fake with the guard loaded, and every sink it must keep raw values from."""
 
@@ -147,6 +152,9 @@ class Composed:
     redis: redis.Redis
     prefix: str
     ledger: Ledger
+
+    def __repr__(self) -> str:  # what hypothesis shows of a failing example's fixture
+        return f"Composed({self.manager.resolve().provider}, ledger={self.ledger.section['store']!r})"
 
     async def drain(self) -> dict[str, list[str]]:
         """Every text each sink holds: the stores whole, and what was sent, logged or traced since the
@@ -226,8 +234,11 @@ def span_texts(spans: InMemorySpanExporter) -> list[str]:
 
 
 def metric_texts(metrics: InMemoryMetricReader) -> list[str]:
+    """The attributes of every data point of every metric."""
     data = metrics.get_metrics_data()
-    return [] if data is None else [data.to_json()]
+    return [] if data is None else [repr(dict(point.attributes or {})) for resource in data.resource_metrics
+                                    for scope in resource.scope_metrics for metric in scope.metrics
+                                    for point in metric.data.data_points]
 
 
 def found_raw(raw: Iterable[str], sinks: Mapping[str, list[str]]) -> dict[str, list[str]]:
@@ -263,7 +274,7 @@ def ledger(request: pytest.FixtureRequest, ledger_kind: str, tmp_path: Path) -> 
     return Ledger({"store": "sqlite", "path": str(path)}, lambda: sqlite_rows_texts(path), lambda: file_texts(path))
 
 
-def compose(provider: Provider, fake: FakeProvider, redis_url: str, prefix: str,
+def compose(configurations: Mapping[str, ProviderConfig], redis_url: str, prefix: str,
             usage: Mapping[str, Any]) -> tuple[ServiceManager, InMemorySpanExporter, InMemoryMetricReader]:
     """The stack: the guard and every built-in layer, provmw-otel's two layers on an in-memory SDK, the
     call log, the shared state in Redis (cache and idempotency store among it), and ``usage``'s ledger."""
@@ -271,7 +282,7 @@ def compose(provider: Provider, fake: FakeProvider, redis_url: str, prefix: str,
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     telemetry = provmw_otel.Telemetry(tracer_provider, MeterProvider(metric_readers=[metrics]))
-    settings = Settings(configurations={"main": provider.config(fake)}, default="main",
+    settings = Settings(configurations=configurations, default=next(iter(configurations)),
                         middleware={"cache": {"operations": ["chat", "tools", "completion", "embedding"]},
                                     "usage": dict(usage)},
                         state=StateSettings(redis_url, options={"key_prefix": prefix}))
@@ -283,18 +294,18 @@ def compose(provider: Provider, fake: FakeProvider, redis_url: str, prefix: str,
 async def composed(provider: Provider, wires: FakeProvider, redis_url: str, prefix: str, redis_sync: redis.Redis,
                    ledger: Ledger, caplog: pytest.LogCaptureFixture) -> AsyncIterator[Composed]:
     caplog.set_level(logging.DEBUG)
-    manager, spans, metrics = compose(provider, wires, redis_url, prefix, ledger.section)
+    manager, spans, metrics = compose({"main": provider.config(wires)}, redis_url, prefix, ledger.section)
     async with manager:
         yield Composed(manager, wires, spans, metrics, caplog, redis_sync, prefix, ledger)
 
 
 @pytest.fixture
-def tally(record_property: Callable[[str, object], None]) -> Iterator[collections.Counter[str]]:
-    """What the corpus held and what was found raw, kept as the test's properties (``--junitxml`` writes them)."""
+def tally(request: pytest.FixtureRequest) -> Iterator[collections.Counter[str]]:
+    """What the corpus held and what was found raw, kept as the test's properties (``--junitxml`` writes
+    them with ``-o junit_family=xunit1``)."""
     counts: collections.Counter[str] = collections.Counter()
     yield counts
-    for name, count in sorted(counts.items()):
-        record_property(name, count)
+    request.node.user_properties += sorted(counts.items())
 
 
 def _count(tally: collections.Counter[str], case: Case, found: Mapping[str, list[str]]) -> None:
@@ -332,7 +343,8 @@ async def exchange(manager: ServiceManager, case: Case) -> list[Answer]:
 
 
 async def _optional(manager: ServiceManager, case: Case) -> list[Answer]:
-    """The calls only some providers serve: a JSON answer to a schema, a completion, embeddings."""
+    """The calls only some providers serve: a JSON answer to a schema, a completion, embeddings, tool calls
+    in a stream."""
     offers = manager.capabilities[manager.resolve().provider]
     echo = f"echo: {case.prose}"
     answers: list[Answer] = []
@@ -343,7 +355,27 @@ async def _optional(manager: ServiceManager, case: Case) -> list[Answer]:
         answers.append(("completion", (await manager.complete(case.prose)).text, echo))
     if offers.embeddings:
         await manager.embed([case.prose, case.document])
+    if STREAMS_TOOL_CALLS[manager.resolve().provider]:
+        chunks = [chunk async for chunk in manager.stream_chat_with_tools(history(case), tools=[TOOL])]
+        answers.append(("streamed tool calls", [list(c.args.values()) for chunk in chunks for c in chunk.tool_calls],
+                        [[line] for line in case.lines]))
     return answers
+
+
+async def refusals(manager: ServiceManager, case: Case) -> list[str]:
+    """The rule that refused each call holding ``case``'s values, in prose, JSON, tool-call arguments, a stream."""
+    call = ToolCall("call-1", TOOL.name, case.arguments)
+    with_arguments = [Message.user("find her"), Message.assistant(tool_calls=[call]), Message.tool("call-1", "found"),
+                      Message.assistant("noted"), Message.user("thanks")]
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: manager.chat(case.prose), lambda: manager.chat(case.document),
+        lambda: manager.chat_with_tools(with_arguments, tools=[TOOL]), lambda: anext(aiter(manager.stream_chat(case.prose)))]
+    rules = []
+    for made in calls:
+        with pytest.raises(GuardRefusedError) as refused:
+            await made()
+        rules.append(refused.value.rule)
+    return rules
 
 
 by_name = pytest.mark.parametrize("provider", PROVIDERS, ids=[p.name for p in PROVIDERS])
@@ -380,6 +412,18 @@ async def test_no_raw_value_reaches_the_postgres_ledger(composed: Composed, tall
 
 @by_name
 @EXAMPLES
+@given(case=cases(secrets()))
+async def test_a_secret_anywhere_is_refused_before_anything_is_sent_and_reaches_no_sink(
+        composed: Composed, tally: collections.Counter[str], case: Case) -> None:
+    rules = await refusals(composed.manager, case)
+    sinks = await composed.drain()
+    found = found_raw(case.raw, sinks)
+    _count(tally, case, found)
+    assert (rules, sinks["provider"], found) == ([case.values[0].kind] * 4, [], {})
+
+
+@by_name
+@EXAMPLES
 @given(case=cases())
 async def test_the_caller_gets_every_value_back_exactly(composed: Composed, case: Case) -> None:
     answers = await exchange(composed.manager, case)
@@ -407,3 +451,17 @@ async def test_the_cache_and_the_idempotency_store_are_in_redis(composed: Compos
 async def test_the_postgres_ledger_is_written(composed: Composed) -> None:
     await exchange(composed.manager, EVERY_KIND)
     assert await composed.ledger_rows() != []
+
+
+async def test_a_fallback_chain_through_every_provider_sends_each_attempt_redacted(
+        wires: FakeProvider, redis_url: str, prefix: str, ledger: Ledger) -> None:
+    first, *rest = PROVIDERS
+    chain = {first.name: first.config(wires, first.name, tuple(p.name for p in rest)),
+             **{p.name: p.config(wires, p.name) for p in rest}}
+    for provider in PROVIDERS[:-1]:
+        wires.script(Fault(status=503), model=provider.model)
+    manager, _, _ = compose(chain, redis_url, prefix, ledger.section)
+    async with manager:
+        answer = await manager.chat(EVERY_KIND.document, controls={"max_attempts": 1})
+    sent = found_raw(EVERY_KIND.raw, {"provider": requests_sent(wires)})
+    assert (answer.served_by, wires.count(), answer.text, sent) == ("acme", 6, f"echo: {EVERY_KIND.document}", {})
