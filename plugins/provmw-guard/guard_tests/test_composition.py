@@ -369,7 +369,8 @@ async def refusals(manager: ServiceManager, case: Case) -> list[str]:
                       Message.assistant("noted"), Message.user("thanks")]
     calls: list[Callable[[], Awaitable[object]]] = [
         lambda: manager.chat(case.prose), lambda: manager.chat(case.document),
-        lambda: manager.chat_with_tools(with_arguments, tools=[TOOL]), lambda: anext(aiter(manager.stream_chat(case.prose)))]
+        lambda: manager.chat_with_tools(with_arguments, tools=[TOOL]),
+        lambda: anext(aiter(manager.stream_chat(case.prose)))]
     rules = []
     for made in calls:
         with pytest.raises(GuardRefusedError) as refused:
