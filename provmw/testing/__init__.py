@@ -14,6 +14,13 @@ ceiling); any other name is served as asked::
         ...
         assert fake.count(model="primary-model") == 2
 
+Like a real provider it can hold each model to a number of requests a minute (``limit``,
+answering 429 with ``retry-after`` beyond it, on an injectable clock) and report the part of a
+chat prompt it saw before on the same model as cached input (``prompt_cache=True``)::
+
+    fake.limit(100, model="east-model", clock=clock)    # the 101st request in 60 s: 429
+    FakeProvider(prompt_cache=True)                     # turn 2 of a conversation: turn 1 cached
+
 Run it standalone with ``python -m provmw.testing --port 8765`` or ``provmw fake-provider``.
 
 For middleware unit tests, ``call_context`` builds a context with the facts a test needs
@@ -40,11 +47,14 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import hashlib
 import importlib
 import json
+import math
 import random
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -62,6 +72,7 @@ from provmw.testing.faults import (
     ROUTES,
     Fault,
     FaultPlan,
+    RequestLimit,
     add_fault_arguments,
     admin_routes,
     plans_from_arguments,
@@ -73,8 +84,8 @@ if TYPE_CHECKING:
     from provmw.usage_conformance import UsageStoreConformance
 
 __all__ = ["ROUTES", "SENTINEL_KEY", "AdapterConformance", "AnthropicWire", "FakeClock", "Fault", "FakeProvider",
-           "FakeWire", "OpenAIWire", "RecordedRequest", "ScriptedNext", "Tokenizer", "UsageStoreConformance",
-           "call_context", "embedding_vector", "sse", "words"]
+           "FakeWire", "OpenAIWire", "RecordedRequest", "RequestLimit", "ScriptedNext", "Tokenizer",
+           "UsageStoreConformance", "call_context", "embedding_vector", "sse", "words"]
 
 # Loaded on first use: `provmw demo` and `provmw fake-provider` import this module where
 # pytest, which the conformance suites need, is not installed.
@@ -82,6 +93,7 @@ _CONFORMANCE_MODULES = {"SENTINEL_KEY": "provmw.conformance", "AdapterConformanc
                         "UsageStoreConformance": "provmw.usage_conformance"}
 
 _ANY = "*"
+_PREFIXES_KEPT = 1_000_000  # prompt prefixes the prompt cache remembers at most (oldest forgotten first)
 
 
 @attrs.frozen
@@ -164,16 +176,64 @@ class _RandomFaults:
     rng: random.Random
 
 
+class _PromptCache:
+    """What a provider's prompt cache holds: every prefix of the chat prompts each model was sent.
+
+    A prompt's longest prefix (whole messages, the system prompt first) seen before on its model
+    is reported as cached input: OpenAI's ``prompt_tokens_details.cached_tokens``, Anthropic's
+    ``cache_read_input_tokens`` (taken out of its ``input_tokens``, as the Messages API counts).
+    """
+
+    def __init__(self) -> None:
+        self._seen: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+
+    def answered(self, route: str, model: str, body: Mapping[str, Any], payload: dict[str, Any],
+                 count: Tokenizer) -> dict[str, Any]:
+        messages = list(body.get("messages", []))
+        system = str(body.get("system", "")) if route == "messages" else ""
+        digests = _prefix_digests(system, messages)
+        hit = max((n for n, d in enumerate(digests, 1) if (model, d) in self._seen), default=0)
+        for digest in digests:
+            self._seen[(model, digest)] = None
+            self._seen.move_to_end((model, digest))
+        while len(self._seen) > _PREFIXES_KEPT:
+            self._seen.popitem(last=False)
+        return _with_cache_read(route, payload, wire._prompt_tokens(messages[:hit], count, system) if hit else 0)
+
+
+def _prefix_digests(system: str, messages: Sequence[Any]) -> list[str]:
+    running = hashlib.sha256(system.encode())
+    digests = []
+    for message in messages:
+        running.update(json.dumps(message, sort_keys=True).encode())
+        digests.append(running.copy().hexdigest())
+    return digests
+
+
+def _with_cache_read(route: str, payload: dict[str, Any], tokens: int) -> dict[str, Any]:
+    if not tokens:
+        return payload
+    usage = dict(payload.get("usage", {}))
+    if route == "messages":
+        usage["input_tokens"] = usage.get("input_tokens", 0) - tokens
+        usage["cache_read_input_tokens"] = tokens
+    else:
+        usage["prompt_tokens_details"] = {"cached_tokens": tokens}
+    return {**payload, "usage": usage}
+
+
 class FakeProvider:
     """A loopback server speaking the OpenAI and Anthropic wire formats, with faults.
 
     ``wires`` adds wire formats (``provmw.testing.FakeWire``), e.g. a provider plugin's own:
     their routes are served beside the built-in ones, with the same faults and counts.
+    ``prompt_cache`` reports, on the chat routes (``chat``, ``messages``), the part of a prompt
+    already sent to the same model as cached input tokens.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, api_key: str | None = None,
                  record_limit: int = 10_000, tokenizer: Literal["words", "characters"] = "words",
-                 admin: bool = False, wires: Sequence[FakeWire] = ()) -> None:
+                 admin: bool = False, wires: Sequence[FakeWire] = (), prompt_cache: bool = False) -> None:
         self._host, self._port = host, port
         self._admin = admin
         self._api_key = api_key
@@ -188,6 +248,8 @@ class FakeProvider:
             self._wires.update(dict.fromkeys(served.routes, served))
         self._scripted: dict[tuple[str, str], collections.deque[Fault]] = {}
         self._random: dict[tuple[str, str], _RandomFaults] = {}
+        self._limits: dict[tuple[str, str], RequestLimit] = {}
+        self._prompt_cache = _PromptCache() if prompt_cache else None
         self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
         self.received: collections.deque[RecordedRequest] = collections.deque(maxlen=record_limit)
         self._runner: web.AppRunner | None = None
@@ -245,6 +307,14 @@ class FakeProvider:
         """Apply ``fault`` to a ``rate`` share of matching requests (seeded, reproducible)."""
         self._random[self._key(route, model)] = _RandomFaults(rate, fault, random.Random(seed))
 
+    def limit(self, requests_per_minute: int, *, route: str | None = None, model: str | None = None,
+              clock: Callable[[], float] = time.monotonic) -> RequestLimit:
+        """Hold matching requests to ``requests_per_minute`` (on ``clock``): beyond it, 429 with
+        ``retry-after``. Returns the limit, whose ``admitted`` and ``refused`` count what it did;
+        a later limit on the same route and model replaces it, ``reset`` removes it."""
+        limit = self._limits[self._key(route, model)] = RequestLimit(requests_per_minute, clock)
+        return limit
+
     def count(self, route: str | None = None, model: str | None = None) -> int:
         """Requests received, optionally only for one route and/or model."""
         return sum(n for (r, m), n in self._counts.items()
@@ -256,8 +326,9 @@ class FakeProvider:
         self._random.clear()
 
     def reset(self) -> None:
-        """Forget faults, counts and recorded requests."""
+        """Forget faults, limits, counts and recorded requests."""
         self.clear_faults()
+        self._limits.clear()
         self._counts.clear()
         self.received.clear()
 
@@ -283,6 +354,10 @@ class FakeProvider:
         self.received.append(RecordedRequest(route, model, body, FrozenMap(request.headers)))
         if self._api_key is not None and not _authorized(request, self._api_key):
             return _error_response(served, route, 401, None, "invalid x-api-key / bearer token", {})
+        wait_s = self._refusal(route, model)
+        if wait_s is not None:
+            return _error_response(served, route, 429, None, "requests per minute exceeded",
+                                   {"retry-after": str(math.ceil(wait_s))})
         fault = self._next_fault(route, model)
         if fault is not None and fault.delay_s:
             await asyncio.sleep(fault.delay_s)
@@ -294,6 +369,8 @@ class FakeProvider:
         payload = served.answer(route, body, self._count)
         if fault is not None and fault.usage is not None:
             payload = served.with_usage(payload, json.loads(json.dumps(fault.usage, default=dict)))
+        elif self._prompt_cache is not None and route in ("chat", "messages"):
+            payload = self._prompt_cache.answered(route, model, body, payload, self._count)
         if served.streams(route, body):
             return await _stream(request, served, route, served.frames(route, body, payload), fault or Fault())
         if fault is not None and fault.malformed_json:
@@ -313,6 +390,14 @@ class FakeProvider:
             return False
         price = self._prices._lookup("openai", model)  # not price_for: that warns about unknown names
         return price is not None and bool(price.max_output_tokens)
+
+    def _refusal(self, route: str, model: str) -> float | None:
+        """The wait a matching limit (the most specific one) asks for, or None: the request goes on."""
+        for key in ((route, model), (route, _ANY), (_ANY, model), (_ANY, _ANY)):
+            limit = self._limits.get(key)
+            if limit is not None:
+                return limit.refusal()
+        return None
 
     def _next_fault(self, route: str, model: str) -> Fault | None:
         for key in ((route, model), (route, _ANY), (_ANY, model), (_ANY, _ANY)):

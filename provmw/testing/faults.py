@@ -9,9 +9,11 @@ same thing. A plan maps onto ``FakeProvider.script`` (the next N requests) or
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -20,7 +22,8 @@ from aiohttp import web
 from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
 
-__all__ = ["EXAMPLES", "ROUTES", "Fault", "FaultPlan", "add_fault_arguments", "admin_routes", "plans_from_arguments"]
+__all__ = ["EXAMPLES", "ROUTES", "Fault", "FaultPlan", "RequestLimit", "add_fault_arguments", "admin_routes",
+           "plans_from_arguments"]
 
 ROUTES = ("chat", "completion", "embedding", "messages")
 
@@ -49,6 +52,35 @@ class Fault:
     # A raw usage object that replaces the answer's (streams included), e.g. a provider's
     # cache counts: ``Fault(usage={"input_tokens": 3, "cache_creation_input_tokens": 12304})``.
     usage: FrozenMap | None = attrs.field(default=None, converter=attrs.converters.optional(FrozenMap))
+
+
+@attrs.define
+class RequestLimit:
+    """A provider's requests-a-minute limit: a request beyond ``requests_per_minute`` in the last
+    60 seconds of ``clock`` is answered 429 with ``retry-after`` (whole seconds until one is let in).
+
+    The window slides, as providers' limits do, and only admitted requests fill it. ``clock`` is
+    injectable, so a test simulates minutes instead of waiting them; ``admitted`` and ``refused``
+    count what the limit did.
+    """
+
+    requests_per_minute: int = attrs.field(validator=attrs.validators.ge(0))
+    clock: Callable[[], float] = time.monotonic
+    admitted: int = 0
+    refused: int = 0
+    _times: collections.deque[float] = attrs.field(factory=collections.deque, init=False)
+
+    def refusal(self) -> float | None:
+        """None when one more request is let in now (and counted); else the seconds until one is."""
+        now = self.clock()
+        while self._times and self._times[0] <= now - 60:
+            self._times.popleft()
+        if len(self._times) < self.requests_per_minute:
+            self._times.append(now)
+            self.admitted += 1
+            return None
+        self.refused += 1
+        return self._times[0] + 60 - now if self._times else 60.0
 
 
 class _Scriptable(Protocol):
