@@ -1,11 +1,11 @@
-"""Shared state: one cache, budget, breaker and rate-limit state for many processes and hosts.
+"""Shared state: one cache, budget, breaker, rate-limit and pool state for many processes and hosts.
 
 A plugin serves it (``provmw-redis`` for ``redis://`` and ``rediss://``); the settings
 name it by URL, and the URL's scheme picks the plugin::
 
     [state]
     url = "redis://127.0.0.1:6379/0"
-    shared = ["budget", "cache", "circuit_breaker", "idempotency", "rate_limit"]   # the default: all
+    shared = ["budget", "cache", "circuit_breaker", "idempotency", "pool", "rate_limit"]   # the default: all
     # every other key is the backend's own (key_prefix, timeout_s, signing_key_env, ...)
 
 Concerns left out of ``shared`` keep their embedded store (memory, or SQLite for budgets).
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SHARED_CONCERNS", "StateBackend", "StateSettings", "masked_url"]
 
-SHARED_CONCERNS = ("budget", "cache", "circuit_breaker", "idempotency", "rate_limit")
+SHARED_CONCERNS = ("budget", "cache", "circuit_breaker", "idempotency", "pool", "rate_limit")
 
 
 def _concerns(value: Sequence[str]) -> tuple[str, ...]:

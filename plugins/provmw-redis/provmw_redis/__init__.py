@@ -1,4 +1,4 @@
-"""provmw-redis: the cache, budgets, circuit breakers and rate limits shared across processes and hosts.
+"""provmw-redis: the cache, budgets, circuit breakers, rate limits and pools shared across processes and hosts.
 
 Install it and name the server in the settings; nothing else changes::
 
@@ -9,7 +9,7 @@ Install it and name the server in the settings; nothing else changes::
     retry_s = 1.0                        # how long a down server is skipped before trying again
     signing_key_env = "PROVMW_CACHE_SIGNING_KEY"  # the default: the secret that signs cache entries
     unsigned_cache = false               # true: share the cache unsigned when no key is set (logged)
-    slot_lease_s = 300                   # a dead process's concurrency slot frees after this
+    slot_lease_s = 300                   # a dead process's concurrency slots and pool calls free after this
     probe_lease_s = 120                  # half-open probes silent this long are presumed dead
 
 ``[state] shared`` picks the concerns that live in Redis (all of them by default). Sharing the

@@ -3,8 +3,8 @@
 When Redis cannot be reached (refused, timed out, paused) the backend marks it down for
 ``retry_s``, logs one warning for the outage, and every store raises
 ``RedisUnavailableError``. What that means for each concern is the core's outage rule
-(``provmw.stores.outage``, ADR 0013): the cache answers misses, breakers and rate limits use
-this process's own state, budgets fail as their ``failure_policy`` says (closed by
+(``provmw.stores.outage``, ADR 0013): the cache answers misses, breakers, rate limits and
+pools use this process's own state, budgets fail as their ``failure_policy`` says (closed by
 default: refused before any request).
 """
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from provmw_redis.breakers import RedisBreakerStore
     from provmw_redis.budgets import RedisBudgetStore
     from provmw_redis.cache import RedisCacheStore
+    from provmw_redis.pools import RedisPoolState
     from provmw_redis.rate_limits import RedisRateLimiter
 
 __all__ = ["SIGNING_KEY_ENV", "Health", "RedisOptions", "RedisState", "RedisUnavailableError", "lua_limits",
@@ -105,8 +106,8 @@ class Health:
         self._down_until = self._clock() + self._retry_s
         self._probing = False
         if not self._outage:
-            log.warning("redis state unreachable (%s: %s): the cache serves misses, breakers and rate limits "
-                        "use this process's state, budgets follow their failure_policy", type(exc).__name__, exc)
+            log.warning("redis state unreachable (%s: %s): the cache serves misses, breakers, rate limits and "
+                        "pools use this process's state, budgets follow their failure_policy", type(exc).__name__, exc)
         self._outage = True
 
     def ok(self) -> None:
@@ -191,6 +192,11 @@ class RedisState:
         from provmw_redis.rate_limits import RedisRateLimiter
 
         return RedisRateLimiter(self)
+
+    def pool_state(self) -> RedisPoolState:
+        from provmw_redis.pools import RedisPoolState
+
+        return RedisPoolState(self)
 
     async def aclose(self) -> None:
         await self.client.aclose()
