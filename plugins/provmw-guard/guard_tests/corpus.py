@@ -6,21 +6,36 @@ bearer tokens).
 Every value is drawn distinctive: a random local part, at least nine digits, no loopback or
 unspecified address. Finding one in a store, a log line or a span can then only mean it leaked,
 never that the same text was there for another reason (the fake's port, a float of a vector).
+
+Below the corpus, where its values are looked for: each sink's contents read as texts (the fake
+provider's requests, every key of a Redis prefix, every row of a SQLite file and its bytes, log
+records, spans, metrics), and ``found_raw``, which names the values a sink holds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import itertools
 import json
-from collections.abc import Iterable, Sequence
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import attrs
+import pytest
+import redis
 from hypothesis import strategies as st
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from provmw_guard.iban import IBAN_LENGTHS, mod97
 
-__all__ = ["CARD_BRANDS", "KINDS", "SECRETS", "Case", "Value", "case_of", "cases", "luhn_digit", "needles",
-           "secrets", "values"]
+from provmw.testing import FakeProvider
+
+__all__ = ["CARD_BRANDS", "KINDS", "SECRETS", "Case", "Value", "as_text", "case_of", "cases", "file_texts",
+           "found_raw", "log_texts", "luhn_digit", "metric_texts", "needles", "redis_texts", "requests_sent",
+           "secrets", "span_texts", "sqlite_rows_texts", "values"]
 
 KINDS = ("email", "phone", "card", "iban", "ip4", "ip6")
 DIGITS, LOWER, UPPER = "0123456789", "abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -207,3 +222,76 @@ def _arguments(chosen: Sequence[Value]) -> str:
     fields: dict[str, object] = {f"field_{i}": v.text for i, v in enumerate(chosen)}
     fields.update({f"number_{i}": int(_digits(v)) for i, v in enumerate(chosen) if v.kind == "card"})
     return json.dumps(fields)
+
+
+def requests_sent(fake: FakeProvider) -> list[str]:
+    """Every request the fake received: route, model, body and headers."""
+    return [json.dumps([r.route, r.model, r.body, dict(r.headers)]) for r in fake.received]
+
+
+def redis_texts(client: redis.Redis, prefix: str) -> list[str]:
+    """Every key under ``prefix`` and everything it holds, whatever its type."""
+    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+    with client.pipeline(transaction=False) as types:
+        for key in keys:
+            types.type(key)
+        kinds = [kind.decode() for kind in types.execute()]
+    with client.pipeline(transaction=False) as reads:
+        read: dict[str, Callable[[bytes], object]] = {
+            "string": reads.get, "hash": reads.hgetall, "list": lambda k: reads.lrange(k, 0, -1),
+            "set": reads.smembers, "zset": lambda k: reads.zrange(k, 0, -1, withscores=True), "stream": reads.xrange}
+        for key, kind in zip(keys, kinds, strict=True):
+            if kind in read:  # not "none": a key that expired since the scan
+                read[kind](key)
+        return [as_text(keys), *map(as_text, reads.execute())]
+
+
+def as_text(value: Any) -> str:
+    """Bytes anywhere in ``value`` decoded, the whole as one text."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, Mapping):
+        return " ".join(f"{as_text(k)} {as_text(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple | set):
+        return " ".join(as_text(v) for v in value)
+    return str(value)
+
+
+def sqlite_rows_texts(path: Path) -> list[str]:
+    """Every column of every row of every table of the SQLite file."""
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        tables = [name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return [as_text(row) for table in tables for row in connection.execute(f'SELECT * FROM "{table}"')]
+
+
+def file_texts(path: Path) -> list[str]:
+    """The bytes of a SQLite file and of its companions (write-ahead log, spill file): what a deleted row leaves."""
+    return [as_text(f.read_bytes()) for f in path.parent.iterdir() if f.name.startswith(path.name)]
+
+
+def log_texts(log: pytest.LogCaptureFixture) -> list[str]:
+    """Each record as the handler formats it (with any traceback), and its message and arguments apart."""
+    return [log.text, *(f"{r.getMessage()} {r.args!r}" for r in log.records)]
+
+
+def span_texts(spans: InMemorySpanExporter) -> list[str]:
+    """Each span as the SDK serializes it: name, attributes, events and theirs, status, links, resource."""
+    return [span.to_json() for span in spans.get_finished_spans()]
+
+
+def metric_texts(metrics: InMemoryMetricReader) -> list[str]:
+    """The attributes of every data point of every metric."""
+    data = metrics.get_metrics_data()
+    return [] if data is None else [repr(dict(point.attributes or {})) for resource in data.resource_metrics
+                                    for scope in resource.scope_metrics for metric in scope.metrics
+                                    for point in metric.data.data_points]
+
+
+def found_raw(raw: Iterable[str], sinks: Mapping[str, list[str]]) -> dict[str, list[str]]:
+    """The raw values each sink holds (in any case), for the sinks that hold any."""
+    found = {}
+    for sink, texts in sinks.items():
+        held = "\n".join(texts).casefold()
+        if leaked := sorted(value for value in raw if value.casefold() in held):
+            found[sink] = leaked
+    return found

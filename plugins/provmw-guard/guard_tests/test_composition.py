@@ -21,11 +21,9 @@ their own fixtures: under CI a missing server fails these tests instead of skipp
 from __future__ import annotations
 
 import collections
-import contextlib
 import importlib.util
 import json
 import logging
-import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -57,7 +55,22 @@ from provmw.stores.shared import StateSettings
 from provmw.testing import FakeProvider, Fault
 from tests.providers.thirdparty_adapter import AcmeAdapter
 
-from .corpus import Case, Value, case_of, cases, secrets
+from .corpus import (
+    Case,
+    Value,
+    as_text,
+    case_of,
+    cases,
+    file_texts,
+    found_raw,
+    log_texts,
+    metric_texts,
+    redis_texts,
+    requests_sent,
+    secrets,
+    span_texts,
+    sqlite_rows_texts,
+)
 
 PLUGINS = Path(__file__).parents[2]
 
@@ -174,81 +187,10 @@ class Composed:
         return self.ledger.rows()
 
 
-def requests_sent(fake: FakeProvider) -> list[str]:
-    return [json.dumps([r.route, r.model, r.body, dict(r.headers)]) for r in fake.received]
-
-
-def redis_texts(client: redis.Redis, prefix: str) -> list[str]:
-    """Every key under ``prefix`` and everything it holds, whatever its type."""
-    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-    with client.pipeline(transaction=False) as types:
-        for key in keys:
-            types.type(key)
-        kinds = [kind.decode() for kind in types.execute()]
-    with client.pipeline(transaction=False) as reads:
-        read: dict[str, Callable[[bytes], object]] = {
-            "string": reads.get, "hash": reads.hgetall, "list": lambda k: reads.lrange(k, 0, -1),
-            "set": reads.smembers, "zset": lambda k: reads.zrange(k, 0, -1, withscores=True), "stream": reads.xrange}
-        for key, kind in zip(keys, kinds, strict=True):
-            read[kind](key)
-        return [_text(keys), *map(_text, reads.execute())]
-
-
-def _text(value: Any) -> str:
-    """Bytes anywhere in ``value`` decoded, the whole as one text."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, Mapping):
-        return " ".join(f"{_text(k)} {_text(v)}" for k, v in value.items())
-    if isinstance(value, list | tuple | set):
-        return " ".join(_text(v) for v in value)
-    return str(value)
-
-
-def sqlite_rows_texts(path: Path) -> list[str]:
-    """Every column of every row of every table of the SQLite file."""
-    with contextlib.closing(sqlite3.connect(path)) as connection:
-        tables = [name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        return [_text(row) for table in tables for row in connection.execute(f'SELECT * FROM "{table}"')]
-
-
-def file_texts(path: Path) -> list[str]:
-    """The bytes of a SQLite file and of its companions (write-ahead log, spill file): what a deleted row leaves."""
-    return [_text(f.read_bytes()) for f in path.parent.iterdir() if f.name.startswith(path.name)]
-
-
 def postgres_rows_texts(url: str, name: str) -> list[str]:
     """Every column of every row of every table in schema ``name``."""
     tables = postgres_rows(url, name, f"SELECT table_name FROM information_schema.tables WHERE table_schema = '{name}'")
-    return [_text(row) for (table,) in tables for row in postgres_rows(url, name, "SELECT * FROM {table}", table)]
-
-
-def log_texts(log: pytest.LogCaptureFixture) -> list[str]:
-    """Each record as the handler formats it (with any traceback), and its message and arguments apart."""
-    return [log.text, *(f"{r.getMessage()} {r.args!r}" for r in log.records)]
-
-
-def span_texts(spans: InMemorySpanExporter) -> list[str]:
-    """Each span as the SDK serializes it: name, attributes, events and theirs, status, links, resource."""
-    return [span.to_json() for span in spans.get_finished_spans()]
-
-
-def metric_texts(metrics: InMemoryMetricReader) -> list[str]:
-    """The attributes of every data point of every metric."""
-    data = metrics.get_metrics_data()
-    return [] if data is None else [repr(dict(point.attributes or {})) for resource in data.resource_metrics
-                                    for scope in resource.scope_metrics for metric in scope.metrics
-                                    for point in metric.data.data_points]
-
-
-def found_raw(raw: Iterable[str], sinks: Mapping[str, list[str]]) -> dict[str, list[str]]:
-    """The raw values each sink holds (in any case), for the sinks that hold any."""
-    found = {}
-    for sink, texts in sinks.items():
-        held = "\n".join(texts).casefold()
-        if leaked := sorted(value for value in raw if value.casefold() in held):
-            found[sink] = leaked
-    return found
+    return [as_text(row) for (table,) in tables for row in postgres_rows(url, name, "SELECT * FROM {table}", table)]
 
 
 @pytest.fixture
