@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import errno
+import functools
 import json
 import logging
 import os
@@ -118,7 +119,14 @@ def _stack(args: argparse.Namespace, out: TextIO) -> int:
     state = manager.settings.state
     if state is not None:
         out.write(f"shared state: {state.shown_url} ({', '.join(state.shared)})\n")
+    _pools(manager.settings, out)
     return 0
+
+
+def _pools(settings: Settings, out: TextIO) -> None:
+    from provmw.cli.pools import pool_lines
+
+    out.writelines(f"{line}\n" for line in pool_lines(settings))
 
 
 def _plugins(args: argparse.Namespace, out: TextIO) -> int:
@@ -136,9 +144,9 @@ def _plugins(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _check(args: argparse.Namespace, out: TextIO) -> int:
-    from provmw.cli.check import locations, notes, report
+    from provmw.cli.check import locations, notes, pools, report
 
-    for line in locations(args.config):
+    for line in [*locations(args.config), *pools(args.config)]:
         out.write(f"{line}\n")
     if unpriced := notes(args.config):  # worth knowing, no problem: the exit status ignores them
         out.write(f"pricing ({len(unpriced)} note(s)):\n")
@@ -168,10 +176,21 @@ def _usage(args: argparse.Namespace, out: TextIO) -> int:
         _note(f"some records wait in {options.path}.spill and are not counted yet; the next manager start "
               "writes them to the ledger")
     since = _since(args.since, zone)
-    rows = asyncio.run(_read_state(settings, lambda state: state.usage_journal().store.summary(
-        args.group_by, zone, since)))
-    out.write(render(rows, args.format))
+    out.write(render(asyncio.run(_read_state(settings, functools.partial(_summary, settings, args.group_by, zone,
+                                                                        since))), args.format))
     return 0
+
+
+async def _summary(settings: Settings, group_by: str, zone: ZoneInfo, since: float | None,
+                   state: State) -> list[dict[str, Any]]:
+    """The ledger grouped; by pool from its records, each deployment mapped to its pools by the settings."""
+    from provmw.cli.pools import POOL_GROUP, pool_rows
+
+    store = state.usage_journal().store
+    if group_by == POOL_GROUP:
+        return pool_rows(await store.records(since), settings, zone)
+    rows: list[dict[str, Any]] = await store.summary(group_by, zone, since)  # type: ignore[arg-type]
+    return rows
 
 
 def _budget(args: argparse.Namespace, out: TextIO) -> int:
@@ -330,8 +349,8 @@ def _parser() -> argparse.ArgumentParser:
     usage = _command(commands, "usage", help="the usage ledger, grouped")
     _usage_arguments(usage)
     usage.add_argument("--since", help="7d, 12h, 30m, or an ISO date/time")
-    usage.add_argument("--group-by", choices=("day", "configuration", "model", "user", "tenant"),
-                       default="day")
+    usage.add_argument("--group-by", choices=("day", "configuration", "model", "user", "tenant", "pool"),
+                       default="day", help="pool: each deployment's records under the pools the settings list it in")
     budget = _command(commands, "budget", help="each budget bucket: limit, spent, reserved, resets at")
     for sub in (usage, budget):
         sub.add_argument("--format", choices=("table", "csv", "json"), default="table")

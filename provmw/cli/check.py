@@ -28,6 +28,7 @@ from urllib.parse import unquote, urlsplit
 
 import attrs
 
+from provmw.cli.pools import inactive_pools, is_pool, member_of, pool_lines
 from provmw.errors import ProvmwError
 from provmw.scrubbing import masked_url, url_secrets
 from provmw.settings import Settings, load_settings
@@ -35,8 +36,8 @@ from provmw.settings import Settings, load_settings
 if TYPE_CHECKING:
     from provmw.manager import ServiceManager
 
-__all__ = ["SECTIONS", "keys_given_twice", "ledger_problems", "locations", "missing_variables", "notes", "problems",
-           "report", "state_problems", "unpriced"]
+__all__ = ["SECTIONS", "keys_given_twice", "ledger_problems", "locations", "missing_variables", "notes", "pools",
+           "problems", "report", "state_problems", "unpriced"]
 
 SECTIONS = ("settings", "credentials", "plugins", "state", "ledger")
 # A check waits this long for a server: long enough for a slow network, short enough for a command.
@@ -52,6 +53,7 @@ async def report(path: str | os.PathLike[str] | None = None,
     except ProvmwError as exc:  # nothing else can be checked without the settings: each table's problems
         return {"settings": _distinct_list([str(exc), *_table_problems(path, environ)])}
     found: dict[str, list[str]] = {section: [] for section in SECTIONS}
+    found["settings"] += inactive_pools(settings)
     found["credentials"] += [*missing_variables(settings), *keys_given_twice(settings)]
     await _stack_problems(settings, environ, found)
     found["ledger"] += await ledger_problems(settings)
@@ -91,6 +93,15 @@ def locations(path: str | os.PathLike[str] | None = None, environ: Mapping[str, 
     return [f"settings: {settings.source}", f"usage ledger: {kept or masked_url(ledger.store)}"]
 
 
+def pools(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Each pool (strategy, fallbacks, deployments) and alias; nothing when the settings do not load."""
+    try:
+        settings = load_settings(path, environ)
+    except ProvmwError:
+        return []
+    return pool_lines(settings)
+
+
 def notes(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
     """What is worth knowing but no problem: every configured model without a price; nothing when
     the settings do not load (that is a problem, reported)."""
@@ -108,10 +119,25 @@ def unpriced(settings: Settings) -> Iterator[str]:
 
     prices = PriceTable()
     for config in settings.configurations.values():
-        if prices.lookup(config) is None:
-            yield (f"{settings.source}: [configurations.{config.identifier}] {config.provider} model "
-                   f"{config.model!r} has no price: its calls' cost is unknown, and the usage ledger records them "
-                   f"as billed \"unknown\"; set [configurations.{config.identifier}.price]")
+        if not is_pool(config) and prices.lookup(config) is None:  # a pool is priced by its deployments
+            table = _table_of(settings, config.identifier)
+            within = _in_pools(settings, config)
+            yield (f"{settings.source}: [{table}] {config.provider} model {config.model!r}{within} has no price: "
+                   f"its calls' cost is unknown, and the usage ledger records them as billed \"unknown\"; "
+                   f"set [{table}.price]")
+
+
+def _table_of(settings: Settings, identifier: str) -> str:
+    """Where a configuration is written: ``configurations.NAME``, or an inline deployment's table."""
+    pool, _, deployment = identifier.partition("/")
+    if deployment and pool in settings.pools:
+        return f"pools.{pool}.deployments.{deployment}"
+    return f"configurations.{identifier}"
+
+
+def _in_pools(settings: Settings, config: Any) -> str:
+    found = member_of(settings, config.identifier)
+    return f", a deployment of pool {', '.join(repr(p) for p in found)}," if found else ""
 
 
 def missing_variables(settings: Settings) -> Iterator[str]:

@@ -16,8 +16,10 @@ from zoneinfo import ZoneInfo
 
 import attrs
 
+from provmw.cli.demo_pools import pool_settings, tell_pool
 from provmw.cli.demo_trace import DemoTracing, demo_tracing, unavailable, without_plugin_layers
 from provmw.cli.demo_wires import PluginWire, installed
+from provmw.cli.pools import pool_rows
 from provmw.cli.reports import render, usage_rows, usd
 from provmw.config import ProviderConfig
 from provmw.errors import ProvmwError
@@ -36,11 +38,15 @@ _PLUGIN_PRICE = {"input_usd_per_mtok": 0.30, "output_usd_per_mtok": 2.50, "max_o
 
 def demo_settings(fake: FakeProvider, state: Path, plugins: tuple[PluginWire, ...] = ()) -> Settings:
     """A primary OpenAI-style model falling back to an Anthropic-style one, both fake and priced,
-    and one configuration on each provider plugin's wire; the ledger and budgets live in ``state``."""
+    a pool of three deployments falling back to the same, and one configuration on each provider
+    plugin's wire; the ledger and budgets live in ``state``."""
     ledger = str(state / "provmw.sqlite3")
+    deployments, pool = pool_settings(fake, "backup")
     return Settings(
+        pools={pool.name: pool},
         configurations={
             **{w.provider: w.configuration(fake, _PLUGIN_PRICE) for w in plugins},
+            **deployments,
             "primary": ProviderConfig(identifier="primary", provider="openai", model="fast-model",
                                       base_url=fake.openai_base_url, api_key="sk-demo-not-a-real-key",
                                       fallbacks=("backup",), options={"temperature": 0},
@@ -209,6 +215,14 @@ async def _tell(story: _Story) -> None:
         story.say(f"   configuration={wire.provider!r} (provider {wire.provider!r}, from its plugin):")
         await story.call(functools.partial(m.chat, f"Hello from {wire.provider}", configuration=wire.provider,
                                            user="ada", tenant="acme"))
+    story.step("9. A pool: three deployments of one model behind one name, each session kept on its own")
+    if story.needs("pool"):
+        await tell_pool(story)
+
+
+def _table(story: _Story, table: str) -> None:
+    for line in table.splitlines():
+        story.say(f"   {line}")
 
 
 async def _usage_table(story: _Story, ledger: Path) -> bool:
@@ -220,9 +234,10 @@ async def _usage_table(story: _Story, ledger: Path) -> bool:
     store = SqliteUsageStore(ledger)
     records = await store.records()
     await store.aclose()
-    table = render(usage_rows(records, "configuration", ZoneInfo("UTC")), "table")
-    for line in table.splitlines():
-        story.say(f"   {line}")
+    _table(story, render(usage_rows(records, "configuration", ZoneInfo("UTC")), "table"))
+    if story.manager.settings.pools:
+        story.say("\n   by pool (`provmw usage --group-by pool`: each deployment under its pool; (none): no pool's)")
+        _table(story, render(pool_rows(records, story.manager.settings, ZoneInfo("UTC")), "table"))
     requests = story.fake.count()
     expected = requests + story.cache_hits
     story.say(f"\n   {len(records)} ledger records: one per request that went through the stack (streams too) "
