@@ -36,12 +36,18 @@ USAGE_COLUMNS = {
 }
 
 
+# --group-by pool: the ledger names deployments, so the pools are the settings' at report time.
+_POOL_NOTE = ("", "--group-by pool counts each record under every pool the settings list its deployment in now",
+              "(a deployment in two pools counts in both; one removed from its pool counts under (none)).")
+
+
 def usage_help() -> str:
     """The --help epilog of ``provmw usage``: one line per column."""
     width = max(map(len, USAGE_COLUMNS))
     lines = [textwrap.fill(meaning, 96, initial_indent=f"  {name:<{width}}  ", subsequent_indent=" " * (width + 4))
              for name, meaning in USAGE_COLUMNS.items()]
-    return "\n".join(["columns (the first is the group; (none) holds records without a user or tenant):", *lines])
+    return "\n".join(["columns (the first is the group; (none) holds records without a user or tenant, or, by",
+                      "pool, of a configuration in no pool):", *lines, *_POOL_NOTE])
 
 
 def budget_rows(states: Sequence[BucketState], limits: Sequence[BudgetLimit], zone: ZoneInfo,
