@@ -14,11 +14,12 @@ exporters; without them every span and measurement is a no-op. Configure under
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import provmw
 from provmw.errors import ConfigurationError
 from provmw.pipeline import Middleware
+from provmw.pools import Pool
 from provmw.settings import Settings, options_from
 from provmw_otel.middleware import OtelAttemptMiddleware, OtelCallMiddleware, Telemetry
 from provmw_otel.options import OtelOptions
@@ -27,10 +28,12 @@ __all__ = ["OtelAttemptMiddleware", "OtelCallMiddleware", "OtelOptions", "Teleme
            "provmw_middleware"]
 
 
-def middleware(options: OtelOptions, telemetry: Telemetry | None = None) -> list[Middleware]:
-    """Both layers, sharing one tracer and one meter (the global providers unless given)."""
+def middleware(options: OtelOptions, telemetry: Telemetry | None = None,
+               pools: Mapping[str, Pool] | None = None) -> list[Middleware]:
+    """Both layers, sharing one tracer and one meter (the global providers unless given); with
+    ``pools`` (the settings'), the call span names the pool and deployment that served."""
     shared = telemetry or Telemetry()
-    return [OtelCallMiddleware(options, shared), OtelAttemptMiddleware(options, shared)]
+    return [OtelCallMiddleware(options, shared, pools), OtelAttemptMiddleware(options, shared)]
 
 
 def _options(settings: Settings) -> OtelOptions:
@@ -50,4 +53,4 @@ def provmw_middleware(settings: Settings) -> Iterable[Middleware]:
         # The call layer is still handed over, for the host to drop as disabled: a plugin that
         # contributed nothing would leave its own [middleware.otel] section unknown, an error.
         return [OtelCallMiddleware(OtelOptions(), Telemetry())]
-    return middleware(_options(settings))
+    return middleware(_options(settings), pools=settings.pools)

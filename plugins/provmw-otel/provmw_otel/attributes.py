@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.pools import Pool
 from provmw.redaction import redact
 from provmw.requests import merged_options
 from provmw.responses import CompletionResponse, EmbeddingResponse, ProviderResponse
@@ -30,6 +31,7 @@ __all__ = [
     "metric_attributes",
     "operation_name",
     "output_messages",
+    "pool_attributes",
     "response_attributes",
     "served_attributes",
     "server_attributes",
@@ -189,6 +191,16 @@ def served_attributes(response: ProviderResponse) -> Attributes:
     """Who served the call and whether from the cache: the call span's (an attempt is never
     cached, and what served it is its own configuration)."""
     return {"provmw.served_by": response.served_by, "provmw.cached": response.cached}
+
+
+def pool_attributes(config: ProviderConfig, served_by: str, pools: Mapping[str, Pool]) -> Attributes:
+    """``provmw.pool`` and ``provmw.deployment`` when a deployment of a pool served: the pool asked,
+    or one in its fallback chain (the call span's ``provmw.served_by`` is that deployment too)."""
+    for name in (config.identifier, *config.fallbacks):
+        pool = pools.get(name)
+        if pool is not None and served_by in pool.members:
+            return {"provmw.pool": name, "provmw.deployment": served_by}
+    return {}
 
 
 def stream_end_attributes(end: StreamEnd) -> Attributes:

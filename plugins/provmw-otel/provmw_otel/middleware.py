@@ -21,6 +21,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.pipeline import Next, R
+from provmw.pools import Pool
 from provmw.responses import EmbeddingResponse, ProviderResponse
 from provmw.streams import OpenedStream, StreamEnd
 from provmw_otel import attributes as attr
@@ -85,9 +86,10 @@ class OtelCallMiddleware:
     # cache hits and refusals included, and the call log's line is written inside it.
     priority = 950
 
-    def __init__(self, options: OtelOptions, telemetry: Telemetry) -> None:
+    def __init__(self, options: OtelOptions, telemetry: Telemetry, pools: Mapping[str, Pool] | None = None) -> None:
         self.options = options
         self._telemetry = telemetry
+        self._pools: Mapping[str, Pool] = pools or {}
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
         shape = self._telemetry.shapes(ctx, config)
@@ -107,13 +109,14 @@ class OtelCallMiddleware:
         if isinstance(response, OpenedStream):
             async def end_span(end: StreamEnd) -> None:
                 if servers is not None:
-                    _settle(span, self._ended(ctx, attr.stream_end_attributes(end), end.response, servers), end.error)
+                    found = self._ended(ctx, config, attr.stream_end_attributes(end), end.response, servers)
+                    _settle(span, found, end.error)
                 span.end()
 
             response.on_end(end_span)
             return response
         if servers is not None:
-            span.set_attributes(self._ended(ctx, attr.response_attributes(response), response, servers))
+            span.set_attributes(self._ended(ctx, config, attr.response_attributes(response), response, servers))
             if response.cached:
                 span.add_event("provmw.cache_hit", {"provmw.served_by": response.served_by})
         span.end()
@@ -125,12 +128,15 @@ class OtelCallMiddleware:
         keeps, whose redaction would be work for nothing."""
         return {} if servers is None else {**attr.caller_attributes(ctx), **servers.last}
 
-    def _ended(self, ctx: ProviderCallContext, found: attr.Attributes, response: ProviderResponse,
-               servers: Servers) -> attr.Attributes:
+    def _ended(self, ctx: ProviderCallContext, config: ProviderConfig, found: attr.Attributes,
+               response: ProviderResponse, servers: Servers) -> attr.Attributes:
         """``found`` (the answer's attributes), with the server that served it (none from the
-        cache), who served and who asked and, when captured, the answer's text."""
+        cache), who served (and the pool it served for) and who asked and, when captured, the
+        answer's text."""
         found.update(servers.serving(response.served_by))
         found.update(attr.served_attributes(response))
+        if self._pools:
+            found.update(attr.pool_attributes(config, response.served_by, self._pools))
         found.update(attr.caller_attributes(ctx))
         if self.options.capture_content and (messages := attr.output_messages(response)) is not None:
             found[attr.OUTPUT_MESSAGES] = messages
