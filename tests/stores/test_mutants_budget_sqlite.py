@@ -8,6 +8,7 @@ from pathlib import Path
 
 from provmw.stores.budgets import Amounts
 from provmw.stores.budgets.sqlite import SqliteBudgetStore
+from provmw.testing import FakeClock
 from tests.stores.test_settle_journal import CHARGE, SMALL, committed, journals
 from tests.virtual_time import run_virtual
 
@@ -56,3 +57,40 @@ def test_a_settle_in_a_new_event_loop_is_committed_by_that_loops_timer(tmp_path:
     run_virtual(first_loop())
     assert run_virtual(second_loop()) == (1_500, 0)
     asyncio.run(store.aclose())
+
+
+def spent(path: Path) -> int:
+    return committed(path)[0]
+
+
+async def test_expired_reservations_are_purged_an_hour_after_the_last_purge_to_the_second(tmp_path: Path) -> None:
+    clock = FakeClock(0.0)
+    store = SqliteBudgetStore(tmp_path / "b.db", clock=clock)
+    await store.reserve("old", [SMALL], now=0, lease_s=1)  # a purge runs now; "old" expires at 1
+    clock.now = 86_402.0 - 3_600.0
+    await store.reserve("x", [SMALL], now=0, lease_s=60)  # the hourly purge: "old" is within its grace
+    clock.now = 86_402.0
+    await store.reserve("y", [SMALL], now=0, lease_s=60)  # an hour later to the second: purged now
+    await store.settle("old", Amounts(1_000, 0, 1))
+    assert spent(tmp_path / "b.db") == 0
+    await store.aclose()
+
+
+async def test_a_dead_processs_settles_are_replayed_a_quarter_lease_after_the_last_look(tmp_path: Path) -> None:
+    clock = FakeClock(0.0)
+    store = SqliteBudgetStore(tmp_path / "b.db", clock=clock)
+    await store.reserve("r", [SMALL], now=0, lease_s=60)  # looks for dead journals now: none
+    (tmp_path / "b.db.settles.dead").write_bytes(b"r 1000 0 1\n")  # the journal a process left when it died
+    clock.now = 14.0
+    await store.reserve("early", [SMALL], now=0, lease_s=60)
+    assert spent(tmp_path / "b.db") == 0  # not looked for again within a quarter lease
+    clock.now = 15.0
+    await store.reserve("due", [SMALL], now=0, lease_s=60)
+    assert spent(tmp_path / "b.db") == 1_000
+    await store.aclose()
+
+
+async def test_a_reservation_of_no_charges_is_granted(tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db")
+    assert await store.reserve("nothing", [], now=0, lease_s=60) is None
+    await store.aclose()
