@@ -1,17 +1,21 @@
 """When Redis is unreachable or paused: budgets fail closed before any request (or open, if asked),
-the cache misses, breakers and rate limits go by this process, and the outage is logged once."""
+the cache misses, breakers, rate limits and pools go by this process, and the outage is logged once."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from test_redis_processes import document, manager
+from own_server import FORGETFUL, OwnServer
+from test_redis_processes import document, manager, pooled
 
-from provmw.errors import BudgetUnavailableError, CircuitOpenError, LocalRateLimitError
+from provmw.errors import BudgetUnavailableError, CircuitOpenError, LocalRateLimitError, RateLimitError
 from provmw.responses import CompletionResponse
 from provmw.testing import FakeProvider, Fault
 
@@ -105,3 +109,33 @@ async def test_an_outage_is_logged_once(fake: FakeProvider, caplog: pytest.LogCa
     warned = [r.getMessage().split(":")[0] for r in caplog.records if r.levelname == "WARNING"]
     # One for the outage, and one from each concern's outage rule, not one per call.
     assert sorted(warned) == ["budget", "cache", "circuit_breaker", "redis state unreachable (ConnectionError"]
+
+
+@pytest.fixture
+def own(tmp_path: Path) -> Iterator[OwnServer]:
+    server = OwnServer(tmp_path, FORGETFUL)
+    server.start()
+    yield server
+    server.kill()
+
+
+async def test_a_pool_chooses_on_this_processs_view_once_redis_is_killed(fake: FakeProvider, own: OwnServer) -> None:
+    fake.script(Fault(status=429, headers={"retry-after": "30"}), model="dep-a")
+    settings = pooled(fake, "pool-outage", "order")
+    settings["state"]["url"] = own.url
+    async with manager(settings) as m:
+        with pytest.raises(RateLimitError):
+            await m.chat("hello")  # a cools down, in Redis and in this process's view
+        assert (await m.state.pool_state().read("gpt", ["a"], None, time.time())).loads["a"].cooldown_until > 0
+        own.kill()
+        answers = await asyncio.gather(*(m.chat("hello") for _ in range(10)))
+    assert {a.served_by for a in answers} == {"b"}  # this process still knows a is cooling down
+
+
+async def test_pool_calls_are_served_while_redis_is_down(fake: FakeProvider) -> None:
+    settings = pooled(fake, "pool-outage")
+    settings["state"]["url"] = NOWHERE
+    async with manager(settings) as m:
+        answers = await asyncio.gather(*(m.chat("hello") for _ in range(40)))
+    served = collections.Counter(a.served_by for a in answers)
+    assert sum(served.values()) == 40 and max(served.values()) <= 20  # least_busy still spreads them

@@ -3,16 +3,22 @@ in flight as leases, one view across handles, keys that expire, one round trip p
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import collections
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 import redis
 from provmw_redis import RedisState
 from provmw_redis.pools import RedisPoolState
+from test_redis_processes import manager, pooled
 
 from provmw.state import State
 from provmw.stores.outage import GuardedPoolState
 from provmw.stores.pools import LATENCY_ALPHA, LATENCY_STALE_S, Load, MemoryPoolState, PoolState
+from provmw.testing import FakeProvider, Fault
 
 from conftest import state_settings
 
@@ -42,9 +48,9 @@ class PoolStateContract:
     """What every ``PoolState`` does, whoever serves it; times are injected (``now``)."""
 
     @pytest.fixture
-    async def pools(self) -> AsyncIterator[PoolState]:
+    def pools(self) -> PoolState:
+        """The state under test, fresh for each test: each subclass serves its own."""
         raise NotImplementedError
-        yield
 
     async def test_a_member_never_seen_has_no_load(self, pools: PoolState) -> None:
         view = await pools.read("p", MEMBERS, "k", T)
@@ -83,7 +89,8 @@ class PoolStateContract:
     async def test_a_new_latency_weighs_latency_alpha(self, pools: PoolState) -> None:
         await end(pools, latency_s=2.0)
         await end(pools, latency_s=1.0, now=T + 1)
-        assert (await load(pools, now=T + 1)).latency_s == pytest.approx(LATENCY_ALPHA * 1.0 + (1 - LATENCY_ALPHA) * 2.0)
+        average = LATENCY_ALPHA * 1.0 + (1 - LATENCY_ALPHA) * 2.0
+        assert (await load(pools, now=T + 1)).latency_s == pytest.approx(average)
 
     async def test_a_latency_not_measured_for_a_while_is_unknown(self, pools: PoolState) -> None:
         await end(pools, latency_s=2.0)
@@ -191,3 +198,35 @@ async def test_the_shared_state_is_the_redis_one_behind_the_outage_guard(state: 
     pools = State(shared=state, shared_concerns=("pool",)).pool_state()
     assert isinstance(pools, GuardedPoolState) and isinstance(pools.shared, RedisPoolState)
     assert isinstance(pools.local, MemoryPoolState)
+
+
+@pytest.mark.redis
+async def test_a_burst_of_calls_in_one_process_spreads_over_the_deployments(fake: FakeProvider, prefix: str,
+                                                                          other: RedisState) -> None:
+    # d is the least busy as the burst reads, and stays so in Redis until the burst's starts land:
+    # each call must count the starts this process sent meanwhile, or all forty would take d.
+    for member in "abc":
+        await start(other.pool_state(), member, pool="gpt", now=time.time())
+    fake.fail_randomly(1.0, Fault(delay_s=0.05))
+    async with manager(pooled(fake, prefix)) as m:
+        await asyncio.gather(*(m.chat(f"q{i}") for i in range(40)))
+    assert max(collections.Counter(r.model for r in fake.received).values()) <= 15
+
+
+async def test_a_call_on_a_pool_costs_three_round_trips(fake: FakeProvider, prefix: str) -> None:
+    settings = pooled(fake, prefix)
+    settings["state"]["shared"] = ["pool"]
+    async with manager(settings) as m:
+        await m.chat("warm-up")  # each script is loaded once (NOSCRIPT, then SCRIPT LOAD)
+        assert isinstance(m.state.shared, RedisState)
+        client, sent = m.state.shared.client, []
+        send: Callable[..., Awaitable[Any]] = client.execute_command
+
+        async def counted(*args: Any, **options: Any) -> Any:
+            sent.append(args[0])
+            return await send(*args, **options)
+
+        client.execute_command = counted  # type: ignore[method-assign]
+        for _ in range(10):
+            await m.chat("hello")
+    assert sent == ["EVALSHA"] * 30  # read, start, end: one script each

@@ -7,6 +7,7 @@ provider that this test process serves over loopback HTTP.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import signal
@@ -41,6 +42,24 @@ def document(fake: FakeProvider, prefix: str, **middleware: dict[str, Any]) -> d
             "provider": "openai", "model": "gpt-test", "base_url": fake.openai_base_url,
             "options": {"max_tokens": 100, "temperature": 0},
             "price": {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 100.0}}},
+        "middleware": {"usage": {"store": "memory"}, "retry": {"max_attempts": 1}, **middleware},
+        "state": {"url": REDIS_URL, "key_prefix": prefix},
+    }
+
+
+DEPLOYMENTS = ("a", "b", "c", "d")
+
+
+def pooled(fake: FakeProvider, prefix: str, strategy: str = "least_busy",
+           **middleware: dict[str, Any]) -> dict[str, Any]:
+    """Settings whose default is a pool of four equal deployments (models ``dep-a`` to ``dep-d`` on
+    the fake provider) on shared state."""
+    configurations = {d: {"provider": "openai", "model": f"dep-{d}", "base_url": fake.openai_base_url,
+                          "price": {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}} for d in DEPLOYMENTS}
+    return {
+        "default": "gpt",
+        "configurations": configurations,
+        "pools": {"gpt": {"members": list(DEPLOYMENTS), "strategy": strategy}},
         "middleware": {"usage": {"store": "memory"}, "retry": {"max_attempts": 1}, **middleware},
         "state": {"url": REDIS_URL, "key_prefix": prefix},
     }
@@ -190,3 +209,16 @@ async def test_a_half_open_breaker_lets_exactly_its_probes_through_across_proces
     assert fake.count() == 3
     assert total(results, "CompletionResponse") == 3
     assert total(results, "CircuitOpenError") == 37
+
+
+async def test_four_processes_on_one_pool_share_its_deployments_evenly(fake: FakeProvider, prefix: str) -> None:
+    fake.fail_randomly(1.0, Fault(delay_s=0.05))  # slow enough that each process has hundreds in flight
+    results = await run_workers(pooled(fake, prefix), processes=4, calls=200)
+    assert total(results, "CompletionResponse") == 800
+    served = collections.Counter(r.model for r in fake.received)
+    assert max(served.values()) <= 0.3 * 800, served
+    state = RedisState(state_settings(prefix))
+    view = await state.pool_state().read("gpt", DEPLOYMENTS, None, time.time())
+    await state.aclose()
+    # Every process's calls went through Redis, and every one of them ended there.
+    assert all(load.in_flight == 0 and load.latency_s is not None for load in view.loads.values())
