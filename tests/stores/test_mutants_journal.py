@@ -10,7 +10,9 @@ import pytest
 
 from provmw.stores.usage import SqliteUsageStore
 from provmw.stores.usage.journal import UsageJournal
+from tests.polling import eventually
 from tests.stores.test_journal import LockedLedger, spilled_keys
+from tests.stores.test_journal_nowhere import Probes, unwritable, writable
 from tests.stores.test_usage_store import record
 
 
@@ -54,3 +56,38 @@ async def test_a_record_set_aside_is_logged_with_the_error_the_store_gave_it(
     [line] = [r.getMessage() for r in caplog.records if "refuses the record" in r.getMessage()]
     assert "call c3 attempt 1" in line and "OverflowError" in line
     await journal.aclose()
+
+
+class CountedProbes(Probes):
+    """The probe's sleep, released one probe at a time; ``entered`` counts the sleeps begun, so a probe
+    has run to its end once the next sleep is entered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = 0
+
+    async def sleep(self, delay_s: float) -> None:
+        self.entered += 1
+        await super().sleep(delay_s)
+
+
+async def test_a_held_record_stays_held_through_probes_that_find_nowhere_to_go(locked: LockedLedger) -> None:
+    probes = CountedProbes()
+    ledger = UsageJournal(locked.store(), spill=unwritable(locked.path), sleep=probes.sleep, policy="fail_closed")
+    waiter = asyncio.ensure_future(ledger.durable(record("a")))
+    assert await eventually(lambda: ledger.held, lambda held: held == 1) == 1
+    for probe in (1, 2):  # the store still locked, the spill file still unwritable: held again
+        probes.go.set()
+        assert await eventually(lambda: probes.entered, lambda entered, after=probe: entered > after) == probe + 1
+    writable(ledger.spill)  # type: ignore[arg-type]
+    probes.go.set()
+    assert await asyncio.wait_for(waiter, 5) == "spilled"
+    await ledger.aclose()
+
+
+async def test_a_record_nobody_waits_for_is_held_without_failing_the_writer(locked: LockedLedger) -> None:
+    ledger = UsageJournal(locked.store(), spill=unwritable(locked.path), sleep=Probes().sleep)
+    ledger.record(record("a"))  # a hit's record: queued, nobody waiting on it
+    await ledger.flush()  # the writer has held it, and ended without an error
+    assert ledger.held == 1
+    await ledger.aclose(timeout_s=0.01)
