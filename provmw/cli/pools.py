@@ -65,7 +65,7 @@ def inactive_pools(settings: Settings) -> Iterator[str]:
     for pool in settings.pools.values():
         if not any(settings.configurations[m].active for m in pool.members):
             yield (f"{settings.source}: [pools.{pool.name}] members: every deployment is inactive "
-                   f"({', '.join(pool.members)}: active = false), so the pool has none to send a call to")
+                   f"({', '.join(pool.members)}: active = false); activate one, or take the pool out")
 
 
 def member_of(settings: Settings, identifier: str) -> list[str]:
