@@ -15,7 +15,6 @@ from provmw_redis import RedisState
 from provmw_redis.pools import RedisPoolState
 from test_redis_processes import manager, pooled
 
-from provmw.state import State
 from provmw.stores.outage import GuardedPoolState
 from provmw.stores.pools import LATENCY_ALPHA, LATENCY_STALE_S, Load, MemoryPoolState, PoolState
 from provmw.testing import FakeProvider, Fault
@@ -194,10 +193,19 @@ async def test_every_key_written_expires(state: RedisState, prefix: str, redis_s
 
 
 @pytest.mark.redis
-async def test_the_shared_state_is_the_redis_one_behind_the_outage_guard(state: RedisState) -> None:
-    pools = State(shared=state, shared_concerns=("pool",)).pool_state()
+async def test_a_redis_url_shares_the_pools_behind_the_outage_guard(fake: FakeProvider, prefix: str) -> None:
+    async with manager(pooled(fake, prefix)) as m:
+        pools = m.state.pool_state()
     assert isinstance(pools, GuardedPoolState) and isinstance(pools.shared, RedisPoolState)
     assert isinstance(pools.local, MemoryPoolState)
+
+
+@pytest.mark.redis
+async def test_pools_left_out_of_shared_stay_in_this_process(fake: FakeProvider, prefix: str) -> None:
+    settings = pooled(fake, prefix)
+    settings["state"]["shared"] = ["budget", "rate_limit"]
+    async with manager(settings) as m:
+        assert isinstance(m.state.pool_state(), MemoryPoolState)
 
 
 @pytest.mark.redis
