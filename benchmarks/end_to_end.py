@@ -10,6 +10,8 @@ Every contender posts the same chat completion to one loopback server (its own p
   missing, retry, breaker, deadline, rate limits that never bind, a SQLite ledger);
 - ``budget``: ``full`` plus one strict per-user budget in the ledger's SQLite file;
 - ``hit``: ``full`` asked the same question every time: a cache hit through ``manager.chat``;
+- ``pool``: ``full`` whose default is a pool of four deployments of the model (``least_busy``,
+  the fallback chain on the pool): what choosing a deployment adds to a call;
 - ``floor``: one hand-written function doing ``full``'s jobs (:mod:`benchmarks.floor`);
 - ``openai-sdk`` and ``litellm``: the peers, when the ``peers`` extra is installed.
 
@@ -113,6 +115,19 @@ match = "*"
 period = "day"
 max_cost_usd = 1000000.0
 """
+# ``full`` with the pool as the default: ``primary`` and three inline deployments of it.
+POOL = FULL.replace('default = "primary"', 'default = "gpt"') + """
+[pools.gpt]
+strategy = "least_busy"
+members = ["primary"]
+fallbacks = ["backup"]
+[pools.gpt.deployments.east]
+base = "primary"
+[pools.gpt.deployments.west]
+base = "primary"
+[pools.gpt.deployments.north]
+base = "primary"
+"""
 BARE = 'default = "primary"\n[configurations.primary]\nprovider = "openai"\nmodel = "gpt-4o-mini"\n' \
        'base_url = "{url}"\napi_key_env = "PROVMW_BENCH_KEY"\noptions = {{ temperature = 0, max_tokens = 512 }}\n' \
        + "".join(f"[middleware.{name}]\nenabled = false\n" for name in BUILTINS)
@@ -197,7 +212,7 @@ def contender(name: str) -> Contender:
 
 CONTENDERS: dict[str, Contender] = {
     "raw": raw, "adapter": adapter, "bare": _managed(BARE), "full": _managed(FULL),
-    "budget": _managed(FULL + BUDGET), "hit": _managed(FULL, lambda: "Say hello"),
+    "budget": _managed(FULL + BUDGET), "hit": _managed(FULL, lambda: "Say hello"), "pool": _managed(POOL),
     "floor": functools.partial(floor, key=KEY, options=OPTIONS, prompt=prompt),
     "openai-sdk": openai_sdk, "litellm": litellm,
 }
