@@ -16,7 +16,9 @@ import pytest
 from provmw.cli import main
 from provmw.cli.demo import run_demo
 from provmw.plugins import PluginHost, PluginPolicy
+from provmw.settings import load_settings
 from provmw.testing import FakeProvider, Fault
+from tests.test_readme import block
 
 POOLED = """
 [plugins]
@@ -160,3 +162,11 @@ def test_the_demo_falls_back_once_the_pool_is_unavailable_with_nothing_sent(demo
 
 def test_the_demo_reports_the_ledger_by_pool(demo: str) -> None:
     assert re.search(r"^\s+team-chat\s+9\s+9\s", demo, re.M), demo
+
+
+def test_the_readmes_pool_loads_with_three_deployments_and_a_fallback(tmp_path: Path) -> None:
+    path = tmp_path / "provmw.toml"
+    path.write_text(block("pools.toml"))
+    pool = load_settings(path, environ={}).pools["gpt-4o"]
+    assert pool.members == ("east", "gpt-4o/west", "gpt-4o/second-org")
+    assert (pool.strategy, pool.fallbacks) == ("affinity", ("claude",))
