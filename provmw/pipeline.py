@@ -33,7 +33,8 @@ the response (``attrs.evolve``) or the exception they raise.
 A terminal is ``await terminal(config)``. One that reads the request (the manager's) has a
 ``with_context(ctx)`` method giving the terminal for a rewritten context, and takes the
 context as a second argument from an innermost layer that rewrote (``terminal(config, ctx)``);
-a plain function is called as it is below a rewrite (it holds its own request).
+a plain function holds its own request, and a rewrite that reaches it is refused
+(``ConfigurationError``) rather than silently not sent.
 
 Two optional companions say what else the host relies on. A middleware that reads
 per-call controls declares them (:class:`DeclaresControls`): the manager refuses a control
@@ -52,7 +53,7 @@ from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
-from provmw.errors import DuplicateMiddlewareError, PluginError
+from provmw.errors import ConfigurationError, DuplicateMiddlewareError, PluginError
 from provmw.responses import ProviderResponse
 
 __all__ = ["Closeable", "DeclaresControls", "Middleware", "MiddlewarePipeline", "Next", "Terminal"]
@@ -200,7 +201,8 @@ class _Terminal(Protocol[R_co]):
 
 
 class _Plain(Generic[R]):
-    """A plain function terminal: it holds its own request, so a rewrite does not reach it."""
+    """A plain function terminal: it holds its own request, so a rewrite cannot reach it; a rewrite
+    handed to it is refused rather than sent as the caller wrote it."""
 
     __slots__ = ("_send",)
 
@@ -208,10 +210,14 @@ class _Plain(Generic[R]):
         self._send = send
 
     def __call__(self, config: ProviderConfig, ctx: ProviderCallContext | None = None, /) -> Awaitable[R]:
+        if ctx is not None:
+            self.with_context(ctx)
         return self._send(config)
 
     def with_context(self, ctx: ProviderCallContext) -> _Plain[R]:
-        return self
+        raise ConfigurationError(
+            "a layer rewrote the request (ctx.with_request), but the pipeline's terminal is a plain function "
+            "that sends its own: give the terminal a with_context(ctx) method that reads ctx.request")
 
 
 _READS: dict[type, bool] = {}  # whether a terminal type reads the request (``with_context``), by type

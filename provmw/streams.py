@@ -149,12 +149,20 @@ class OpenedStream(ProviderResponse):
             for chunk in self.stream.head:
                 for out in reading.passed(chunk, filters):
                     yield out
-            while (more := await reading.next_chunk()) is not None:
-                for out in reading.passed(more, filters):
-                    yield out
+            cut: Exception | None = None
+            try:
+                while (more := await reading.next_chunk()) is not None:
+                    for out in reading.passed(more, filters):
+                        yield out
+            except Exception as exc:  # the provider's stream failed: what the filters hold still goes out
+                if not filters or exc is reading.refused:
+                    raise
+                cut = exc
             if filters:
                 for out in _through(filters, (), reading, ending=True):
                     yield out
+            if cut is not None:
+                raise cut
         except GeneratorExit:
             await self._end(reading, abandoned=True)
             raise

@@ -123,3 +123,22 @@ async def test_the_end_sees_what_the_provider_sent(fake: FakeProvider, builtin_o
     layer = Filtering(Upper())
     await read(fake, builtin_only, layer, "one two")
     assert layer.ends[0].response.text.strip() == "echo: one two"
+
+
+async def test_what_a_filter_holds_goes_out_before_a_cut_streams_error(fake: FakeProvider,
+                                                                       builtin_only: PluginHost) -> None:
+    from provmw.errors import StreamInterruptedError
+    from provmw.testing import Fault
+
+    fake.script(Fault(cut_stream_after=4))
+    hold = HoldAll()
+    received: list[str] = []
+
+    async def read_all() -> None:
+        async with ServiceManager(settings(fake), host=builtin_only, middleware=[Filtering(hold)]) as manager:
+            async for chunk in manager.stream_chat("one two three four five six"):
+                received.append(chunk.text)
+
+    with pytest.raises(StreamInterruptedError):
+        await read_all()
+    assert hold.ends == 1 and "".join(received).startswith("echo: one")

@@ -143,3 +143,19 @@ async def test_a_rewrite_repeated_by_retry_is_sent_each_time(fake: FakeProvider,
 def test_a_context_without_a_rewrite_path_keeps_its_facts() -> None:
     ctx = ProviderCallContext(ProviderOperation.CHAT)
     assert ctx.with_request(ChatRequest((Message.user("x"),))).facts is ctx.facts
+
+
+async def test_a_rewrite_reaching_a_plain_function_terminal_is_refused() -> None:
+    async def terminal(config: ProviderConfig) -> CompletionResponse:
+        return CompletionResponse(provider="openai", model="m")
+
+    with pytest.raises(ConfigurationError, match="plain function"):
+        await MiddlewarePipeline([Rewrite(), Seen("below", 100)]).run(chat("secret"), CONFIG, terminal)
+
+
+async def test_an_innermost_rewrite_reaching_a_plain_function_terminal_is_refused() -> None:
+    async def terminal(config: ProviderConfig) -> CompletionResponse:
+        return CompletionResponse(provider="openai", model="m")
+
+    with pytest.raises(ConfigurationError, match="plain function"):
+        await MiddlewarePipeline([Rewrite()]).run(chat("secret"), CONFIG, terminal)

@@ -294,7 +294,9 @@ class _Bill:
         request into a larger one (a repair turn); the largest is what any attempt may then cost."""
         if sent is None or sent.facts is self._ctx.facts:
             return self._each
-        larger = self._layer.worst_case(sent, self._config)
+        layer, config = self._layer, self._config
+        touched = [limit for limit in layer.options.limits if limit.subject(self._ctx, config) is not None]
+        larger = layer.worst_case(sent, config, touched)
         each = self._each
         self._each = each = Amounts(max(each.cost_micro_usd, larger.cost_micro_usd), max(each.tokens, larger.tokens),
                                     each.requests)

@@ -47,3 +47,18 @@ async def test_a_repair_turn_reserves_its_own_larger_worst_case(fake: FakeProvid
             await manager.chat("Paris " * 50, response_schema=UNANSWERABLE, max_tokens=100)
     first, repair = store.asked
     assert repair > first
+
+
+async def test_a_repair_turn_reserves_against_the_limits_the_call_touches_only(
+        fake: FakeProvider, builtin_only: PluginHost) -> None:
+    # Another tenant's strict cost limit cannot be computed for an unpriced call; it does not apply here.
+    store = Recording()
+    limits = (BudgetLimit(scope="tenant", match="other", max_cost_usd=1.0),
+              BudgetLimit(scope="global", max_requests=10))
+    budget = BudgetMiddleware(BudgetOptions(mode="strict", limits=limits), store=store)
+    budget.name = "probe"
+    settings = Settings(configurations={"oa": openai_config(fake)}, default="oa")
+    async with ServiceManager(settings, host=builtin_only, middleware=[budget]) as manager:
+        with pytest.raises(StructuredOutputError):
+            await manager.chat("Paris", response_schema=UNANSWERABLE, max_tokens=100, tenant="acme")
+    assert len(store.asked) == 2
