@@ -88,3 +88,20 @@ async def test_latency_sends_traffic_again_to_a_recovered_deployment_within_a_mi
         after = await drive(manager, 400, 16, start=5_000)
     assert back_after_s <= 60
     assert share(after, "d") >= 0.10  # measured fast again, it takes its part
+
+
+async def test_latency_measures_a_stale_deployment_with_one_call_not_with_every_call_in_flight(
+        fake: FakeProvider, builtin_only: PluginHost) -> None:
+    # "Not measured lately: measured first" must send one call to measure it, not every call that
+    # starts before that one answers: a stale deployment may be the slow one, or a hung one.
+    wall = FakeClock(0.0)
+    settings, layer = latency_pool(fake, wall, explore=0.0)
+    async with ServiceManager(settings, host=builtin_only, middleware=[layer]) as manager:
+        await drive(manager, 40, 1)  # every deployment measured at 0 s
+        wall.advance(30.0)
+        for member in "abc":  # a, b and c measured again at 30 s; d not
+            await manager.chat(f"again {member}", controls={"deployment": member})
+        wall.advance(31.0)  # d's average is 61 s old: unknown again
+        fake.fail_randomly(1.0, Fault(delay_s=SLOW_S), model="dep-d")  # and d is still slow
+        served = await drive(manager, 16, 16, start=100)
+    assert collections.Counter(served)["d"] <= 2, served
