@@ -37,4 +37,5 @@ __all__ = ["ENTITIES", "JUDGE_PROMPT", "PLACEHOLDER", "SECRET_RULES", "Analyzer"
 def provmw_middleware(settings: Settings) -> Iterable[GuardMiddleware]:
     options = options_from(GuardOptions, settings.section(GuardMiddleware.name),
                            f"{settings.source}: [middleware.guard]")
-    return [GuardMiddleware(options)]
+    pools = {name: pool.members for name, pool in settings.pools.items()}
+    return [GuardMiddleware(options, pools=pools)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 
 from provmw.config import ProviderConfig
@@ -25,7 +25,14 @@ from provmw_guard.detect import Analyzer, EntityAnalyzer, Finding, PatternAnalyz
 from provmw_guard.options import GuardOptions
 from provmw_guard.placeholders import Find, Redaction, reserved_names
 from provmw_guard.policy import DenyRules, OutputWindow, size_refusal
-from provmw_guard.rewrite import answer_texts, answers_json, redacted_request, request_texts, restored_answer
+from provmw_guard.rewrite import (
+    answer_texts,
+    answers_json,
+    redacted_request,
+    request_texts,
+    restored_answer,
+    unredacted_texts,
+)
 from provmw_guard.secrets import SecretScanner
 from provmw_guard.stream import StreamRestorer
 
@@ -45,8 +52,9 @@ class GuardMiddleware:
     priority = 825
 
     def __init__(self, options: GuardOptions | None = None, *, analyzers: Sequence[Analyzer] = (),
-                 check: Check | None = None) -> None:
+                 check: Check | None = None, pools: Mapping[str, Sequence[str]] | None = None) -> None:
         self.options = options = options or GuardOptions()
+        self._pools = pools or {}  # a pool's deployments, by the pool's name: a call on a pool may reach any
         self.priority = options.priority
         self._entities = EntityAnalyzer(options.entities)
         self._patterns = PatternAnalyzer([(p.name, re.compile(p.regex)) for p in options.patterns])
@@ -65,7 +73,7 @@ class GuardMiddleware:
         if request is None:  # a context built without its request: nothing here to guard
             return await next(config)
         texts = request_texts(request)
-        refused = self._input_refusals(texts)
+        refused = self._input_refusals(texts, unredacted_texts(request))
         if self._check_out and ctx.facts.stream:  # a stream's answer cannot be checked before it is read
             refused.append("check:stream_output")
         self._refuse(ctx, "input", refused)
@@ -90,13 +98,16 @@ class GuardMiddleware:
         if aclose is not None:
             await aclose()
 
-    def _input_refusals(self, texts: Sequence[str]) -> list[str]:
+    def _input_refusals(self, texts: Sequence[str], unredacted: Sequence[str]) -> list[str]:
+        """The rules the request breaks. ``unredacted``: what it sends besides its messages (options, tool
+        specs, a schema), which is never rewritten: a secret there is refused whatever ``secrets`` says."""
         refused = [rule for rule in (size_refusal(texts, self.options.max_input_chars, "input"),) if rule]
         if self._deny_in.rules:
-            refused += self._deny_in.refusals(texts)
-        if self.options.secrets == "block":
-            scan = self._secrets.find
-            refused += sorted({f"secret:{f.rule}" for text in texts for f in scan(text)})
+            refused += self._deny_in.refusals([*texts, *unredacted])
+        secrets = self.options.secrets
+        if secrets != "off":
+            scan, scanned = self._secrets.find, [*texts, *unredacted] if secrets == "block" else unredacted
+            refused += sorted({f"secret:{f.rule}" for text in scanned for f in scan(text)})
         return refused
 
     def _applies(self, ctx: ProviderCallContext, config: ProviderConfig) -> bool:
@@ -107,7 +118,8 @@ class GuardMiddleware:
         if self._every_configuration:
             return True
         chain = ctx.facts.chain or (config,)
-        return any(fnmatchcase(c.identifier, p) for c in chain for p in options.configurations)
+        names = [name for c in chain for name in (c.identifier, *self._pools.get(c.identifier, ()))]
+        return any(fnmatchcase(name, p) for name in names for p in options.configurations)
 
     def _finder(self, ctx: ProviderCallContext, config: ProviderConfig) -> Find | None:
         parts: list[FindPart] = []

@@ -14,6 +14,7 @@ from provmw_guard.detect import ENTITIES
 
 __all__ = ["CheckOptions", "DenyRule", "GuardOptions", "PatternOption"]
 
+_STORES_ABOVE = 810  # the highest built-in that stores answers or records: usage_hits
 _LABEL = re.compile(r"[A-Z][A-Z0-9_]{0,31}")
 _RULE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
@@ -128,6 +129,14 @@ class GuardOptions:
     # Above 900 (call_log) and 950 (otel) their content capture holds redacted text, and the deadline no
     # longer bounds the external check (ADR 0048).
     priority: int = attrs.field(default=825, validator=number(integer=True))
+
+    @priority.validator
+    def _above_the_stores(self, attribute: attrs.Attribute[int], value: int) -> None:
+        # Below these, the idempotency store, the cache or the hits' records would hold what the guard
+        # restores (raw values), or key by what it removes (ADR 0048).
+        if value <= _STORES_ABOVE:
+            raise ConfigurationError(f"priority must be above {_STORES_ABOVE} (usage_hits; idempotency 805, cache "
+                                     f"800): below, shared stores would hold the values it removes; got {value}")
 
     @property
     def monitor(self) -> bool:

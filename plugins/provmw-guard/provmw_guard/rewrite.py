@@ -7,6 +7,7 @@ is kept as the same object, so an untouched request is the request it was.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 
 import attrs
@@ -16,7 +17,7 @@ from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, Pr
 from provmw.responses import CompletionResponse
 from provmw_guard.placeholders import Find, Redaction
 
-__all__ = ["answer_texts", "answers_json", "redacted_request", "request_texts", "restored_answer"]
+__all__ = ["answer_texts", "answers_json", "redacted_request", "request_texts", "restored_answer", "unredacted_texts"]
 
 Rewrite = Callable[[str], str]
 
@@ -32,6 +33,19 @@ def request_texts(request: ProviderRequest) -> list[str]:
         texts += [part.text for part in message.content if type(part) is TextPart]
         texts += [call.arguments for call in message.tool_calls]
     return texts
+
+
+def unredacted_texts(request: ProviderRequest) -> list[str]:
+    """What ``request`` sends besides its messages' text: its options, tool specs and response schema,
+    as JSON. The guard does not rewrite them; it refuses what they must not carry."""
+    parts: list[object] = []
+    if not isinstance(request, EmbeddingRequest) and request.options:
+        parts.append(dict(request.options))
+    if isinstance(request, ChatRequest):
+        parts += [tool.to_dict() for tool in request.tools]
+        if request.response_schema is not None:
+            parts.append(dict(request.response_schema))
+    return [json.dumps(part, ensure_ascii=False, default=str) for part in parts]
 
 
 def redacted_request(request: ProviderRequest, redaction: Redaction, find: Find) -> ProviderRequest:
