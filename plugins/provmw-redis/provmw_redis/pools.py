@@ -108,7 +108,7 @@ class RedisPoolState:
 
     def _forget_newest(self, pool: str, member: str) -> str:
         calls = self._mine.get((pool, member))
-        if not calls:  # started while this store was not asked (an outage, another handle): nothing to remove
+        if not calls:  # no start of this process's on record (an end without one, or after aclose)
             return ""
         call = calls.pop()
         if not calls:
