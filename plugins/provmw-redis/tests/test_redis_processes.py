@@ -211,6 +211,7 @@ async def test_a_half_open_breaker_lets_exactly_its_probes_through_across_proces
     assert total(results, "CircuitOpenError") == 37
 
 
+@pytest.mark.slow  # four processes start and make 800 calls: about 7 s
 async def test_four_processes_on_one_pool_share_its_deployments_evenly(fake: FakeProvider, prefix: str) -> None:
     fake.fail_randomly(1.0, Fault(delay_s=0.05))  # slow enough that each process has hundreds in flight
     results = await run_workers(pooled(fake, prefix), processes=4, calls=200)
