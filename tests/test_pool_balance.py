@@ -105,3 +105,17 @@ async def test_latency_measures_a_stale_deployment_with_one_call_not_with_every_
         fake.fail_randomly(1.0, Fault(delay_s=SLOW_S), model="dep-d")  # and d is still slow
         served = await drive(manager, 16, 16, start=100)
     assert collections.Counter(served)["d"] <= 2, served
+
+
+async def test_least_busy_counts_a_stream_still_being_read_as_in_flight(fake: FakeProvider,
+                                                                        builtin_only: PluginHost) -> None:
+    settings = pooled(fake, members=("a", "b"), middleware={"pool": {"enabled": False}})
+    layer = PoolMiddleware(pools=settings.pools, configurations=settings.configurations, rng=random.Random(0))
+    async with ServiceManager(settings, host=builtin_only, middleware=[layer]) as manager:
+        streams = [manager.stream_chat("tell me a long story", controls={"deployment": "a"}) for _ in range(3)]
+        for stream in streams:
+            await anext(stream)  # opened: the first chunk read, the rest not yet
+        answers = [await manager.chat(f"q{i}") for i in range(10)]
+        for stream in streams:
+            await stream.aclose()
+    assert {a.served_by for a in answers} == {"b"}  # a is busy with three streams
