@@ -54,3 +54,18 @@ async def test_over_the_sum_of_limits_the_pool_serves_at_least_95_percent_of_it_
     assert not [o for o in outcomes if isinstance(o, RateLimitError)]
     assert {m: limit.refused for m, limit in limits.items()} == dict.fromkeys(LIMITS, 0)
     assert all(isinstance(o, PoolUnavailableError) for o in outcomes if isinstance(o, BaseException))
+
+
+async def test_a_burst_either_side_of_a_minute_boundary_stays_within_the_providers_minute(
+        fake: FakeProvider, builtin_only: PluginHost) -> None:
+    # Providers count a rolling minute; a pool that counts clock minutes sends 2 x rpm in two seconds.
+    clock = FakeClock(59.0)
+    limit = fake.limit(100, model="dep-a", clock=clock)
+    settings = pooled(fake, "headroom", members=("a",), rpm={"a": 100}, middleware={"pool": {"enabled": False}})
+    layer = PoolMiddleware(pools=settings.pools, configurations=settings.configurations, wall_clock=clock)
+    async with ServiceManager(settings, host=builtin_only, middleware=[layer]) as manager:
+        await asyncio.gather(*(manager.chat(f"x{i}") for i in range(100)))
+        clock.advance(2.0)
+        late = await asyncio.gather(*(manager.chat(f"y{i}") for i in range(100)), return_exceptions=True)
+    assert limit.refused == 0
+    assert not [o for o in late if isinstance(o, RateLimitError)]

@@ -68,7 +68,7 @@ class RequestLimit:
     clock: Callable[[], float] = time.monotonic
     admitted: int = 0
     refused: int = 0
-    _times: collections.deque[float] = attrs.field(factory=collections.deque, init=False)
+    _times: collections.deque[float] = attrs.field(factory=collections.deque, init=False, repr=False)
 
     def refusal(self) -> float | None:
         """None when one more request is let in now (and counted); else the seconds until one is."""
