@@ -107,6 +107,7 @@ def _cost(usage: Any) -> str:
 
 
 def _stack(args: argparse.Namespace, out: TextIO) -> int:
+    from provmw.cli.pools import pool_lines
     from provmw.manager import ServiceManager
 
     manager = ServiceManager.from_file(args.config)
@@ -119,14 +120,8 @@ def _stack(args: argparse.Namespace, out: TextIO) -> int:
     state = manager.settings.state
     if state is not None:
         out.write(f"shared state: {state.shown_url} ({', '.join(state.shared)})\n")
-    _pools(manager.settings, out)
+    out.writelines(f"{line}\n" for line in pool_lines(manager.settings))
     return 0
-
-
-def _pools(settings: Settings, out: TextIO) -> None:
-    from provmw.cli.pools import pool_lines
-
-    out.writelines(f"{line}\n" for line in pool_lines(settings))
 
 
 def _plugins(args: argparse.Namespace, out: TextIO) -> int:
@@ -161,7 +156,7 @@ async def _check(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _usage(args: argparse.Namespace, out: TextIO) -> int:
-    from provmw.cli.reports import render
+    from provmw.cli.reports import ledger_rows, render
     from provmw.middleware import USAGE, section_options
 
     settings, zone = _report_settings(args)
@@ -176,21 +171,9 @@ def _usage(args: argparse.Namespace, out: TextIO) -> int:
         _note(f"some records wait in {options.path}.spill and are not counted yet; the next manager start "
               "writes them to the ledger")
     since = _since(args.since, zone)
-    out.write(render(asyncio.run(_read_state(settings, functools.partial(_summary, settings, args.group_by, zone,
-                                                                        since))), args.format))
+    read = functools.partial(ledger_rows, settings, args.group_by, zone, since)
+    out.write(render(asyncio.run(_read_state(settings, read)), args.format))
     return 0
-
-
-async def _summary(settings: Settings, group_by: str, zone: ZoneInfo, since: float | None,
-                   state: State) -> list[dict[str, Any]]:
-    """The ledger grouped; by pool from its records, each deployment mapped to its pools by the settings."""
-    from provmw.cli.pools import POOL_GROUP, pool_rows
-
-    store = state.usage_journal().store
-    if group_by == POOL_GROUP:
-        return pool_rows(await store.records(since), settings, zone)
-    rows: list[dict[str, Any]] = await store.summary(group_by, zone, since)  # type: ignore[arg-type]
-    return rows
 
 
 def _budget(args: argparse.Namespace, out: TextIO) -> int:

@@ -8,16 +8,21 @@ import json
 import textwrap
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 from zoneinfo import ZoneInfo
 
 from provmw._base.periods import window
+from provmw.cli.pools import POOL_GROUP, pool_rows
 from provmw.middleware.budget import BudgetLimit
+from provmw.settings import Settings
 from provmw.stores.budgets import BucketState
-from provmw.stores.usage.summary import GROUPS, usage_rows
+from provmw.stores.usage.summary import GROUPS, Group, usage_rows
 
-__all__ = ["GROUPS", "USAGE_COLUMNS", "budget_rows", "budget_table", "plain", "render", "usage_help", "usage_rows",
-           "usd"]
+if TYPE_CHECKING:
+    from provmw.state import State
+
+__all__ = ["GROUPS", "USAGE_COLUMNS", "budget_rows", "budget_table", "ledger_rows", "plain", "render", "usage_help",
+           "usage_rows", "usd"]
 
 
 # What each column of ``provmw usage`` counts, for its --help and the guide (a test holds both to it).
@@ -48,6 +53,17 @@ def usage_help() -> str:
              for name, meaning in USAGE_COLUMNS.items()]
     return "\n".join(["columns (the first is the group; (none) holds records without a user or tenant, or, by",
                       "pool, of a configuration in no pool):", *lines, *_POOL_NOTE])
+
+
+async def ledger_rows(settings: Settings, group_by: str, zone: ZoneInfo, since: float | None,
+                      state: State) -> list[dict[str, Any]]:
+    """The ledger grouped as ``provmw usage`` prints it; by pool from its records, each deployment
+    under the pools the settings list it in."""
+    store = state.usage_journal().store
+    if group_by == POOL_GROUP:
+        return pool_rows(await store.records(since), settings, zone)
+    rows: list[dict[str, Any]] = await store.summary(cast(Group, group_by), zone, since)
+    return rows
 
 
 def budget_rows(states: Sequence[BucketState], limits: Sequence[BudgetLimit], zone: ZoneInfo,
