@@ -51,3 +51,14 @@ def test_after_a_fork_the_childs_segment_starts_empty(tmp_path: Path) -> None:
     ahead.append(record("b"))
     assert not ahead.full  # one line in it, one byte short of a full segment
     ahead.seal().drop()  # type: ignore[union-attr]
+
+
+def test_a_write_ahead_segment_is_full_once_its_lines_reach_its_size(tmp_path: Path) -> None:
+    line = len(encode_record(record("a")))
+    ahead = WriteAheadFile(SpillFile(tmp_path / "u.db.spill"), segment_bytes=2 * line)
+    full = []
+    for name in "ab":
+        ahead.append(record(name))
+        full.append(ahead.full)
+    assert full == [False, True]  # sealed with the next batch, and a new segment begun
+    ahead.seal().drop()  # type: ignore[union-attr]

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import sqlite3
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
-from provmw.stores.usage import SqliteUsageStore
+from provmw.stores.usage import MemoryUsageStore, SqliteUsageStore, UsageRecord
 from provmw.stores.usage.journal import UsageJournal
+from provmw.stores.usage.spill import SpillFile
 from tests.polling import eventually
 from tests.stores.test_journal import LockedLedger, spilled_keys
 from tests.stores.test_journal_nowhere import Probes, unwritable, writable
@@ -34,7 +36,7 @@ async def test_the_recovery_probe_doubles_its_delay_up_to_the_cap(locked: Locked
     journal = UsageJournal(locked.store(), retry_s=1.0, max_retry_s=5.0, sleep=probe_after)
     assert await journal.durable(record("a")) == "spilled"
     await journal.recovered()
-    assert delays == [1.0, 2.0, 4.0, 5.0, 5.0]
+    assert delays == [1.0, 2.0, 4.0, 5.0, 5.0] and journal.failing is False
     await journal.aclose()
 
 
@@ -91,3 +93,17 @@ async def test_a_record_nobody_waits_for_is_held_without_failing_the_writer(lock
     await ledger.flush()  # the writer has held it, and ended without an error
     assert ledger.held == 1
     await ledger.aclose(timeout_s=0.01)
+
+
+class BrokenStore(MemoryUsageStore):
+    """A store whose every write fails with an error of its own, even one of no records (a disk I/O error)."""
+
+    async def write(self, records: Sequence[UsageRecord]) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+
+async def test_a_store_that_fails_even_an_empty_write_is_down_not_refusing_a_record(tmp_path: Path) -> None:
+    journal = UsageJournal(BrokenStore(), spill=SpillFile(tmp_path / "u.db.spill"), sleep=Probes().sleep)
+    assert await journal.durable(record("a")) == "spilled"  # not set aside as a record the store refuses
+    assert journal.failing is True
+    await journal.aclose(timeout_s=0.01)
