@@ -170,3 +170,12 @@ def test_the_readmes_pool_loads_with_three_deployments_and_a_fallback(tmp_path: 
     pool = load_settings(path, environ={}).pools["gpt-4o"]
     assert pool.members == ("east", "gpt-4o/west", "gpt-4o/second-org")
     assert (pool.strategy, pool.fallbacks) == ("affinity", ("claude",))
+
+
+def test_check_names_an_inline_deployments_missing_key_by_its_pool_table(tmp_path: Path) -> None:
+    path = settings_file(tmp_path)
+    inline = 'model = "unpriced-model"'
+    path.write_text(path.read_text().replace(inline, f'{inline}\napi_key_env = "C_KEY"'))
+    status, text = run("--config", str(path), "check")
+    assert status == 1
+    assert "[pools.gpt.deployments.c] api_key_env: environment variable C_KEY is not set" in text

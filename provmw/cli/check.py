@@ -148,7 +148,7 @@ def missing_variables(settings: Settings) -> Iterator[str]:
         for key, variable in named:
             if not settings.environ.get(variable):  # an empty value is no key: the provider refuses it
                 state = "is set but empty" if variable in settings.environ else "is not set"
-                yield (f"{settings.source}: [configurations.{config.identifier}] {key}: "
+                yield (f"{settings.source}: [{_table_of(settings, config.identifier)}] {key}: "
                        f"environment variable {variable} {state}")
 
 
@@ -157,7 +157,8 @@ def keys_given_twice(settings: Settings) -> Iterator[str]:
     query) while ``api_key_env`` names a key too: its first call would fail, or send two keys."""
     for config in settings.configurations.values():
         if config.api_key_env and url_secrets(config.base_url):
-            yield (f"{settings.source}: [configurations.{config.identifier}] base_url {masked_url(config.base_url)} "
+            yield (f"{settings.source}: [{_table_of(settings, config.identifier)}] base_url "
+                   f"{masked_url(config.base_url)} "
                    f"carries credentials and api_key_env is set too: give the key one way (api_key_env, or the URL)")
 
 
