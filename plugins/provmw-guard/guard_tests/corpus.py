@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 import pytest
 import redis
+from hypothesis import assume
 from hypothesis import strategies as st
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -35,7 +36,7 @@ from provmw.testing import FakeProvider
 
 __all__ = ["CARD_BRANDS", "KINDS", "SECRETS", "Case", "Value", "as_text", "case_of", "cases", "file_texts",
            "found_raw", "log_texts", "luhn_digit", "metric_texts", "needles", "redis_texts", "requests_sent",
-           "secrets", "span_texts", "sqlite_rows_texts", "values"]
+           "secrets", "span_texts", "sqlite_rows_texts", "twins", "values"]
 
 KINDS = ("email", "phone", "card", "iban", "ip4", "ip6")
 DIGITS, LOWER, UPPER = "0123456789", "abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -197,8 +198,22 @@ def cases(draw: st.DrawFn, first: st.SearchStrategy[Value] | None = None) -> Cas
     ``first``, when given, draws the first of them (a secret, say)."""
     chosen = [draw(first)] if first is not None else []
     chosen += draw(st.lists(values(), min_size=0 if chosen else 1, max_size=6 - len(chosen)))
-    words = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join)
-    return case_of(chosen, [draw(words) for _ in chosen], [draw(st.sampled_from(AROUND)) for _ in chosen])
+    return case_of(chosen, [draw(_WORDS) for _ in chosen], [draw(st.sampled_from(AROUND)) for _ in chosen])
+
+
+_WORDS = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join)
+
+
+@st.composite
+def twins(draw: st.DrawFn) -> tuple[Case, Case]:
+    """Two cases with the same words around values of the same kinds, every value different: once
+    redacted, the two are one text (one cache entry)."""
+    kinds = draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=6))
+    words, around = [draw(_WORDS) for _ in kinds], [draw(st.sampled_from(AROUND)) for _ in kinds]
+    pair = [[Value(kind, draw(_STRATEGIES[kind])) for kind in kinds] for _ in range(2)]
+    texts = [value.text for values in pair for value in values]
+    assume(len(set(texts)) == len(texts))
+    return case_of(pair[0], words, around), case_of(pair[1], words, around)
 
 
 def case_of(chosen: Sequence[Value], words: Sequence[str] | None = None,

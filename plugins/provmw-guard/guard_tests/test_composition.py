@@ -3,16 +3,19 @@ and of every first-party provider (openai, anthropic, provmw-azure, provmw-bedro
 over a generated corpus (``corpus.py``) of every kind of personal data in prose, JSON and tool-call
 arguments, no raw value reaches what lies below or beside it:
 
-- the fake provider's recorded requests (bodies, headers, routes);
+- the fake provider's recorded requests (bodies, headers, routes), every attempt of a fallback chain;
 - the shared state in the real Redis (provmw-redis): the cache and the idempotency store, every key
   under the test's prefix, every value of every type;
-- the ledger: a real SQLite file (every column of every row of every table, and the file's bytes),
-  or provmw-postgres's table in the real PostgreSQL (every column of every row of every table);
+- the ledger: a real SQLite file (every column of every row of every table, and the bytes of the
+  file and its companions), or provmw-postgres's table in the real PostgreSQL (every column of
+  every row of every table of the test's schema);
 - the log (every record at DEBUG: its message, its arguments, its formatted text);
-- the spans and metrics of provmw-otel, through an in-memory SDK (every attribute and every event);
+- the spans of provmw-otel through an in-memory SDK (every attribute and every event of every span),
+  and its metrics' attributes;
 
-and the caller gets every value back exactly: from the provider, from the idempotency store, from
-the cache, in a stream, in tool calls and in a JSON answer.
+the caller gets every value back exactly: from the provider, from the idempotency store, from the
+cache (one entry answering each caller with its own values), in a stream, in tool calls (streamed
+too) and in a JSON answer; and a call holding a secret is refused before anything is sent.
 
 Redis and PostgreSQL are those of provmw-redis's and provmw-postgres's tests, reached through
 their own fixtures: under CI a missing server fails these tests instead of skipping them.
@@ -70,6 +73,7 @@ from .corpus import (
     secrets,
     span_texts,
     sqlite_rows_texts,
+    twins,
 )
 
 PLUGINS = Path(__file__).parents[2]
@@ -153,7 +157,7 @@ class Ledger:
     files: Callable[[], list[str]]  # the bytes of its files, where it has any
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen
 class Composed:
     """A manager on the fake with the guard loaded, and every sink it must keep raw values from."""
 
@@ -165,9 +169,6 @@ class Composed:
     redis: redis.Redis
     prefix: str
     ledger: Ledger
-
-    def __repr__(self) -> str:  # what hypothesis shows of a failing example's fixture
-        return f"Composed({self.manager.resolve().provider}, ledger={self.ledger.section['store']!r})"
 
     async def drain(self) -> dict[str, list[str]]:
         """Every text each sink holds: the stores whole, and what was sent, logged or traced since the
@@ -208,6 +209,7 @@ def ledger_kind() -> str:
 
 @pytest.fixture
 def ledger(request: pytest.FixtureRequest, ledger_kind: str, tmp_path: Path) -> Ledger:
+    """A SQLite file of the test's own, or a schema of its own in provmw-postgres's PostgreSQL."""
     if ledger_kind == "postgresql":
         url, name = request.getfixturevalue("postgres_url"), request.getfixturevalue("schema")
         return Ledger({"store": url, "schema": name}, lambda: postgres_rows_texts(url, name), list)
@@ -235,10 +237,15 @@ def compose(configurations: Mapping[str, ProviderConfig], redis_url: str, prefix
 @pytest.fixture
 async def composed(provider: Provider, wires: FakeProvider, redis_url: str, prefix: str, redis_sync: redis.Redis,
                    ledger: Ledger, caplog: pytest.LogCaptureFixture) -> AsyncIterator[Composed]:
-    caplog.set_level(logging.DEBUG)
     manager, spans, metrics = compose({"main": provider.config(wires)}, redis_url, prefix, ledger.section)
     async with manager:
         yield Composed(manager, wires, spans, metrics, caplog, redis_sync, prefix, ledger)
+
+
+@pytest.fixture
+def debug_log(caplog: pytest.LogCaptureFixture) -> None:
+    """Every record from DEBUG up kept, for the tests that read the log (the others skip the cost)."""
+    caplog.set_level(logging.DEBUG)
 
 
 @pytest.fixture
@@ -269,6 +276,11 @@ Answer = tuple[str, object, object]  # what was asked, what the caller got, what
 
 async def exchange(manager: ServiceManager, case: Case) -> list[Answer]:
     """Every kind of call the provider serves, with ``case``'s values in it: what came back and what should have."""
+    return [*await calls_every_provider_serves(manager, case), *await _optional(manager, case)]
+
+
+async def calls_every_provider_serves(manager: ServiceManager, case: Case) -> list[Answer]:
+    """A chat answered by the provider, then by the idempotency store, then by the cache; a stream; tool calls."""
     turns, key = [Message.system(case.prose), Message.user(case.document)], uuid.uuid4().hex
     echo = f"echo: {case.document}"
     first = await manager.chat(turns, idempotency_key=key)
@@ -280,8 +292,7 @@ async def exchange(manager: ServiceManager, case: Case) -> list[Answer]:
             ("cache hit", (cached.text, cached.cached), (echo, True)),
             # the fake's wires stream a word at a time, each followed by a space (Gemini's but the last)
             ("stream", streamed.removesuffix(" "), f"echo: {case.prose}"),
-            ("tool calls", [list(c.args.values()) for c in tools.tool_calls], [[line] for line in case.lines]),
-            *await _optional(manager, case)]
+            ("tool calls", [list(c.args.values()) for c in tools.tool_calls], [[line] for line in case.lines])]
 
 
 async def _optional(manager: ServiceManager, case: Case) -> list[Answer]:
@@ -329,6 +340,7 @@ EVERY_KIND = case_of([Value("email", "ada.lovelace@example.com"), Value("phone",
                       Value("ip4", "203.0.113.77"), Value("ip6", "2001:db8:85a3::8a2e:370:7334")])
 
 
+@pytest.mark.usefixtures("debug_log")
 @by_name
 @EXAMPLES
 @given(case=cases())
@@ -347,12 +359,13 @@ async def test_no_raw_value_reaches_the_provider_redis_the_sqlite_ledger_the_log
 @given(case=cases())
 async def test_no_raw_value_reaches_the_postgres_ledger(composed: Composed, tally: collections.Counter[str],
                                                         case: Case) -> None:
-    await exchange(composed.manager, case)
+    await calls_every_provider_serves(composed.manager, case)  # records of attempts and of both kinds of hit
     found = found_raw(case.raw, {"ledger": await composed.ledger_rows()})
     _count(tally, case, found)
     assert found == {}
 
 
+@pytest.mark.usefixtures("debug_log")
 @by_name
 @EXAMPLES
 @given(case=cases(secrets()))
@@ -373,6 +386,16 @@ async def test_the_caller_gets_every_value_back_exactly(composed: Composed, case
     assert [(what, got) for what, got, _ in answers] == [(what, expected) for what, _, expected in answers]
 
 
+@by_name
+@EXAMPLES
+@given(pair=twins())
+async def test_one_cache_entry_answers_each_caller_with_its_own_values(composed: Composed,
+                                                                      pair: tuple[Case, Case]) -> None:
+    first, second = [await composed.manager.chat(case.prose) for case in pair]
+    assert [(first.text, second.text), second.cached] == [tuple(f"echo: {case.prose}" for case in pair), True]
+
+
+@pytest.mark.usefixtures("debug_log")
 @by_name
 async def test_every_sink_the_properties_read_is_written(composed: Composed) -> None:
     await exchange(composed.manager, EVERY_KIND)
