@@ -50,7 +50,7 @@ from provmw_gemini.fake import GeminiWire
 from provmw.config import ProviderConfig
 from provmw.errors import GuardRefusedError
 from provmw.manager import ServiceManager
-from provmw.messages import Message, ToolCall, ToolSpec
+from provmw.messages import ImagePart, Message, ToolCall, ToolSpec
 from provmw.plugins import PluginHost, PluginPolicy, hookimpl
 from provmw.providers import ProviderAdapter
 from provmw.settings import Settings
@@ -102,6 +102,7 @@ pytestmark = pytest.mark.redis
 FIRST_PARTY = ("guard", "azure", "bedrock", "gemini", "calllog", "redis", "postgres")
 TOOL = ToolSpec("lookup", "finds a customer", {"type": "object", "properties": {"to": {"type": "string"}},
                                                "required": ["to"]})
+PNG = b"\x89PNG\r\n\x1a\n"  # the signature is all the fake wires read of an image
 SCHEMA = {"type": "object", "properties": {"note": {"type": "string"}}, "required": ["note"]}
 EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -227,7 +228,7 @@ def compose(configurations: Mapping[str, ProviderConfig], redis_url: str, prefix
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     telemetry = provmw_otel.Telemetry(tracer_provider, MeterProvider(metric_readers=[metrics]))
     settings = Settings(configurations=configurations, default=next(iter(configurations)),
-                        middleware={"cache": {"operations": ["chat", "tools", "completion", "embedding"]},
+                        middleware={"cache": {"operations": ["chat", "tools", "completion", "embedding", "vision"]},
                                     "usage": dict(usage)},
                         state=StateSettings(redis_url, options={"key_prefix": prefix}))
     layers = provmw_otel.middleware(provmw_otel.OtelOptions(), telemetry)
@@ -296,8 +297,8 @@ async def calls_every_provider_serves(manager: ServiceManager, case: Case) -> li
 
 
 async def _optional(manager: ServiceManager, case: Case) -> list[Answer]:
-    """The calls only some providers serve: a JSON answer to a schema, a completion, embeddings, tool calls
-    in a stream."""
+    """The calls only some providers serve: a JSON answer to a schema, a completion, embeddings, an
+    image's question, tool calls in a stream."""
     offers = manager.capabilities[manager.resolve().provider]
     echo = f"echo: {case.prose}"
     answers: list[Answer] = []
@@ -308,6 +309,9 @@ async def _optional(manager: ServiceManager, case: Case) -> list[Answer]:
         answers.append(("completion", (await manager.complete(case.prose)).text, echo))
     if offers.embeddings:
         await manager.embed([case.prose, case.document])
+    if offers.vision:
+        seen = await manager.vision(case.prose, [ImagePart(data=PNG)])
+        answers.append(("vision", seen.text, f"I see 1 image. {echo}"))
     if STREAMS_TOOL_CALLS[manager.resolve().provider]:
         chunks = [chunk async for chunk in manager.stream_chat_with_tools(history(case), tools=[TOOL])]
         answers.append(("streamed tool calls", [list(c.args.values()) for chunk in chunks for c in chunk.tool_calls],
