@@ -385,8 +385,11 @@ async def test_a_secret_anywhere_is_refused_before_anything_is_sent_and_reaches_
 @by_name
 @EXAMPLES
 @given(case=cases())
-async def test_the_caller_gets_every_value_back_exactly(composed: Composed, case: Case) -> None:
+async def test_the_caller_gets_every_value_back_exactly(composed: Composed, tally: collections.Counter[str],
+                                                        case: Case) -> None:
     answers = await exchange(composed.manager, case)
+    _count(tally, case, {})
+    tally["answers"] += len(answers)
     assert [(what, got) for what, got, _ in answers] == [(what, expected) for what, _, expected in answers]
 
 
