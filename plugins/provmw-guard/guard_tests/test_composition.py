@@ -219,26 +219,38 @@ def ledger(request: pytest.FixtureRequest, ledger_kind: str, tmp_path: Path) -> 
     return Ledger({"store": "sqlite", "path": str(path)}, lambda: sqlite_rows_texts(path), lambda: file_texts(path))
 
 
-def compose(configurations: Mapping[str, ProviderConfig], redis_url: str, prefix: str,
-            usage: Mapping[str, Any]) -> tuple[ServiceManager, InMemorySpanExporter, InMemoryMetricReader]:
+Built = tuple[ServiceManager, InMemorySpanExporter, InMemoryMetricReader]
+
+
+def compose(configurations: Mapping[str, ProviderConfig], redis_url: str, prefix: str, usage: Mapping[str, Any],
+            guard: Mapping[str, Any] | None = None) -> Built:
     """The stack: the guard and every built-in layer, provmw-otel's two layers on an in-memory SDK, the
-    call log, the shared state in Redis (cache and idempotency store among it), and ``usage``'s ledger."""
+    call log, the shared state in Redis (cache and idempotency store among it), and ``usage``'s ledger;
+    ``guard`` is the guard's section (its defaults when not given)."""
     spans, metrics = InMemorySpanExporter(), InMemoryMetricReader()
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     telemetry = provmw_otel.Telemetry(tracer_provider, MeterProvider(metric_readers=[metrics]))
     settings = Settings(configurations=configurations, default=next(iter(configurations)),
                         middleware={"cache": {"operations": ["chat", "tools", "completion", "embedding", "vision"]},
-                                    "usage": dict(usage)},
+                                    "usage": dict(usage), "guard": dict(guard or {})},
                         state=StateSettings(redis_url, options={"key_prefix": prefix}))
     layers = provmw_otel.middleware(provmw_otel.OtelOptions(), telemetry)
     return ServiceManager(settings, host=host(), middleware=layers), spans, metrics
 
 
 @pytest.fixture
+def guard_section() -> dict[str, Any]:
+    """``[middleware.guard]``: the defaults, unless a test parametrizes ``guard_section``."""
+    return {}
+
+
+@pytest.fixture
 async def composed(provider: Provider, wires: FakeProvider, redis_url: str, prefix: str, redis_sync: redis.Redis,
-                   ledger: Ledger, caplog: pytest.LogCaptureFixture) -> AsyncIterator[Composed]:
-    manager, spans, metrics = compose({"main": provider.config(wires)}, redis_url, prefix, ledger.section)
+                   ledger: Ledger, guard_section: dict[str, Any],
+                   caplog: pytest.LogCaptureFixture) -> AsyncIterator[Composed]:
+    manager, spans, metrics = compose({"main": provider.config(wires)}, redis_url, prefix, ledger.section,
+                                      guard_section)
     async with manager:
         yield Composed(manager, wires, spans, metrics, caplog, redis_sync, prefix, ledger)
 
@@ -380,6 +392,19 @@ async def test_a_secret_anywhere_is_refused_before_anything_is_sent_and_reaches_
     found = found_raw(case.raw, sinks)
     _count(tally, case, found)
     assert (rules, sinks["provider"], found) == ([case.values[0].kind] * 4, [], {})
+
+
+@pytest.mark.usefixtures("debug_log")
+@pytest.mark.parametrize("guard_section", [{"secrets": "redact"}])
+@by_name
+@EXAMPLES
+@given(case=cases(secrets()))
+async def test_a_secret_redacted_reaches_no_sink_and_comes_back_to_the_caller(
+        composed: Composed, tally: collections.Counter[str], case: Case) -> None:
+    answers = await calls_every_provider_serves(composed.manager, case)
+    found = found_raw(case.raw, await composed.drain())
+    _count(tally, case, found)
+    assert (found, [got for _, got, _ in answers]) == ({}, [expected for _, _, expected in answers])
 
 
 @by_name
