@@ -1,7 +1,9 @@
 """What a pool costs an attempt on the embedded state (``MemoryPoolState``), per strategy.
 
 - ``choice``: reading the pool's view and choosing a deployment (the filter, then the strategy)
-  over four measured deployments. Goal: at most 10 us a call for every strategy.
+  over four measured deployments, with requests and tokens a minute (``+limits``) where the
+  strategy reads them, and once for ``least_busy`` to show what the limits add to the filter.
+  Goal: at most 10 us a call for every strategy.
 - ``layer``: the pool layer's whole part of an attempt (read, choice, start, end) around an
   inner layer that answers at once.
 
@@ -30,9 +32,13 @@ MEMBERS = ("a", "b", "c", "d")
 NOW = 1_000_000.0
 
 
-def pool_of(strategy: str) -> Pool:
+CHOICES = [*((s, False) for s in STRATEGIES if s != "headroom"), ("headroom", True), ("least_busy", True)]
+
+
+def pool_of(strategy: str, limits: bool = True) -> Pool:
+    rpm, tpm = (dict.fromkeys(MEMBERS, 10_000_000), dict.fromkeys(MEMBERS, 10**12)) if limits else ({}, {})
     return Pool(name="gpt", members=MEMBERS, strategy=strategy, weights={"a": 1, "b": 2, "c": 3, "d": 4},
-                rpm=dict.fromkeys(MEMBERS, 10_000_000), tpm=dict.fromkeys(MEMBERS, 10**12))
+                rpm=rpm, tpm=tpm)
 
 
 def layer_of(pool: Pool) -> PoolMiddleware:
@@ -57,9 +63,9 @@ async def answer(config: ProviderConfig) -> CompletionResponse:
     return CompletionResponse(provider=config.provider, model=config.model, served_by=config.identifier, text="x")
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_choice(benchmark: Any, loop: asyncio.AbstractEventLoop, strategy: str) -> None:
-    pool, ctx = pool_of(strategy), call_context(controls={"session": "s1"})
+@pytest.mark.parametrize(("strategy", "limits"), CHOICES, ids=[s + ("+limits" if lim else "") for s, lim in CHOICES])
+def test_choice(benchmark: Any, loop: asyncio.AbstractEventLoop, strategy: str, limits: bool) -> None:
+    pool, ctx = pool_of(strategy, limits), call_context(controls={"session": "s1"})
     layer = layer_of(pool)
     measured(layer, pool, ctx)
     key = affinity_key(pool, ctx) if strategy == "affinity" else None
@@ -76,7 +82,7 @@ def test_choice(benchmark: Any, loop: asyncio.AbstractEventLoop, strategy: str) 
 
 @pytest.mark.parametrize("strategy", ["least_busy", "latency", "affinity"])
 def test_layer(benchmark: Any, loop: asyncio.AbstractEventLoop, strategy: str) -> None:
-    pool, ctx = pool_of(strategy), call_context(controls={"session": "s1"})
+    pool, ctx = pool_of(strategy, limits=False), call_context(controls={"session": "s1"})
     layer = layer_of(pool)
     measured(layer, pool, ctx)
     config = pool.config()
