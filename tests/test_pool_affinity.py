@@ -27,7 +27,7 @@ async def converse(manager: ServiceManager, sessions: int, turns: int, *, concur
                    between: Callable[[int], None] = lambda turn: None) -> dict[str, list[str]]:
     """``sessions`` conversations of ``turns`` turns each, the session's turns one after another
     and ``concurrency`` sessions at a time; the deployment that served each turn, by session.
-    ``between(turn)`` runs once every session has had ``turn`` turns."""
+    ``between(n)`` runs once every session has had its turn ``n`` (the first is 0)."""
     served: dict[str, list[str]] = {f"s{i}": [] for i in range(sessions)}
     history: dict[str, list[Message]] = {s: [] for s in served}
     gate = asyncio.Semaphore(concurrency)
