@@ -161,7 +161,7 @@ def test_the_demo_falls_back_once_the_pool_is_unavailable_with_nothing_sent(demo
 
 
 def test_the_demo_reports_the_ledger_by_pool(demo: str) -> None:
-    assert re.search(r"^\s+team-chat\s+9\s+9\s", demo, re.M), demo
+    assert re.search(r"^\s+team-chat\s+7\s+9\s", demo, re.M), demo
 
 
 def test_the_readmes_pool_loads_with_three_deployments_and_a_fallback(tmp_path: Path) -> None:

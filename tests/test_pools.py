@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from provmw.errors import ConfigurationError, PoolUnavailableError, UnsupportedOperationError
+from provmw.errors import ConfigurationError, PoolUnavailableError, RateLimitError, UnsupportedOperationError
 from provmw.hookspecs import hookimpl
 from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost
@@ -121,13 +121,39 @@ async def test_a_pool_with_every_deployment_at_its_limit_is_unavailable(fake: Fa
             await manager.chat("hi")
 
 
-async def test_a_deployment_that_answered_429_with_a_hint_cools_down(fake: FakeProvider,
-                                                                     builtin_only: PluginHost) -> None:
+async def test_a_429_moves_the_call_to_another_deployment_at_once(fake: FakeProvider,
+                                                                    builtin_only: PluginHost) -> None:
     fake.script(Fault(status=429, headers={"retry-after": "30"}), model="dep-a")
     settings = pooled(fake, "order", middleware={"retry": {"max_attempts": 1}})
     async with ServiceManager(settings, host=builtin_only) as manager:
-        with pytest.raises(Exception, match="429|rate"):
+        response = await manager.chat("hi")
+    assert response.served_by == "b" and [a.config_id for a in response.attempts] == ["a", "b"]
+
+
+async def test_a_deployment_that_answered_429_with_a_hint_cools_down(fake: FakeProvider,
+                                                                     builtin_only: PluginHost) -> None:
+    fake.script(Fault(status=429, headers={"retry-after": "30"}), model="dep-a")
+    async with ServiceManager(pooled(fake, "order"), host=builtin_only) as manager:
+        await manager.chat("hi")
+        response = await manager.chat("hi")
+    assert response.served_by == "b" and fake.count(model="dep-a") == 1
+
+
+async def test_a_pool_whose_only_deployment_answers_429_raises_it(fake: FakeProvider,
+                                                                  builtin_only: PluginHost) -> None:
+    fake.script(Fault(status=429, headers={"retry-after": "30"}), model="dep-a")
+    settings = pooled(fake, "order", members=("a",), middleware={"retry": {"max_attempts": 1}})
+    async with ServiceManager(settings, host=builtin_only) as manager:
+        with pytest.raises(RateLimitError):
             await manager.chat("hi")
+
+
+async def test_an_inactive_deployment_is_not_chosen(fake: FakeProvider, builtin_only: PluginHost) -> None:
+    configs = {"a": openai_config(fake, identifier="a", model="dep-a", active=False),
+               "b": openai_config(fake, identifier="b", model="dep-b")}
+    settings = Settings(configurations=configs, pools={"gpt": Pool(name="gpt", members=("a", "b"), strategy="order")},
+                        default="gpt")
+    async with ServiceManager(settings, host=builtin_only) as manager:
         response = await manager.chat("hi")
     assert response.served_by == "b"
 

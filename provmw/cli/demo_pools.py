@@ -68,7 +68,7 @@ async def _until_unavailable(story: _Story) -> None:
     pool = story.manager.settings.pools[POOL]
     story.say(f"   now every deployment answers 429 with retry-after: {_COOL_DOWN_S}, which cools it down for "
               f"{_COOL_DOWN_S} s;")
-    story.say("   calls go on until no deployment is free, and the fallback answers each:")
+    story.say("   a call a deployment answers 429 moves to the next at once; none left, the fallback answers:")
     story.fake.script(*[Fault(status=429, headers={"retry-after": str(_COOL_DOWN_S)})] * len(pool.members),
                       model=POOL_MODEL)
     for call in range(1, len(pool.members) + 2):

@@ -60,15 +60,18 @@ def _least_busy(pool: Pool, candidates: Sequence[str], view: PoolView, rng: rand
 
 
 def _latency(pool: Pool, candidates: Sequence[str], view: PoolView, rng: random.Random) -> str:
-    # A deployment not measured lately is measured first; else, now and then, one at random, so a
-    # slow one that recovered is seen to. Otherwise the expected wait: latency by the calls queued.
+    # A deployment not measured lately is measured first, by one call (it may be the slow one, or a
+    # hung one); else, now and then, one at random, so a slow one that recovered is seen to.
+    # Otherwise the expected wait: latency by the calls queued, an unmeasured one as the slowest.
     loads = view.loads
-    unknown = [m for m in candidates if loads[m].latency_s is None]
+    unknown = [m for m in candidates if loads[m].latency_s is None and loads[m].in_flight == 0]
     if unknown:
         return rng.choice(unknown)
     if rng.random() < pool.explore:
         return rng.choice(candidates)
-    return _lowest(candidates, lambda m: (loads[m].latency_s or 0.0) * (loads[m].in_flight + 1), rng)
+    known = [latency for m in candidates if (latency := loads[m].latency_s) is not None]
+    slowest = max(known, default=1.0)
+    return _lowest(candidates, lambda m: (loads[m].latency_s or slowest) * (loads[m].in_flight + 1), rng)
 
 
 def _headroom(pool: Pool, candidates: Sequence[str], view: PoolView, rng: random.Random) -> str:

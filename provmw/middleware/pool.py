@@ -12,6 +12,7 @@ deployment (``response.served_by`` names it).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import random
@@ -28,6 +29,7 @@ from provmw.pipeline import Next, R
 from provmw.pools import POOL_PROVIDER, Pool
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest
 from provmw.stores.pools import MemoryPoolState, PoolState, PoolView
+from provmw.streams import OpenedStream, StreamEnd
 
 __all__ = ["PoolMiddleware"]
 
@@ -64,10 +66,16 @@ class PoolMiddleware:
         key = affinity_key(pool, ctx) if pool.strategy == "affinity" else None
         tokens = ctx.facts.estimated_input_tokens + (ctx.facts.max_output_tokens or 0)
         tried: set[str] = set()
+        limited: RateLimitError | None = None  # a 429 from a deployment: raised if no other is left
         while True:
             now = self._wall()
             view = await self.state.read(pool.name, pool.members, key, now)
-            member = self._chosen(pool, ctx, view, tried, tokens, now)
+            try:
+                member = self._chosen(pool, ctx, view, tried, tokens, now)
+            except PoolUnavailableError:
+                if limited is not None:
+                    raise limited from None
+                raise
             tried.add(member)
             deployment = self._configurations[member]
             await self.state.started(pool.name, member, key=key, tokens=tokens, now=now, key_ttl_s=pool.affinity_ttl_s)
@@ -77,15 +85,22 @@ class PoolMiddleware:
             except CircuitOpenError as exc:  # refused before sending: cool it down, choose again now
                 await self._ended(pool, member, None, self._wall() + exc.retry_after_s)
                 continue
-            except RateLimitError as exc:
-                hint = exc.retry_after_s
-                await self._ended(pool, member, None, None if hint is None else self._wall() + hint)
-                raise
+            except RateLimitError as exc:  # that deployment is full: cool it down, try another now
+                await self._ended(pool, member, None, self._wall() + (exc.retry_after_s or _MIN_WAIT_S))
+                limited = exc
+                continue
             except BaseException:
                 await self._ended(pool, member, None, None)
                 raise
-            await self._ended(pool, member, self._clock() - started, None)
+            latency_s = self._clock() - started
+            if isinstance(response, OpenedStream):  # in flight until the stream ends; its latency: to open
+                response.on_end(functools.partial(self._stream_ended, pool, member, latency_s))
+                return response
+            await self._ended(pool, member, latency_s, None)
             return response
+
+    async def _stream_ended(self, pool: Pool, member: str, latency_s: float, end: StreamEnd) -> None:
+        await self._ended(pool, member, latency_s, None)
 
     async def _ended(self, pool: Pool, member: str, latency_s: float | None, cooldown_until: float | None) -> None:
         await self.state.ended(pool.name, member, now=self._wall(), latency_s=latency_s, cooldown_until=cooldown_until)
@@ -98,11 +113,14 @@ class PoolMiddleware:
             if pinned not in pool.members:
                 raise ConfigurationError(f"controls['deployment']: {pinned!r} is not a deployment of pool "
                                          f"{pool.name!r}; its deployments: {', '.join(pool.members)}")
+            if pinned in tried:  # its breaker is open, or it answered 429: the call pinned it, nothing else
+                wait = max(view.loads[pinned].cooldown_until - now, 0.0)
+                raise PoolUnavailableError(pool.name, wait, f"{pinned}: pinned, cooling down")
             return str(pinned)
         candidates, reasons = self._candidates(pool, ctx, view, tried, tokens, now)
         if not candidates:
             free_at = [view.loads[m].cooldown_until for m in pool.members if view.loads[m].cooldown_until > now]
-            wait = min(free_at) - now if free_at else 60 - now % 60 if pool.rpm or pool.tpm else _MIN_WAIT_S
+            wait = min(free_at) - now if free_at else _MIN_WAIT_S
             raise PoolUnavailableError(pool.name, max(wait, 0.0), "; ".join(reasons))
         return choose(pool, candidates, view, self._rng)
 
@@ -116,6 +134,7 @@ class PoolMiddleware:
         for member in pool.members:
             load = view.loads[member]
             why = "excluded" if member in excluded else \
+                "inactive" if not self._configurations[member].active else \
                 f"lacks {', '.join(unmet[member])}" if member in unmet else \
                 "cooling down" if load.cooldown_until > now else \
                 "at its limit this minute" if headroom(pool, member, load, tokens) is None else None

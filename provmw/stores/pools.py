@@ -1,10 +1,11 @@
-"""What the pool layer keeps about each deployment: calls in flight, latency, this minute's use,
+"""What the pool layer keeps about each deployment: calls in flight, latency, the last minute's use,
 cool-downs and the affinity map (ADR 0051).
 
 :class:`PoolState` is the contract; :class:`MemoryPoolState` serves one process, and a shared
 backend (Redis) serves a fleet with the same contract. Everything expires: a latency average
 older than :data:`LATENCY_STALE_S` is unknown again (so a recovered deployment is measured
-anew), a minute's counts end with the minute, an affinity key with its TTL. Times are wall-clock
+anew), a request leaves the counts a minute after it started (a rolling minute, as providers
+count), an affinity key ends with its TTL. Times are wall-clock
 seconds, the same in every process of a fleet.
 """
 
@@ -16,17 +17,21 @@ from typing import Protocol
 
 import attrs
 
-__all__ = ["LATENCY_ALPHA", "LATENCY_STALE_S", "Load", "MemoryPoolState", "PoolState", "PoolView"]
+__all__ = ["LATENCY_ALPHA", "LATENCY_STALE_S", "WINDOW_S", "Load", "MemoryPoolState", "PoolState", "PoolView"]
 
 LATENCY_ALPHA = 0.3  # the weight of the newest sample in the moving average
 LATENCY_STALE_S = 60.0  # an average not updated for this long is unknown again
+# Requests and tokens count over the last minute, rolling, as providers count theirs: a count by
+# clock minutes would let twice a limit through either side of a minute's turn.
+WINDOW_S = 60.0
 _KEYS_KEPT = 100_000  # affinity keys one process remembers at most (oldest dropped first)
 
 
 @attrs.frozen
 class Load:
     """One deployment as the pool sees it: calls in flight, its latency average (None: unknown),
-    this minute's requests and tokens, and until when it is skipped (a 429's hint, an open breaker)."""
+    the requests and tokens of the last minute, and until when it is skipped (a 429's hint, an
+    open breaker)."""
 
     in_flight: int = 0
     latency_s: float | None = None
@@ -52,8 +57,8 @@ class PoolState(Protocol):
 
     async def started(self, pool: str, member: str, *, key: str | None, tokens: int, now: float,
                       key_ttl_s: float) -> None:
-        """A call leaves for ``member``: one more in flight, one request and ``tokens`` more this
-        minute, and ``key`` (when given) kept with it for ``key_ttl_s``."""
+        """A call leaves for ``member``: one more in flight, one request and ``tokens`` more in its
+        rolling minute, and ``key`` (when given) kept with it for ``key_ttl_s``."""
         ...
 
     async def ended(self, pool: str, member: str, *, now: float, latency_s: float | None,
@@ -72,17 +77,20 @@ class _Member:
     in_flight: int = 0
     latency_s: float | None = None
     measured_at: float = 0.0
-    minute: int = -1
-    requests: int = 0
+    used: collections.deque[tuple[float, int]] = attrs.Factory(collections.deque)  # (started, tokens)
     tokens: int = 0
     cooldown_until: float = 0.0
 
     def load(self, now: float) -> Load:
-        minute = int(now // 60)
+        self.forget_before(now - WINDOW_S)
         fresh = self.latency_s is not None and now - self.measured_at < LATENCY_STALE_S
-        used = self.minute == minute
-        return Load(self.in_flight, self.latency_s if fresh else None, self.requests if used else 0,
-                    self.tokens if used else 0, self.cooldown_until)
+        return Load(self.in_flight, self.latency_s if fresh else None, len(self.used), self.tokens,
+                    self.cooldown_until)
+
+    def forget_before(self, since: float) -> None:
+        used = self.used
+        while used and used[0][0] <= since:
+            self.tokens -= used.popleft()[1]
 
 
 class MemoryPoolState:
@@ -98,11 +106,10 @@ class MemoryPoolState:
 
     async def started(self, pool: str, member: str, *, key: str | None, tokens: int, now: float,
                       key_ttl_s: float) -> None:
-        state, minute = self._member(pool, member), int(now // 60)
+        state = self._member(pool, member)
         state.in_flight += 1
-        if state.minute != minute:
-            state.minute, state.requests, state.tokens = minute, 0, 0
-        state.requests += 1
+        state.forget_before(now - WINDOW_S)
+        state.used.append((now, tokens))
         state.tokens += tokens
         if key is not None:
             self._keys[(pool, key)] = (member, now + key_ttl_s)

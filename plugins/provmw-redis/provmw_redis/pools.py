@@ -7,7 +7,7 @@ name as its hash tag, so one script reaches all of a pool's keys on a cluster to
 
     <prefix>:pool:{<pool>}:m:<member>            hash: latency average, when measured, cool-down end
     <prefix>:pool:{<pool>}:f:<member>            sorted set: calls in flight -> lease expiry
-    <prefix>:pool:{<pool>}:u:<minute>:<member>   hash: this minute's requests and tokens
+    <prefix>:pool:{<pool>}:u:<member>            sorted set: "<call>|<tokens>" -> when it started (a rolling minute)
     <prefix>:pool:{<pool>}:k:<affinity key>      string: "<expires>|<member>"
 
 Times are the callers' wall clocks (``now``), as in every process of a fleet; each key also
@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from provmw.stores.pools import LATENCY_ALPHA, LATENCY_STALE_S, Load, PoolView
+from provmw.stores.pools import LATENCY_ALPHA, LATENCY_STALE_S, WINDOW_S, Load, PoolView
 from provmw_redis.backend import milliseconds
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class RedisPoolState:
         if key is not None:
             keys.append(self._affinity_key(pool, key))
         before = [self._sent[(pool, m)] for m in members]
-        answer = await self._state.run(lambda: self._read(keys=keys, args=[repr(now), len(members)]))
+        answer = await self._state.run(lambda: self._read(keys=keys, args=[repr(now), len(members), repr(WINDOW_S)]))
         loads = {m: _load(answer[i * _FIELDS:(i + 1) * _FIELDS], self._sent[(pool, m)] - before[i], now)
                  for i, m in enumerate(members)}
         return PoolView(loads, None if key is None else _affine(answer[len(members) * _FIELDS], now))
@@ -80,14 +80,13 @@ class RedisPoolState:
         call = f"{self._process}:{next(self._calls)}"
         self._mine.setdefault((pool, member), []).append(call)  # before the round trip: it may land and fail
         self._sent[(pool, member)] += 1
-        minute = int(now // 60)
-        keys = [self._in_flight_key(pool, member), self._minute_key(pool, member, minute)]
+        keys = [self._in_flight_key(pool, member), self._use_key(pool, member)]
         args: list[str | int] = [repr(now), call, repr(now + self._lease_s), max(int(tokens), 0),
-                                 milliseconds((minute + 1) * 60 - now + SKEW_S),
-                                 milliseconds(self._lease_s + SKEW_S)]
+                                 milliseconds(WINDOW_S + SKEW_S), milliseconds(self._lease_s + SKEW_S)]
         if key is not None:
             keys.append(self._affinity_key(pool, key))
             args += [f"{now + key_ttl_s!r}|{member}", milliseconds(key_ttl_s + SKEW_S)]
+        args.append(repr(WINDOW_S))
         await self._state.run(lambda: self._started(keys=keys, args=args))
 
     async def ended(self, pool: str, member: str, *, now: float, latency_s: float | None,
@@ -116,8 +115,7 @@ class RedisPoolState:
         return call
 
     def _member_keys(self, pool: str, member: str, now: float) -> tuple[str, str, str]:
-        return (self._member_key(pool, member), self._in_flight_key(pool, member),
-                self._minute_key(pool, member, int(now // 60)))
+        return self._member_key(pool, member), self._in_flight_key(pool, member), self._use_key(pool, member)
 
     def _tag(self, pool: str) -> str:
         return f"{self._prefix}{{{pool}}}:"
@@ -128,8 +126,8 @@ class RedisPoolState:
     def _in_flight_key(self, pool: str, member: str) -> str:
         return f"{self._tag(pool)}f:{member}"
 
-    def _minute_key(self, pool: str, member: str, minute: int) -> str:
-        return f"{self._tag(pool)}u:{minute}:{member}"
+    def _use_key(self, pool: str, member: str) -> str:
+        return f"{self._tag(pool)}u:{member}"
 
     def _affinity_key(self, pool: str, key: str) -> str:
         return f"{self._tag(pool)}k:{key}"

@@ -76,9 +76,14 @@ class PoolStateContract:
         used = await load(pools, now=T + 59)
         assert (used.requests, used.tokens) == (2, 30)
 
-    async def test_a_minutes_counts_end_with_the_minute(self, pools: PoolState) -> None:
+    async def test_a_start_counts_for_a_rolling_minute_across_a_clock_minutes_turn(self, pools: PoolState) -> None:
         await start(pools, tokens=10, now=T + 59)
-        used = await load(pools, now=T + 60)
+        used = await load(pools, now=T + 118)
+        assert (used.requests, used.tokens) == (1, 10)
+
+    async def test_a_start_leaves_the_counts_a_minute_after_it(self, pools: PoolState) -> None:
+        await start(pools, tokens=10, now=T + 59)
+        used = await load(pools, now=T + 119)
         assert (used.requests, used.tokens) == (0, 0)
 
     async def test_the_first_latency_is_the_average(self, pools: PoolState) -> None:
