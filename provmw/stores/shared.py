@@ -78,7 +78,8 @@ class StateBackend(Protocol):
     """What a state plugin returns from ``provmw_state_backend``: the shared stores, and their
     common connection, closed with the manager. A backend may also offer ``async
     budget_problems() -> list[str]``: what ``provmw check`` lists against budgets kept there
-    (Redis: no persistence, so a restart forgets the spend)."""
+    (Redis: no persistence, so a restart forgets the spend); and ``pool_state() -> PoolState``, the
+    pools' shared load (ADR 0051), used when ``[state] shared`` lists ``pool``."""
 
     def cache_store(self) -> CacheStore: ...
 
