@@ -95,67 +95,77 @@ def luhn_digit(body: str) -> str:
     return str(-total % 10)
 
 
-def _numbers(low: int, high: int) -> st.SearchStrategy[str]:
-    return st.text(DIGITS, min_size=low, max_size=high)
+# Strategies are made once, here: a strategy made inside a composite is made again on every draw, and
+# making one costs more than drawing from it.
+_DIGIT_RUNS = {n: st.text(DIGITS, min_size=n, max_size=n) for n in range(1, 20)}
+_LOCAL = st.tuples(st.sampled_from(LOWER), st.text(LOWER + DIGITS, min_size=5, max_size=9),
+                   st.sampled_from(["", ".x", "+tag", "_y", "-z"])).map("".join)
+_DOMAIN = st.tuples(st.lists(st.text(LOWER, min_size=3, max_size=8), min_size=1, max_size=2),
+                    st.text(LOWER, min_size=2, max_size=6)).map(lambda d: ".".join([*d[0], d[1]]))
+_COUNTRY_CODE = st.tuples(st.sampled_from("123456789"), st.text(DIGITS, max_size=1)).map("".join)
+_GROUPS = st.lists(st.text(DIGITS, min_size=3, max_size=4), min_size=3, max_size=3)
+_PHONE_FORMS = st.sampled_from(["international", "compact", "national"])
+_SEPARATORS = st.sampled_from(["", " ", "-"])
+_COUNTRIES = st.sampled_from(sorted(IBAN_LENGTHS))
+_BBANS = {n - 4: st.text(DIGITS + UPPER, min_size=n - 4, max_size=n - 4) for n in set(IBAN_LENGTHS.values())}
+_OCTETS = st.tuples(st.integers(11, 223).filter(lambda n: n != 127), *[st.integers(10, 254)] * 3)
+_HEXTETS = st.lists(st.integers(0x100, 0xFFFF), min_size=8, max_size=8)
+_ZEROS = st.lists(st.integers(1, 7), max_size=3, unique=True)  # hextets set to zero: what compresses
+_FORMS = st.integers(0, 2)
 
 
 @st.composite
 def emails(draw: st.DrawFn) -> str:
-    local = draw(st.sampled_from(LOWER)) + draw(st.text(LOWER + DIGITS, min_size=5, max_size=9))
-    local += draw(st.sampled_from(["", ".x", "+tag", "_y", "-z"]))
-    labels = draw(st.lists(st.text(LOWER, min_size=3, max_size=8), min_size=1, max_size=2))
-    return f"{local}@{'.'.join(labels)}.{draw(st.text(LOWER, min_size=2, max_size=6))}"
+    return f"{draw(_LOCAL)}@{draw(_DOMAIN)}"
 
 
 @st.composite
 def phones(draw: st.DrawFn) -> str:
-    country = draw(st.sampled_from("123456789")) + draw(_numbers(0, 1))
-    form = draw(st.sampled_from(["international", "compact", "national"]))
+    form = draw(_PHONE_FORMS)
     if form == "national":
-        return f"(0{draw(_numbers(2, 2))}) {draw(_numbers(4, 4))} {draw(_numbers(4, 4))}"
-    groups = draw(st.lists(_numbers(3, 4), min_size=3, max_size=3))
+        return f"(0{draw(_DIGIT_RUNS[2])}) {draw(_DIGIT_RUNS[4])} {draw(_DIGIT_RUNS[4])}"
+    country, groups = draw(_COUNTRY_CODE), draw(_GROUPS)
     if form == "compact":
         return f"+{country}{''.join(groups)}"
-    return f"+{country} " + draw(st.sampled_from([" ", "-"])).join(groups)
+    return f"+{country} " + ("-" if draw(st.booleans()) else " ").join(groups)
 
 
 # A brand's first digits, its length and how its number is grouped when written.
 CARD_BRANDS = (("4", 16, (4, 4, 4, 4)), *((f"5{d}", 16, (4, 4, 4, 4)) for d in "12345"),
                ("34", 15, (4, 6, 5)), ("37", 15, (4, 6, 5)))
+_BRANDS = st.sampled_from(CARD_BRANDS)
 
 
 @st.composite
 def cards(draw: st.DrawFn) -> str:
-    prefix, length, groups = draw(st.sampled_from(CARD_BRANDS))
-    body = prefix + draw(_numbers(length - len(prefix) - 1, length - len(prefix) - 1))
+    prefix, length, groups = draw(_BRANDS)
+    body = prefix + draw(_DIGIT_RUNS[length - len(prefix) - 1])
     number = body + luhn_digit(body)
     cuts = list(itertools.accumulate(groups, initial=0))
-    return draw(st.sampled_from(["", " ", "-"])).join(number[a:b] for a, b in itertools.pairwise(cuts))
+    return draw(_SEPARATORS).join(number[a:b] for a, b in itertools.pairwise(cuts))
 
 
 @st.composite
 def ibans(draw: st.DrawFn) -> str:
-    country = draw(st.sampled_from(sorted(IBAN_LENGTHS)))
-    size = IBAN_LENGTHS[country] - 4
-    bban = draw(st.text(DIGITS + UPPER, min_size=size, max_size=size))
+    country = draw(_COUNTRIES)
+    bban = draw(_BBANS[IBAN_LENGTHS[country] - 4])
     check = next(f"{n:02d}" for n in range(2, 99) if mod97(f"{country}{n:02d}{bban}"))
     compact = f"{country}{check}{bban}"
-    return draw(st.sampled_from([compact, " ".join(compact[i:i + 4] for i in range(0, len(compact), 4))]))
+    return " ".join(compact[i:i + 4] for i in range(0, len(compact), 4)) if draw(st.booleans()) else compact
 
 
 @st.composite
 def ip4s(draw: st.DrawFn) -> str:
-    first = draw(st.integers(11, 223).filter(lambda n: n != 127))
-    return ".".join(map(str, [first, *draw(st.lists(st.integers(10, 254), min_size=3, max_size=3))]))
+    return ".".join(map(str, draw(_OCTETS)))
 
 
 @st.composite
 def ip6s(draw: st.DrawFn) -> str:
-    groups = draw(st.lists(st.integers(0x100, 0xFFFF), min_size=8, max_size=8))
-    for at in draw(st.lists(st.integers(1, 7), max_size=3, unique=True)):  # zeros to compress
+    groups = draw(_HEXTETS)
+    for at in draw(_ZEROS):
         groups[at] = 0
     address = ipaddress.IPv6Address(int("".join(f"{g:04x}" for g in groups), 16))
-    return draw(st.sampled_from([str(address), address.exploded, str(address).upper()]))
+    return [str(address), address.exploded, str(address).upper()][draw(_FORMS)]
 
 
 def _token(alphabet: str, low: int, high: int) -> st.SearchStrategy[str]:
@@ -177,11 +187,12 @@ SECRETS: dict[str, st.SearchStrategy[str]] = {
         lambda body: f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----"),
     "bearer_token": st.text(_ALNUM + "._~+/-", min_size=20, max_size=40).map("Bearer ".__add__),
 }
+_SECRET = st.one_of([st.builds(Value, st.just(f"secret:{rule}"), made) for rule, made in SECRETS.items()])
 
 
 def secrets() -> st.SearchStrategy[Value]:
     """A secret the guard blocks, of kind ``secret:<its rule>``."""
-    return st.one_of([st.builds(Value, st.just(f"secret:{rule}"), made) for rule, made in SECRETS.items()])
+    return _SECRET
 
 
 _STRATEGIES = {"email": emails(), "phone": phones(), "card": cards(), "iban": ibans(), "ip4": ip4s(), "ip6": ip6s()}
@@ -192,24 +203,28 @@ def values(kinds: Iterable[str] = KINDS) -> st.SearchStrategy[Value]:
     return st.one_of([st.builds(Value, st.just(kind), _STRATEGIES[kind]) for kind in kinds])
 
 
+_WORDS = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join)
+_AROUND = st.sampled_from(AROUND)
+# One to six values, or up to five after a first one drawn apart.
+_VALUES = {False: st.lists(values(), min_size=1, max_size=6), True: st.lists(values(), max_size=5)}
+_KINDS = st.lists(st.sampled_from(KINDS), min_size=1, max_size=6)
+
+
 @st.composite
 def cases(draw: st.DrawFn, first: st.SearchStrategy[Value] | None = None) -> Case:
     """An example of one to six values (every kind appears across a corpus) in each form a call sends;
     ``first``, when given, draws the first of them (a secret, say)."""
     chosen = [draw(first)] if first is not None else []
-    chosen += draw(st.lists(values(), min_size=0 if chosen else 1, max_size=6 - len(chosen)))
-    return case_of(chosen, [draw(_WORDS) for _ in chosen], [draw(st.sampled_from(AROUND)) for _ in chosen])
-
-
-_WORDS = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join)
+    chosen += draw(_VALUES[first is not None])
+    return case_of(chosen, [draw(_WORDS) for _ in chosen], [draw(_AROUND) for _ in chosen])
 
 
 @st.composite
 def twins(draw: st.DrawFn) -> tuple[Case, Case]:
     """Two cases with the same words around values of the same kinds, every value different: once
     redacted, the two are one text (one cache entry)."""
-    kinds = draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=6))
-    words, around = [draw(_WORDS) for _ in kinds], [draw(st.sampled_from(AROUND)) for _ in kinds]
+    kinds = draw(_KINDS)
+    words, around = [draw(_WORDS) for _ in kinds], [draw(_AROUND) for _ in kinds]
     pair = [[Value(kind, draw(_STRATEGIES[kind])) for kind in kinds] for _ in range(2)]
     texts = [value.text for values in pair for value in values]
     assume(len(set(texts)) == len(texts))
