@@ -10,6 +10,7 @@ import attrs
 
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
+from provmw.errors import GuardRefusedError
 from provmw.pipeline import Next, R
 from provmw.responses import CompletionResponse, ProviderResponse
 from provmw.streams import OpenedStream, StreamEnd
@@ -56,7 +57,8 @@ class CallLogMiddleware:
         try:
             response = await next(config)
         except Exception as exc:
-            self._emit(ctx, config, started, f"error={type(exc).__name__}")
+            why = f" rule={escape(exc.rule)} stage={escape(exc.stage)}" if isinstance(exc, GuardRefusedError) else ""
+            self._emit(ctx, config, started, f"error={type(exc).__name__}{why}")  # the rule, never the text
             raise
         if isinstance(response, OpenedStream):  # one line when the stream ends, with what it streamed
             async def emit_end(end: StreamEnd) -> None:

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.errors import GuardRefusedError
 from provmw.pools import Pool
 from provmw.redaction import redact
 from provmw.requests import merged_options
@@ -215,9 +216,12 @@ def stream_end_attributes(end: StreamEnd) -> Attributes:
 
 
 def error_attributes(error: BaseException) -> Attributes:
-    """``error.type`` (the provmw error class) and, when a provider answered, its HTTP status."""
+    """``error.type`` (the provmw error class) and, when a provider answered, its HTTP status; a guard's
+    refusal adds the rule and stage that refused (never the text it matched)."""
     status = getattr(error, "status", None)
     found: Attributes = {ERROR_TYPE: type(error).__name__}
+    if isinstance(error, GuardRefusedError):
+        found |= {"provmw.guard.rule": error.rule, "provmw.guard.stage": error.stage}
     return found | ({"provmw.status_code": status} if isinstance(status, int) else {})
 
 
