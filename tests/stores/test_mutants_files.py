@@ -53,12 +53,15 @@ def test_after_a_fork_the_childs_segment_starts_empty(tmp_path: Path) -> None:
     ahead.seal().drop()  # type: ignore[union-attr]
 
 
-def test_a_write_ahead_segment_is_full_once_its_lines_reach_its_size(tmp_path: Path) -> None:
+def test_a_write_ahead_segment_is_full_once_its_lines_reach_its_size_and_a_new_one_starts_empty(
+        tmp_path: Path) -> None:
     line = len(encode_record(record("a")))
-    ahead = WriteAheadFile(SpillFile(tmp_path / "u.db.spill"), segment_bytes=2 * line)
+    ahead = WriteAheadFile(SpillFile(tmp_path / "u.db.spill"), segment_bytes=line + 1)
     full = []
-    for name in "ab":
+    for name in "abc":
         ahead.append(record(name))
         full.append(ahead.full)
-    assert full == [False, True]  # sealed with the next batch, and a new segment begun
+        if ahead.full:
+            ahead.seal().drop()  # type: ignore[union-attr]
+    assert full == [False, True, False]  # one line is a byte short; two are past it; the next segment has one
     ahead.seal().drop()  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from provmw.errors import UsageLedgerUnavailableError
 from provmw.stores.usage import MemoryUsageStore, SqliteUsageStore, UsageRecord
 from provmw.stores.usage.journal import UsageJournal
 from provmw.stores.usage.spill import SpillFile
@@ -107,3 +108,29 @@ async def test_a_store_that_fails_even_an_empty_write_is_down_not_refusing_a_rec
     assert await journal.durable(record("a")) == "spilled"  # not set aside as a record the store refuses
     assert journal.failing is True
     await journal.aclose(timeout_s=0.01)
+
+
+async def test_a_journaled_record_with_nowhere_to_go_is_left_to_its_segment_not_held(
+        locked: LockedLedger, tmp_path: Path) -> None:
+    spill = tmp_path / "ledger.db.spill"
+    spill.symlink_to(tmp_path / "gone" / "spill")  # appends to the spill file fail; the segments beside it work
+    ledger = UsageJournal(locked.store(), spill=SpillFile(spill), write_ahead=True, linger_s=0.0,
+                          sleep=Probes().sleep)
+    assert await ledger.durable(record("a")) == "journaled"
+    await ledger.flush()
+    assert ledger.held == 0  # durable in its write-ahead segment, which the next replay takes
+    await ledger.aclose(timeout_s=0.01)
+
+
+async def test_fail_closed_says_why_it_refuses_a_call_while_records_have_nowhere_to_go(locked: LockedLedger) -> None:
+    probes = CountedProbes()
+    ledger = UsageJournal(locked.store(), spill=unwritable(locked.path), sleep=probes.sleep, policy="fail_closed")
+    waiter = asyncio.ensure_future(ledger.durable(record("a")))
+    assert await eventually(lambda: ledger.held, lambda held: held == 1) == 1
+    with pytest.raises(UsageLedgerUnavailableError) as refused:
+        ledger.admit()
+    assert str(refused.value) == ("usage ledger: neither the store nor the spill file takes records "
+                                  "(1 held in memory); refusing new calls (failure_policy=fail_closed)")
+    await ledger.aclose(timeout_s=0.01)
+    with pytest.raises(UsageLedgerUnavailableError):
+        await waiter
