@@ -8,7 +8,7 @@ from provmw.context import ProviderOperation
 from provmw.middleware.cache import CacheMiddleware, CacheOptions
 from provmw.responses import EmbeddingResponse, ProviderResponse
 from provmw.stores.cache import MemoryCacheStore
-from provmw.testing import ScriptedNext
+from provmw.testing import ScriptedNext, call_context
 from tests.middleware.test_cache import ANSWER, CONFIG, ctx, stored_key
 from tests.middleware.test_cache_text_store import TextStore, layer
 from tests.virtual_time import run_virtual
@@ -62,3 +62,16 @@ async def test_each_vector_of_an_embedding_counts_its_numbers_and_its_object_aga
     two = attrs.evolve(one, vectors=[[0.5, 1.0], [0.25, 2.0]])
     embedding = ProviderOperation.EMBEDDING
     assert await counted(two, embedding) - await counted(one, embedding) == 2 * 32 + 80
+
+
+async def test_a_call_without_a_key_is_never_cached() -> None:
+    cache, upstream = CacheMiddleware(CacheOptions(operations=("chat",))), ScriptedNext(ANSWER, ANSWER)
+    keyless = call_context(deterministic=True)  # no digest: no cache key
+    answers = [await cache.handle(keyless, CONFIG, upstream) for _ in range(2)]
+    assert [a.cached for a in answers] == [False, False] and len(upstream.calls) == 2
+
+
+async def test_a_call_that_skips_the_cache_goes_to_its_own_configuration() -> None:
+    upstream = ScriptedNext(ANSWER)
+    await CacheMiddleware(CacheOptions(operations=("chat",))).handle(ctx(no_cache=True), CONFIG, upstream)
+    assert upstream.calls == [CONFIG]
