@@ -104,7 +104,9 @@ async def test_latency_measures_a_stale_deployment_with_one_call_not_with_every_
         wall.advance(31.0)  # d's average is 61 s old: unknown again
         fake.fail_randomly(1.0, Fault(delay_s=SLOW_S), model="dep-d")  # and d is still slow
         served = await drive(manager, 16, 16, start=100)
-    assert collections.Counter(served)["d"] <= 2, served
+    # One probe, then only what its measured latency earns against the others' (timing on a busy machine
+    # may earn it a call or two more); the bug sent it all 16.
+    assert collections.Counter(served)["d"] <= 4, served
 
 
 async def test_least_busy_counts_a_stream_still_being_read_as_in_flight(fake: FakeProvider,
