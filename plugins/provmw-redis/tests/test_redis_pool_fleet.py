@@ -1,0 +1,161 @@
+"""Four processes on one pool over Redis: ``latency`` and ``headroom`` hold across a fleet (ADR 0051).
+
+Workers (``pool_worker.py``) are real processes, each with its own ServiceManager and its own
+``pool`` layer on the shared ``RedisPoolState``; they call ONE fake provider, served by this
+test process over loopback, so its rate limiters count every process's requests.
+
+**The clock is stepped by this test, in rounds.** A round is simulated instant ``T``: this test
+sets its own clock (the fake's limiters read it) to ``T``, sends ``T`` and the round's calls to
+every worker (each sets its pool layer's wall clock to ``T``), and waits until every worker has
+answered. Between rounds nothing is in flight, so while any call is out every process reads the
+same ``T``: simulated minutes take no real time and nothing depends on how fast the machine is.
+Within a round the four processes race each other through Redis, as a fleet does. Latencies
+are still measured on each worker's real monotonic clock: that is what ``latency`` compares.
+(A clock mapped from real time, say 1 s = 30 simulated s, was rejected: on a loaded machine the
+workers would fall behind the timeline and the limiters would see bursts the test did not mean.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provmw.testing import FakeClock, FakeProvider, Fault
+
+from conftest import REDIS_URL, ROOT
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+WORKER = str(Path(__file__).with_name("pool_worker.py"))
+PROCESSES = 4
+START = 1_800_000_000.0  # the simulated wall clock's first instant
+FAST_S, SLOW_S = 0.01, 0.05  # the slow deployment takes five times as long
+LIMITS = {"a": 100, "b": 200, "c": 700}  # requests a minute, enforced by the fake and told to the pool
+MINUTES = 2
+
+
+class Fleet:
+    """Worker processes on one pool, started together, driven in rounds of simulated time."""
+
+    def __init__(self, workers: Sequence[asyncio.subprocess.Process]) -> None:
+        self._workers = workers
+
+    @classmethod
+    async def start(cls, document: dict[str, Any], prefix: str) -> Fleet:
+        jobs = [{"settings": document, "redis_url": REDIS_URL, "key_prefix": prefix, "seed": seed}
+                for seed in range(PROCESSES)]
+        workers = [await asyncio.create_subprocess_exec(sys.executable, WORKER, json.dumps(job), cwd=ROOT,
+                                                        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+                   for job in jobs]
+        for worker in workers:  # the barrier: the first round goes to all once every one is ready
+            assert worker.stdout is not None
+            assert await worker.stdout.readline() == b"ready\n", "a worker died before it was ready"
+        return cls(workers)
+
+    async def round(self, now: float, calls: Sequence[int], concurrency: int) -> list[str]:
+        """At simulated ``now``, worker i makes ``calls[i]`` chats; who served each, or ``!Error``."""
+        for worker, n in zip(self._workers, calls, strict=True):
+            assert worker.stdin is not None
+            worker.stdin.write(json.dumps({"now": now, "calls": n, "concurrency": concurrency}).encode() + b"\n")
+            await worker.stdin.drain()
+        served: list[str] = []
+        for worker in self._workers:
+            assert worker.stdout is not None
+            line = await worker.stdout.readline()
+            assert line, "a worker died mid-round"
+            served += json.loads(line)["served"]
+        return served
+
+    async def stop(self) -> None:
+        for worker in self._workers:
+            assert worker.stdin is not None
+            worker.stdin.write(b"\n")
+            await worker.stdin.drain()
+        for worker in self._workers:
+            assert await worker.wait() == 0
+
+
+def pooled(fake: FakeProvider, members: Sequence[str], **pool: Any) -> dict[str, Any]:
+    """A settings document whose default is the pool ``gpt`` of ``members`` (models ``dep-<m>`` on
+    the fake); the built-in pool layer is off, each worker adds its own on the shared clock. One
+    attempt per call: whatever the pool does not absorb reaches the caller."""
+    configurations = {m: {"provider": "openai", "model": f"dep-{m}", "base_url": fake.openai_base_url}
+                      for m in members}
+    return {
+        "default": "gpt",
+        "configurations": configurations,
+        "pools": {"gpt": {"members": list(members), **pool}},
+        "middleware": {"usage": {"store": "memory"}, "retry": {"max_attempts": 1}, "pool": {"enabled": False}},
+    }
+
+
+def split(calls: int) -> list[int]:
+    """``calls`` shared out over the workers as evenly as whole calls allow."""
+    return [calls // PROCESSES + (i < calls % PROCESSES) for i in range(PROCESSES)]
+
+
+def share(served: Sequence[str], member: str) -> float:
+    return collections.Counter(served)[member] / len(served)
+
+
+def slow_down(fake: FakeProvider, slow_model: str | None) -> None:
+    fake.clear_faults()
+    fake.fail_randomly(1.0, Fault(delay_s=FAST_S))
+    if slow_model is not None:
+        fake.fail_randomly(1.0, Fault(delay_s=SLOW_S), model=slow_model)
+
+
+LATENCY_MEMBERS = ("a", "b", "c", "d")
+WARM_UP = 200  # calls (over the fleet) before the latency averages are known
+
+
+async def test_latency_sends_a_five_times_slower_deployment_under_ten_percent_across_four_processes(
+        fake: FakeProvider, prefix: str) -> None:
+    slow_down(fake, "dep-d")
+    fleet = await Fleet.start(pooled(fake, LATENCY_MEMBERS, strategy="latency"), prefix)
+    await fleet.round(START, split(WARM_UP), concurrency=4)  # 16 in flight over the fleet
+    served = await fleet.round(START, split(1_000), concurrency=4)
+    await fleet.stop()
+    assert not [s for s in served if s.startswith("!")]
+    assert share(served, "d") < 0.10, collections.Counter(served)
+
+
+async def test_latency_sends_traffic_again_to_a_recovered_deployment_within_a_minute_across_four_processes(
+        fake: FakeProvider, prefix: str) -> None:
+    slow_down(fake, "dep-d")
+    fleet = await Fleet.start(pooled(fake, LATENCY_MEMBERS, strategy="latency"), prefix)
+    await fleet.round(START, split(600), concurrency=4)
+    slow_down(fake, None)  # d recovers
+    for second in itertools.count():  # 16 calls a simulated second
+        if "d" in await fleet.round(START + second, split(16), concurrency=4) or second > 60:
+            break
+    after = await fleet.round(START + second + 1, split(400), concurrency=4)
+    await fleet.stop()
+    assert second <= 60
+    assert share(after, "d") >= 0.10, collections.Counter(after)  # measured fast again, it takes its part
+
+
+async def test_headroom_keeps_four_processes_under_each_providers_limit_with_no_429_reaching_a_caller(
+        fake: FakeProvider, prefix: str) -> None:
+    # 900 a minute offered against 1,000 of limits: the pool must serve it all (90% of the limits)
+    # without a single 429, where a pool that ignored the limits would send a its third and be refused.
+    clock = FakeClock(START)
+    limits = {m: fake.limit(rpm, model=f"dep-{m}", clock=clock) for m, rpm in LIMITS.items()}
+    fleet = await Fleet.start(pooled(fake, tuple(LIMITS), strategy="headroom", rpm=LIMITS), prefix)
+    served: list[str] = []
+    for second in range(60 * MINUTES):  # a simulated second's calls (15) at once, over the fleet
+        clock.now = START + second
+        served += await fleet.round(clock.now, split(900 // 60), concurrency=4)
+    await fleet.stop()
+    outcomes = collections.Counter(s if s.startswith("!") else "served" for s in served)
+    assert outcomes["served"] >= 0.9 * sum(LIMITS.values()) * MINUTES, outcomes
+    assert outcomes["!RateLimitError"] == 0
+    assert {m: limit.refused for m, limit in limits.items()} == dict.fromkeys(LIMITS, 0)
