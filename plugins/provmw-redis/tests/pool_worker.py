@@ -46,7 +46,9 @@ async def round_of(manager: ServiceManager, calls: int, concurrency: int, name: 
 
 async def main(job: dict[str, Any]) -> None:
     settings = parse_settings(job["settings"], "<pool worker>", {})
-    shared = RedisState(StateSettings(job["redis_url"], options={"key_prefix": job["key_prefix"], "timeout_s": 5.0}))
+    # Only the pools are shared; a loaded machine may take longer than the 0.5 s default to answer.
+    shared = RedisState(StateSettings(job["redis_url"], shared=("pool",),
+                                      options={"key_prefix": job["key_prefix"], "timeout_s": 5.0}))
     wall = FakeClock(0.0)
     layer = PoolMiddleware(pools=settings.pools, configurations=settings.configurations, state=shared.pool_state(),
                            wall_clock=wall, rng=random.Random(job["seed"]))

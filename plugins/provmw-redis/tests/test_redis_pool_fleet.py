@@ -87,8 +87,8 @@ def pooled(fake: FakeProvider, members: Sequence[str], **pool: Any) -> dict[str,
     """A settings document whose default is the pool ``gpt`` of ``members`` (models ``dep-<m>`` on
     the fake); the built-in pool layer is off, each worker adds its own on the shared clock. One
     attempt per call: whatever the pool does not absorb reaches the caller."""
-    configurations = {m: {"provider": "openai", "model": f"dep-{m}", "base_url": fake.openai_base_url}
-                      for m in members}
+    configurations = {m: {"provider": "openai", "model": f"dep-{m}", "base_url": fake.openai_base_url,
+                          "price": {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}} for m in members}
     return {
         "default": "gpt",
         "configurations": configurations,
