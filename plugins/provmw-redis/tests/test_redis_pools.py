@@ -1,13 +1,13 @@
 """Pool state (ADR 0051): one contract, served in memory and by Redis; what only Redis adds (calls
-in flight as leases, one view across handles, keys that expire, one round trip per step)."""
+in flight as leases, one view across handles, keys that expire). How Redis writes starts and ends
+behind the call: ``test_redis_pool_writes.py``."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 import redis
@@ -16,7 +16,7 @@ from provmw_redis.pools import RedisPoolState
 from test_redis_processes import manager, pooled
 
 from provmw.stores.outage import GuardedPoolState
-from provmw.stores.pools import LATENCY_ALPHA, LATENCY_STALE_S, Load, MemoryPoolState, PoolState
+from provmw.stores.pools import LATENCY_ALPHA, LATENCY_STALE_S, Load, MemoryPoolState, PoolState, PoolView
 from provmw.testing import FakeProvider, Fault
 
 from conftest import state_settings
@@ -147,11 +147,33 @@ class TestMemoryPoolState(PoolStateContract):
         await state.aclose()
 
 
+class Flushed:
+    """A ``RedisPoolState`` whose reads first wait for its writes: the contract's steps follow one another."""
+
+    def __init__(self, pools: RedisPoolState) -> None:
+        self.pools = pools
+
+    async def read(self, pool: str, members: Sequence[str], key: str | None, now: float) -> PoolView:
+        await self.pools.flush()
+        return await self.pools.read(pool, members, key, now)
+
+    async def started(self, pool: str, member: str, *, key: str | None, tokens: int, now: float,
+                      key_ttl_s: float) -> None:
+        await self.pools.started(pool, member, key=key, tokens=tokens, now=now, key_ttl_s=key_ttl_s)
+
+    async def ended(self, pool: str, member: str, *, now: float, latency_s: float | None,
+                    cooldown_until: float | None) -> None:
+        await self.pools.ended(pool, member, now=now, latency_s=latency_s, cooldown_until=cooldown_until)
+
+    async def aclose(self) -> None:
+        await self.pools.aclose()
+
+
 @pytest.mark.redis
 class TestRedisPoolState(PoolStateContract):
     @pytest.fixture
     async def pools(self, state: RedisState) -> AsyncIterator[PoolState]:
-        pools = state.pool_state()
+        pools = Flushed(state.pool_state())
         yield pools
         await pools.aclose()
 
@@ -166,14 +188,18 @@ async def other(prefix: str) -> AsyncIterator[RedisState]:
 
 @pytest.mark.redis
 async def test_one_handles_calls_are_in_flight_for_another(state: RedisState, other: RedisState) -> None:
-    await start(state.pool_state())
+    pools = state.pool_state()
+    await start(pools)
+    await pools.flush()
     assert (await load(other.pool_state())).in_flight == 1
 
 
 @pytest.mark.redis
 async def test_latency_cool_downs_and_keys_are_seen_by_another_handle(state: RedisState, other: RedisState) -> None:
-    await start(state.pool_state(), key="k")
-    await end(state.pool_state(), latency_s=2.0, cooldown_until=T + 30)
+    pools = state.pool_state()
+    await start(pools, key="k")
+    await end(pools, latency_s=2.0, cooldown_until=T + 30)
+    await pools.flush()
     view = await other.pool_state().read("p", MEMBERS, "k", T)
     assert (view.loads["a"].latency_s, view.loads["a"].cooldown_until, view.affine) == (2.0, T + 30, "a")
 
@@ -181,7 +207,9 @@ async def test_latency_cool_downs_and_keys_are_seen_by_another_handle(state: Red
 @pytest.mark.redis
 async def test_a_call_of_a_dead_process_stops_counting_after_its_lease(prefix: str, other: RedisState) -> None:
     dead = RedisState(state_settings(prefix, slot_lease_s=30))
-    await start(dead.pool_state())  # never ended: its process is gone
+    pools = dead.pool_state()
+    await start(pools)  # never ended: its process is gone
+    await pools.flush()
     await dead.aclose()
     assert (await load(other.pool_state(), now=T + 29)).in_flight == 1
     assert (await load(other.pool_state(), now=T + 30)).in_flight == 0
@@ -192,8 +220,9 @@ async def test_every_key_written_expires(state: RedisState, prefix: str, redis_s
     pools = state.pool_state()
     await start(pools, "a", key="k", tokens=5)
     await end(pools, "b", latency_s=1.0, cooldown_until=T + 30)
+    await pools.flush()
     keys = list(redis_sync.scan_iter(match=f"{prefix}:pool:*"))
-    assert len(keys) == 4
+    assert len(keys) == 5  # in flight, use, affinity, the member's state, the last write landed
     assert all(redis_sync.pttl(k) > 0 for k in keys)
 
 
@@ -218,28 +247,11 @@ async def test_a_burst_of_calls_in_one_process_spreads_over_the_deployments(fake
                                                                           other: RedisState) -> None:
     # d is the least busy as the burst reads, and stays so in Redis until the burst's starts land:
     # each call must count the starts this process sent meanwhile, or all forty would take d.
+    pools = other.pool_state()
     for member in "abc":
-        await start(other.pool_state(), member, pool="gpt", now=time.time())
+        await start(pools, member, pool="gpt", now=time.time())
+    await pools.flush()
     fake.fail_randomly(1.0, Fault(delay_s=0.05))
     async with manager(pooled(fake, prefix)) as m:
         await asyncio.gather(*(m.chat(f"q{i}") for i in range(40)))
     assert max(collections.Counter(r.model for r in fake.received).values()) <= 15
-
-
-async def test_a_call_on_a_pool_costs_three_round_trips(fake: FakeProvider, prefix: str) -> None:
-    settings = pooled(fake, prefix)
-    settings["state"]["shared"] = ["pool"]
-    async with manager(settings) as m:
-        await m.chat("warm-up")  # each script is loaded once (NOSCRIPT, then SCRIPT LOAD)
-        assert isinstance(m.state.shared, RedisState)
-        client, sent = m.state.shared.client, []
-        send: Callable[..., Awaitable[Any]] = client.execute_command
-
-        async def counted(*args: Any, **options: Any) -> Any:
-            sent.append(args[0])
-            return await send(*args, **options)
-
-        client.execute_command = counted  # type: ignore[method-assign]
-        for _ in range(10):
-            await m.chat("hello")
-    assert sent == ["EVALSHA"] * 30  # read, start, end: one script each
