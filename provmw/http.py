@@ -8,6 +8,9 @@ does for its transports (the tables and the translation live in ``provmw._transp
     with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
         data = await http.post_json(url, body, headers)
 
+An adapter that reads the answer's headers (rate limits: ``openai_rate_limit``,
+``anthropic_rate_limit``) posts with ``post_json_with_headers`` or ``post_sse_with_headers``.
+
 Calls carry no timer: the manager bounds each attempt, and a stream's time to its first
 chunk and between chunks. The time between a stream's events is bounded by ``stream_idle_s``
 too: comments and ``ping`` events do not count.
@@ -19,11 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from provmw._base.strict_json import decode_json, encode_body, plain_json
 from provmw._base.timers import WaitLimit
+from provmw._transport.rate_limits import anthropic_rate_limit, openai_rate_limit
 from provmw._transport.reads import ERROR_BODY_BYTES, ReadLimits, ReadRefused, check_stream_size, read_capped
 from provmw._transport.retry_hints import retry_hints
 from provmw._transport.sse import SSEDecoder, SSEEvent
@@ -65,8 +69,10 @@ __all__ = [
     "SSEEvent",
     "Url",
     "WireErrors",
+    "anthropic_rate_limit",
     "decode_json",
     "malformed",
+    "openai_rate_limit",
     "plain_json",
     "retry_hints",
     "wire_errors",
@@ -80,6 +86,7 @@ KEEPALIVE_EVENTS = frozenset({"ping"})
 Url: TypeAlias = "str | URL"
 # ``bytes`` are sent as they are: an adapter that signs its body sends the bytes it signed.
 Body = Mapping[str, Any] | bytes
+_NO_HEADERS: Mapping[str, str] = {}
 
 
 def __getattr__(name: str) -> Any:
@@ -96,7 +103,22 @@ def _payload(body: Body) -> bytes:
 
 
 class HttpClient:
-    """The manager's HTTP client: one aiohttp session, opened lazily in the running loop."""
+    """The manager's HTTP client: one aiohttp session, opened lazily in the running loop.
+
+    A subclass that overrides ``post_json`` (or ``post_sse``) but not its ``_with_headers`` twin
+    keeps its behaviour for adapters that call the twin: the twin goes through the override, and
+    the answer comes with no headers.
+    """
+
+    _plain_json = False  # set per subclass: post_json overridden, post_json_with_headers not
+    _plain_sse = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._plain_json = cls.post_json is not HttpClient.post_json and \
+            cls.post_json_with_headers is HttpClient.post_json_with_headers
+        cls._plain_sse = cls.post_sse is not HttpClient.post_sse and \
+            cls.post_sse_with_headers is HttpClient.post_sse_with_headers
 
     def __init__(self, *, connector_limit: int = 100, resolver: AbstractResolver | None = None,
                  limits: ReadLimits | None = None) -> None:
@@ -125,28 +147,53 @@ class HttpClient:
 
     async def post_json(self, url: Url, body: Body, headers: Mapping[str, str]) -> Any:
         """POST ``body`` as JSON and return the decoded 2xx answer, else raise ``HttpStatusError``."""
+        return (await self._post_json(url, body, headers))[0]
+
+    async def post_json_with_headers(self, url: Url, body: Body,
+                                     headers: Mapping[str, str]) -> tuple[Any, Mapping[str, str]]:
+        """As ``post_json``, with the answer's headers (case-insensitive)."""
+        if self._plain_json:
+            return await self.post_json(url, body, headers), _NO_HEADERS
+        return await self._post_json(url, body, headers)
+
+    async def _post_json(self, url: Url, body: Body, headers: Mapping[str, str]) -> tuple[Any, Mapping[str, str]]:
         async with self.session.post(url, data=_payload(body), headers=headers, allow_redirects=False,
                                      timeout=_no_timer()) as response:
             if response.status >= 300:
                 raise await _status_of(response, self.limits)
             raw = await read_capped(response.content, response.content_length, self.limits.max_body_bytes)
         try:
-            return decode_json(raw)
+            return decode_json(raw), response.headers
         except ValueError:
             raise NotJsonError(response.status, raw) from None
 
-    async def post_sse(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], *,
-                       read_timeout_s: float | None = None) -> AsyncIterator[SSEEvent]:
+    def post_sse(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], *,
+                 read_timeout_s: float | None = None) -> AsyncIterator[SSEEvent]:
         """POST ``body`` and yield the server-sent events of the 2xx answer.
 
         The manager bounds a stream's attempt (to its first chunk, then between chunks);
         ``read_timeout_s``, when given, also bounds the connect and each socket read.
         """
+        return self._post_sse(url, body, headers, read_timeout_s, None)
+
+    def post_sse_with_headers(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], *,
+                              on_headers: Callable[[Mapping[str, str]], None],
+                              read_timeout_s: float | None = None) -> AsyncIterator[SSEEvent]:
+        """As ``post_sse``; ``on_headers`` gets the 2xx answer's headers once it opens, before its events."""
+        if self._plain_sse:
+            return self.post_sse(url, body, headers, read_timeout_s=read_timeout_s)
+        return self._post_sse(url, body, headers, read_timeout_s, on_headers)
+
+    async def _post_sse(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str],
+                        read_timeout_s: float | None,
+                        on_headers: Callable[[Mapping[str, str]], None] | None) -> AsyncIterator[SSEEvent]:
         timeout = _read_timer(read_timeout_s)
         async with self.session.post(url, data=encode_body(body), headers=headers, allow_redirects=False,
                                      timeout=timeout) as response:
             if response.status >= 300:
                 raise await _status_of(response, self.limits)
+            if on_headers is not None:
+                on_headers(response.headers)
             async for event in _events(response.content, self.limits):
                 yield event
 

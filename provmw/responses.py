@@ -25,6 +25,7 @@ __all__ = [
     "Counts",
     "EmbeddingResponse",
     "ProviderResponse",
+    "RateLimitHint",
     "Usage",
     "VisionResponse",
     "response_from_dict",
@@ -121,12 +122,59 @@ class Attempt:
         )
 
 
+# A provider's rate-limit numbers are bounded before they are believed: a count past this, or a
+# reset further than a day, is a broken header, not advice (a negative one too).
+MAX_RATE_LIMIT_COUNT = 10**10
+MAX_RATE_LIMIT_RESET_S = 24 * 3600.0
+
+
+def _bounded_count(_: object, field: attrs.Attribute[int | None], value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                              or not 0 <= value <= MAX_RATE_LIMIT_COUNT):
+        raise ConfigurationError(f"{field.name}: expected a count from 0 to {MAX_RATE_LIMIT_COUNT}, got {value!r}")
+
+
+def _reset_or_none(value: float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_RATE_LIMIT_RESET_S:
+        raise ConfigurationError(f"expected seconds from 0 to {MAX_RATE_LIMIT_RESET_S:g}, got {value!r}")
+    return float(value)
+
+
+@attrs.frozen(kw_only=True)
+class RateLimitHint:
+    """What a provider's answer said of its rate limits: requests and tokens left, and the seconds
+    until each is refilled (``x-ratelimit-*``, ``anthropic-ratelimit-*`` headers; None: not said).
+
+    Requests and tokens reset apart (a day's requests, a minute's tokens), so each has its own
+    reset. Every number is bounded (:data:`MAX_RATE_LIMIT_COUNT`, :data:`MAX_RATE_LIMIT_RESET_S`).
+    """
+
+    remaining_requests: int | None = attrs.field(default=None, validator=_bounded_count)
+    remaining_tokens: int | None = attrs.field(default=None, validator=_bounded_count)
+    requests_reset_s: float | None = attrs.field(default=None, converter=_reset_or_none)
+    tokens_reset_s: float | None = attrs.field(default=None, converter=_reset_or_none)
+
+    @classmethod
+    def from_dict(cls, value: object) -> RateLimitHint:
+        data, where = serde.mapping(value, "rate_limit"), "rate_limit"
+        resets = {key: None if (v := data.get(key)) is None else serde.finite(v, f"{where}.{key}")
+                  for key in ("requests_reset_s", "tokens_reset_s")}
+        try:
+            return cls(remaining_requests=serde.get(data, "remaining_requests", int, where, default=None),
+                       remaining_tokens=serde.get(data, "remaining_tokens", int, where, default=None), **resets)
+        except ConfigurationError as exc:
+            raise InvalidDataError(f"{where}: {exc}") from None
+
+
 @attrs.frozen(kw_only=True)
 class ProviderResponse:
     """What every response carries: who answered, what it cost, how it got here.
 
     ``response_id`` is the provider's own identifier of the answer (``chatcmpl-...``,
     ``msg_...``) when its adapter reports one, for tracing back to the provider's records.
+    ``rate_limit`` is what the provider's answer said of its rate limits, when it said anything.
     """
 
     TYPE = "response"
@@ -138,6 +186,7 @@ class ProviderResponse:
     served_by: str = ""
     cached: bool = False
     attempts: tuple[Attempt, ...] = ()
+    rate_limit: RateLimitHint | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types only, with a ``type`` discriminator."""
@@ -165,7 +214,13 @@ class ProviderResponse:
             "served_by": serde.get(data, "served_by", str, where, default=""),
             "cached": serde.get(data, "cached", bool, where, default=False),
             "attempts": tuple(Attempt.from_dict(a) for a in attempts),
+            "rate_limit": _rate_limit(data),
         }
+
+
+def _rate_limit(data: Mapping[str, Any]) -> RateLimitHint | None:
+    value = data.get("rate_limit")
+    return None if value is None else RateLimitHint.from_dict(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -233,7 +288,8 @@ class ChatChunk:
     Every chunk a stream hands out names the configuration that serves it (``served_by``)
     and the attempts before it (``attempts``), as ``CompletionResponse`` does. ``parsed``
     is set on the last chunk of a stream with a ``response_schema``: the answer as JSON,
-    validated against it.
+    validated against it. ``rate_limit`` is on the first chunk an adapter hands out, when the
+    provider's answer said anything of its rate limits (its headers come with the opening).
     """
 
     text: str = ""
@@ -243,6 +299,7 @@ class ChatChunk:
     served_by: str = ""
     attempts: tuple[Attempt, ...] = ()
     parsed: Any = attrs.field(default=None, hash=False)
+    rate_limit: RateLimitHint | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types only; ``from_dict`` rebuilds an equal chunk."""
@@ -261,6 +318,7 @@ class ChatChunk:
             served_by=serde.get(data, "served_by", str, where, default=""),
             attempts=tuple(Attempt.from_dict(a) for a in serde.get(data, "attempts", list, where, default=[])),
             parsed=data.get("parsed"),
+            rate_limit=_rate_limit(data),
         )
 
 

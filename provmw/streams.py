@@ -385,7 +385,9 @@ async def open_stream(chunks: AsyncIterator[ChatChunk], *, provider: str, model:
         raise
     state = _Stream(head, chunks, idle_s, price, estimated_input_tokens, max_output_tokens, scrub,
                     scrub_chunk=scrub_chunk)
-    return OpenedStream(provider=provider, model=model, served_by=served_by, stream=state)
+    # The adapter puts its answer's rate-limit hint (its headers) on the first chunk it hands out.
+    return OpenedStream(provider=provider, model=model, served_by=served_by, stream=state,
+                        rate_limit=head[0].rate_limit)
 
 
 async def _close(chunks: AsyncIterator[ChatChunk]) -> None:

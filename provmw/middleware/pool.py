@@ -7,7 +7,9 @@ retry layer's bound is the bound on attempts over the whole pool. Outside the br
 deployment has its own breaker; an open one answers before anything is sent, and the pool
 cools that deployment down and chooses again at once. Budgets, fallback and rate limits above
 it see the pool by its name; the breaker, the ledger and the adapter below it see the
-deployment (``response.served_by`` names it).
+deployment (``response.served_by`` names it). An answer whose provider says (``rate_limit``,
+from its headers) that no request is left, or fewer tokens than the call's estimate, cools its
+deployment down until the provider's reset, so no call is sent there to be answered 429.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from provmw.middleware._pool_choice import choose, headroom
 from provmw.pipeline import Next, R
 from provmw.pools import POOL_PROVIDER, Pool
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest
+from provmw.responses import RateLimitHint
 from provmw.stores.pools import MemoryPoolState, PoolState, PoolView
 from provmw.streams import OpenedStream, StreamEnd
 
@@ -93,10 +96,15 @@ class PoolMiddleware:
                 await self._ended(pool, member, None, None)
                 raise
             latency_s = self._clock() - started
-            if isinstance(response, OpenedStream):  # in flight until the stream ends; its latency: to open
+            wait_s = exhausted_for(response.rate_limit, tokens)
+            cooldown_until = None if wait_s is None else self._wall() + wait_s
+            if isinstance(response, OpenedStream) and cooldown_until is None:
+                # in flight until the stream ends; its latency: to open
                 response.on_end(functools.partial(self._stream_ended, pool, member, latency_s))
                 return response
-            await self._ended(pool, member, latency_s, None)
+            # A stream whose provider has nothing left ends its count now: its deployment takes no
+            # call until the reset, and the state has no way to cool down a call still in flight.
+            await self._ended(pool, member, latency_s, cooldown_until)
             return response
 
     async def _stream_ended(self, pool: Pool, member: str, latency_s: float, end: StreamEnd) -> None:
@@ -146,6 +154,20 @@ class PoolMiddleware:
         if not fresh and able:
             reasons += [f"{m}: failed in this call" for m in able]
         return (fresh or ([] if tried else able)), reasons
+
+
+def exhausted_for(hint: RateLimitHint | None, tokens: int) -> float | None:
+    """The seconds a deployment is left alone after an answer saying ``hint``: until the reset of
+    its requests when none is left, of its tokens when fewer than ``tokens`` (a call's estimate) are
+    left (a second when the reset is not said); None while it has room."""
+    if hint is None:
+        return None
+    waits = []
+    if hint.remaining_requests == 0:
+        waits.append(_MIN_WAIT_S if hint.requests_reset_s is None else hint.requests_reset_s)
+    if hint.remaining_tokens is not None and hint.remaining_tokens < tokens:
+        waits.append(_MIN_WAIT_S if hint.tokens_reset_s is None else hint.tokens_reset_s)
+    return max(waits) if waits else None
 
 
 def affinity_key(pool: Pool, ctx: ProviderCallContext) -> str | None:

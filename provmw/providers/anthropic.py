@@ -31,6 +31,7 @@ from provmw.http import (
     HttpClient,
     InBandError,
     SSEEvent,
+    anthropic_rate_limit,
     decode_json,
     malformed,
     plain_json,
@@ -38,6 +39,7 @@ from provmw.http import (
 )
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
 from provmw.providers import Capabilities
+from provmw.providers._opening import OpeningHint
 from provmw.providers._usage import UsageBody
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
@@ -241,7 +243,8 @@ class AnthropicAdapter:
     async def chat(self, http: HttpClient, config: ProviderConfig,
                    request: ChatRequest) -> CompletionResponse:
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
-            data = await http.post_json(_url(config), self.chat_body(config, request), _headers(config))
+            data, headers = await http.post_json_with_headers(_url(config), self.chat_body(config, request),
+                                                              _headers(config))
         try:
             body = serde.mapping(data, "response")
             structured = request.response_schema is not None
@@ -254,6 +257,7 @@ class AnthropicAdapter:
                 usage=_usage(body.get("usage"), config.model), served_by=config.identifier, text=text,
                 tool_calls=calls, finish_reason=finish,
                 response_id=serde.get(body, "id", str, "response", default=None),
+                rate_limit=anthropic_rate_limit(headers),
             )
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
@@ -269,7 +273,8 @@ class AnthropicAdapter:
     async def stream_chat(self, http: HttpClient, config: ProviderConfig,
                           request: ChatRequest) -> AsyncIterator[ChatChunk]:
         body = {**self.chat_body(config, request), "stream": True}
-        events = http.post_sse(_url(config), body, _headers(config))
+        opening = OpeningHint(anthropic_rate_limit)
+        events = http.post_sse_with_headers(_url(config), body, _headers(config), on_headers=opening.headers)
         usage: dict[str, Any] = {}
         calls = ToolCallAssembler()
         # With a response_schema the answer comes as the forced answer tool's input: its blocks
@@ -285,7 +290,7 @@ class AnthropicAdapter:
                 except _SHAPE_ERRORS as exc:
                     raise malformed(self.name, config.model, exc) from None
                 if chunk is not None:
-                    yield chunk
+                    yield opening.first(chunk)
                 if data.get("type") == "message_stop":
                     return
         raise MalformedResponseError("stream ended before message_stop", provider=self.name,

@@ -19,12 +19,22 @@ import attrs
 from provmw._base import serde
 from provmw.config import ProviderConfig
 from provmw.errors import InvalidDataError, MalformedResponseError
-from provmw.http import ErrorCodes, HttpClient, InBandError, decode_json, malformed, plain_json, wire_errors
+from provmw.http import (
+    ErrorCodes,
+    HttpClient,
+    InBandError,
+    decode_json,
+    malformed,
+    openai_rate_limit,
+    plain_json,
+    wire_errors,
+)
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
 from provmw.providers import Capabilities
+from provmw.providers._opening import OpeningHint
 from provmw.providers._usage import UsageBody
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
-from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
+from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, RateLimitHint, Usage
 from provmw.streams import ToolCallAssembler
 
 __all__ = ["OpenAIAdapter"]
@@ -169,7 +179,7 @@ class OpenAIAdapter:
 
     async def chat(self, http: HttpClient, config: ProviderConfig,
                    request: ChatRequest) -> CompletionResponse:
-        data = await self._post(http, config, "/chat/completions", self.chat_body(config, request))
+        data, hint = await self._post(http, config, "/chat/completions", self.chat_body(config, request))
         try:
             body = _body(data)
             choice = _first_choice(body)
@@ -178,7 +188,7 @@ class OpenAIAdapter:
                 provider=self.name, model=_model(body, config), usage=_usage(body, config.model),
                 served_by=config.identifier, text=_text(message, "content", "message"),
                 tool_calls=_tool_calls(message), finish_reason=_finish_reason(choice, "response.choices[0]"),
-                response_id=serde.get(body, "id", str, "response", default=None),
+                response_id=serde.get(body, "id", str, "response", default=None), rate_limit=hint,
             )
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
@@ -188,7 +198,7 @@ class OpenAIAdapter:
         body = _with_options({"model": config.model, "prompt": request.prompt},
                              merged_options(config, request.options))
         body.pop("tool_choice", None)
-        data = await self._post(http, config, "/completions", body)
+        data, hint = await self._post(http, config, "/completions", body)
         try:
             answer = _body(data)
             choice = _first_choice(answer)
@@ -196,7 +206,7 @@ class OpenAIAdapter:
                 provider=self.name, model=_model(answer, config), usage=_usage(answer, config.model),
                 served_by=config.identifier, text=_text(choice, "text", "response.choices[0]"),
                 finish_reason=_finish_reason(choice, "response.choices[0]"),
-                response_id=serde.get(answer, "id", str, "response", default=None),
+                response_id=serde.get(answer, "id", str, "response", default=None), rate_limit=hint,
             )
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
@@ -207,14 +217,14 @@ class OpenAIAdapter:
                                 "encoding_format": "float"}
         if request.dimensions is not None:
             body["dimensions"] = request.dimensions
-        data = await self._post(http, config, "/embeddings", body)
+        data, hint = await self._post(http, config, "/embeddings", body)
         try:
             answer = _body(data)
             rows = _rows(answer, len(request.inputs))
             return EmbeddingResponse(
                 provider=self.name, model=_model(answer, config), usage=_usage(answer, config.model),
                 served_by=config.identifier,
-                vectors=[_vector(row, f"response.data[{i}]") for i, row in enumerate(rows)],
+                vectors=[_vector(row, f"response.data[{i}]") for i, row in enumerate(rows)], rate_limit=hint,
             )
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
@@ -223,14 +233,16 @@ class OpenAIAdapter:
                           request: ChatRequest) -> AsyncIterator[ChatChunk]:
         body = self.chat_body(config, request)
         body.update(stream=True, stream_options={"include_usage": True})
-        events = http.post_sse(_url(config, "/chat/completions"), body, _headers(config))
+        opening = OpeningHint(openai_rate_limit)
+        events = http.post_sse_with_headers(_url(config, "/chat/completions"), body, _headers(config),
+                                            on_headers=opening.headers)
         # Tool calls come in pieces, and the finish reason and the usage in separate events:
         # the last chunk carries the calls, whole, with both.
         calls, last = ToolCallAssembler(), ChatChunk()
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
             async for event in events:
                 if event.data.strip() == "[DONE]":
-                    yield self._last(config, last, calls)
+                    yield opening.first(self._last(config, last, calls))
                     return
                 data = self._event(config, event.data)
                 if data.get("error") is not None:
@@ -238,12 +250,12 @@ class OpenAIAdapter:
                 chunk = self._stream_chunk(config, data, calls)
                 if chunk.finish_reason is None and chunk.usage is None:
                     if chunk.text:
-                        yield chunk
+                        yield opening.first(chunk)
                     continue
                 last = ChatChunk(finish_reason=chunk.finish_reason or last.finish_reason,
                                  usage=chunk.usage or last.usage)
                 if chunk.text:
-                    yield ChatChunk(text=chunk.text)
+                    yield opening.first(ChatChunk(text=chunk.text))
         raise MalformedResponseError("stream ended before [DONE]", provider=self.name, model=config.model)
 
     def _event(self, config: ProviderConfig, data: str) -> Mapping[str, Any]:
@@ -277,9 +289,11 @@ class OpenAIAdapter:
         return _with_options(body, options)
 
     async def _post(self, http: HttpClient, config: ProviderConfig, path: str,
-                    body: Mapping[str, Any]) -> Any:
+                    body: Mapping[str, Any]) -> tuple[Any, RateLimitHint | None]:
+        """The decoded answer, and what its headers say of the rate limits."""
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
-            return await http.post_json(_url(config, path), body, _headers(config))
+            data, headers = await http.post_json_with_headers(_url(config, path), body, _headers(config))
+        return data, openai_rate_limit(headers)
 
 
 def _json_schema_format(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -354,10 +354,11 @@ class FakeProvider:
         self.received.append(RecordedRequest(route, model, body, FrozenMap(request.headers)))
         if self._api_key is not None and not _authorized(request, self._api_key):
             return _error_response(served, route, 401, None, "invalid x-api-key / bearer token", {})
-        wait_s = self._refusal(route, model)
-        if wait_s is not None:
+        limit = self._limit_for(route, model)
+        if limit is not None and (wait_s := limit.refusal()) is not None:
             return _error_response(served, route, 429, None, "requests per minute exceeded",
                                    {"retry-after": str(math.ceil(wait_s))})
+        headers = {} if limit is None else _rate_limit_headers(served, limit)
         fault = self._next_fault(route, model)
         if fault is not None and fault.delay_s:
             await asyncio.sleep(fault.delay_s)
@@ -372,12 +373,13 @@ class FakeProvider:
         elif self._prompt_cache is not None and route in ("chat", "messages"):
             payload = self._prompt_cache.answered(route, model, body, payload, self._count)
         if served.streams(route, body):
-            return await _stream(request, served, route, served.frames(route, body, payload), fault or Fault())
+            return await _stream(request, served, route, served.frames(route, body, payload), fault or Fault(),
+                                 headers)
         if fault is not None and fault.malformed_json:
             return web.Response(text='{"id": "broken", "choices": [', content_type="application/json")
         if fault is not None and fault.drop_connection:
             return await _drop_mid_body(request, json.dumps(payload).encode())
-        return web.json_response(payload)
+        return web.json_response(payload, headers=headers)
 
     def _chat_model(self, model: str) -> bool:
         """Whether the bundled price table knows ``model`` as an OpenAI chat model (it has an output ceiling).
@@ -391,12 +393,12 @@ class FakeProvider:
         price = self._prices._lookup("openai", model)  # not price_for: that warns about unknown names
         return price is not None and bool(price.max_output_tokens)
 
-    def _refusal(self, route: str, model: str) -> float | None:
-        """The wait a matching limit (the most specific one) asks for, or None: the request goes on."""
+    def _limit_for(self, route: str, model: str) -> RequestLimit | None:
+        """The limit a request is held to: the most specific that matches."""
         for key in ((route, model), (route, _ANY), (_ANY, model), (_ANY, _ANY)):
             limit = self._limits.get(key)
             if limit is not None:
-                return limit.refusal()
+                return limit
         return None
 
     def _next_fault(self, route: str, model: str) -> Fault | None:
@@ -411,10 +413,22 @@ class FakeProvider:
         return None
 
 
+def _rate_limit_headers(served: FakeWire, limit: RequestLimit) -> Mapping[str, str]:
+    """What an answer admitted under ``limit`` says of it, in the wire's style (none if it has none):
+    requests left in the window, and the seconds until one more is let in (0 while some are left)."""
+    headers = getattr(served, "rate_limit_headers", None)
+    if headers is None:
+        return {}
+    times = limit._times  # the window RequestLimit slides: admitted requests' times, oldest first
+    remaining = max(limit.requests_per_minute - len(times), 0)
+    reset_s = max(times[0] + 60 - limit.clock(), 0.0) if times and not remaining else 0.0
+    return dict(headers(remaining, reset_s))
+
+
 async def _stream(request: web.Request, served: FakeWire, route: str, frames: Sequence[bytes],
-                  fault: Fault) -> web.StreamResponse:
+                  fault: Fault, headers: Mapping[str, str]) -> web.StreamResponse:
     """Send ``frames`` with the fault's stream faults struck where it says."""
-    response = web.StreamResponse(headers={"Content-Type": served.stream_content_type})
+    response = web.StreamResponse(headers={**headers, "Content-Type": served.stream_content_type})
     await response.prepare(request)
     await response.write(served.stream_preamble)
     for sent in range(len(frames) + 1):

@@ -6,8 +6,10 @@ and fault injection only.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
@@ -315,6 +317,10 @@ class FakeWire(Protocol):
     def error_frame(self, route: str, code: str | None, message: str) -> bytes: ...
     def malformed_frame(self, route: str) -> bytes: ...
 
+    # Optional (read with getattr, so a wire written before it still serves):
+    # ``rate_limit_headers(remaining, reset_s) -> Mapping[str, str]``, the headers an answer under
+    # a ``limit`` carries in this wire's style: requests left this minute, seconds until one more is let in.
+
 
 def sse(data: str, event: str | None = None) -> bytes:
     """One server-sent event."""
@@ -360,6 +366,10 @@ class OpenAIWire(_SSEWire):
     def error_frame(self, route: str, code: str | None, message: str) -> bytes:
         return sse(json.dumps(openai_error(500, code or "server_error", message)))
 
+    def rate_limit_headers(self, remaining: int, reset_s: float) -> dict[str, str]:
+        """OpenAI's: the reset as a duration (``1.25s``)."""
+        return {"x-ratelimit-remaining-requests": str(remaining), "x-ratelimit-reset-requests": f"{reset_s:.3f}s"}
+
 
 class AnthropicWire(_SSEWire):
     """The Anthropic Messages wire at ``/v1/messages``."""
@@ -377,3 +387,9 @@ class AnthropicWire(_SSEWire):
 
     def error_frame(self, route: str, code: str | None, message: str) -> bytes:
         return sse(json.dumps(anthropic_error(529, code or "overloaded_error", message)), "error")
+
+    def rate_limit_headers(self, remaining: int, reset_s: float) -> dict[str, str]:
+        """Anthropic's: the reset as an RFC 3339 time, on the wall clock."""
+        when = datetime.datetime.fromtimestamp(time.time() + reset_s, tz=datetime.UTC)
+        return {"anthropic-ratelimit-requests-remaining": str(remaining),
+                "anthropic-ratelimit-requests-reset": when.isoformat(timespec="milliseconds").replace("+00:00", "Z")}

@@ -9,7 +9,7 @@ the manager's own client: it opens no session and closes nothing.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from provmw.http import Body, HttpClient, HttpStatusError, SSEEvent, Url, decode_json
@@ -47,18 +47,32 @@ class AzureTransport(HttpClient):
         """Nothing to close: the manager owns the client underneath."""
 
     async def post_json(self, url: Url, body: Body, headers: Mapping[str, str]) -> Any:
+        return (await self.post_json_with_headers(url, body, headers))[0]
+
+    async def post_json_with_headers(self, url: Url, body: Body,
+                                     headers: Mapping[str, str]) -> tuple[Any, Mapping[str, str]]:
+        # Azure's answers carry OpenAI's x-ratelimit-* headers: the adapter reads them as OpenAI's.
         try:
-            data = await self._inner.post_json(self._url(url), body, headers)
+            data, answered = await self._inner.post_json_with_headers(self._url(url), body, headers)
         except HttpStatusError as exc:
             raise self._error(exc) from None
         if (filtered := filtered_answer(data, provider=self._provider, model=self._model)) is not None:
             raise filtered
-        return data
+        return data, answered
 
-    async def post_sse(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], *,
-                       read_timeout_s: float | None = None) -> AsyncIterator[SSEEvent]:
+    def post_sse(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], *,
+                 read_timeout_s: float | None = None) -> AsyncIterator[SSEEvent]:
+        return self._checked(self._inner.post_sse(self._url(url), body, headers, read_timeout_s=read_timeout_s))
+
+    def post_sse_with_headers(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], *,
+                              on_headers: Callable[[Mapping[str, str]], None],
+                              read_timeout_s: float | None = None) -> AsyncIterator[SSEEvent]:
+        return self._checked(self._inner.post_sse_with_headers(self._url(url), body, headers, on_headers=on_headers,
+                                                               read_timeout_s=read_timeout_s))
+
+    async def _checked(self, events: AsyncIterator[SSEEvent]) -> AsyncIterator[SSEEvent]:
         try:
-            async for event in self._inner.post_sse(self._url(url), body, headers, read_timeout_s=read_timeout_s):
+            async for event in events:
                 self._check(event)
                 yield event
         except HttpStatusError as exc:
