@@ -422,7 +422,7 @@ def _rate_limit_headers(served: FakeWire, limit: RequestLimit) -> Mapping[str, s
     times = limit._times  # the window RequestLimit slides: admitted requests' times, oldest first
     remaining = max(limit.requests_per_minute - len(times), 0)
     reset_s = max(times[0] + 60 - limit.clock(), 0.0) if times and not remaining else 0.0
-    return dict(headers(remaining, reset_s))
+    return dict(headers(remaining, math.ceil(reset_s * 1000) / 1000))  # in whole ms, up: waited, it lets one in
 
 
 async def _stream(request: web.Request, served: FakeWire, route: str, frames: Sequence[bytes],

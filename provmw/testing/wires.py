@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
@@ -390,6 +391,7 @@ class AnthropicWire(_SSEWire):
 
     def rate_limit_headers(self, remaining: int, reset_s: float) -> dict[str, str]:
         """Anthropic's: the reset as an RFC 3339 time, on the wall clock."""
-        when = datetime.datetime.fromtimestamp(time.time() + reset_s, tz=datetime.UTC)
+        # in whole ms, up: isoformat would cut the fraction, and a client waiting till then must be let in
+        when = datetime.datetime.fromtimestamp(math.ceil((time.time() + reset_s) * 1000) / 1000, tz=datetime.UTC)
         return {"anthropic-ratelimit-requests-remaining": str(remaining),
                 "anthropic-ratelimit-requests-reset": when.isoformat(timespec="milliseconds").replace("+00:00", "Z")}
