@@ -75,12 +75,13 @@ def _seconds(value: float) -> float | None:
 
 def _duration(text: str | None) -> float | None:
     """A Go duration (``6m0s``, ``1.5s``, ``20ms``) in seconds; a bare number is seconds."""
-    if text is None or len(text := text.strip()) > 40:
+    if text is None or not 0 < len(text := text.strip()) <= 40:
         return None
-    try:
-        return _seconds(float(text))
-    except ValueError:
-        pass
+    if text[-1].isdigit():
+        try:
+            return _seconds(float(text))
+        except ValueError:
+            return None
     parts = _DURATION_PART.findall(text)
     if not parts or "".join(number + unit for number, unit in parts) != text:
         return None
