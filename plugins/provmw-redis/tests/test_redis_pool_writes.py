@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from own_server import FORGETFUL, OwnServer
 from provmw_redis import RedisState
 from provmw_redis.pools import RedisPoolState
 from test_redis_failure import NOWHERE
@@ -99,12 +101,13 @@ async def test_a_read_counts_its_own_starts_still_on_their_way(state: RedisState
 
 async def test_a_read_counts_its_own_landed_starts_once(state: RedisState, pools: RedisPoolState, prefix: str,
                                                        redis_sync: redis.Redis) -> None:
-    held = hold_writes(state)
     await start(pools)
     await start(pools)
-    held.set()
     await pools.flush()
-    assert (await load(pools)).in_flight == 2 and in_flight(redis_sync, prefix) == 2
+    held = hold_writes(state)
+    await start(pools)  # on its way: counted by this process alone
+    assert (await load(pools)).in_flight == 3 and in_flight(redis_sync, prefix) == 2
+    held.set()
 
 
 async def test_aclose_writes_the_starts_and_ends_on_their_way(pools: RedisPoolState, prefix: str,
@@ -114,6 +117,28 @@ async def test_aclose_writes_the_starts_and_ends_on_their_way(pools: RedisPoolSt
     await end(pools)
     await pools.aclose()
     assert in_flight(redis_sync, prefix) == 1
+
+
+@pytest.fixture
+def own(tmp_path: Path) -> Iterator[OwnServer]:
+    server = OwnServer(tmp_path, FORGETFUL)
+    server.start()
+    yield server
+    server.kill()
+
+
+async def test_writes_after_the_server_forgot_its_scripts_load_them_again(own: OwnServer) -> None:
+    backend = RedisState(StateSettings(own.url, options={"key_prefix": "reloaded"}))
+    pools = backend.pool_state()
+    await start(pools)
+    await pools.flush()
+    admin = redis.Redis.from_url(own.url)
+    admin.script_flush()  # as a restart does
+    await end(pools)
+    await pools.aclose()
+    await backend.aclose()
+    assert admin.zcard("reloaded:pool:{p}:f:a") == 0  # the end landed, after its start
+    admin.close()
 
 
 async def test_writes_to_an_unreachable_redis_never_raise(caplog: pytest.LogCaptureFixture) -> None:
