@@ -15,7 +15,10 @@ ceiling); any other name is served as asked::
         assert fake.count(model="primary-model") == 2
 
 Like a real provider it can hold each model to a number of requests a minute (``limit``,
-answering 429 with ``retry-after`` beyond it, on an injectable clock) and report the part of a
+answering 429 with ``retry-after`` beyond it, on an injectable clock, and telling each answer
+under it the requests left and when one more is let in: ``x-ratelimit-remaining-requests`` /
+``x-ratelimit-reset-requests`` on the OpenAI wire, ``anthropic-ratelimit-requests-*`` on
+Anthropic's) and report the part of a
 chat prompt it saw before on the same model as cached input (``prompt_cache=True``)::
 
     fake.limit(100, model="east-model", clock=clock)    # the 101st request in 60 s: 429
@@ -310,7 +313,7 @@ class FakeProvider:
     def limit(self, requests_per_minute: int, *, route: str | None = None, model: str | None = None,
               clock: Callable[[], float] = time.monotonic) -> RequestLimit:
         """Hold matching requests to ``requests_per_minute`` (on ``clock``): beyond it, 429 with
-        ``retry-after``. Returns the limit, whose ``admitted`` and ``refused`` count what it did;
+        ``retry-after``; within it, answers carry the wire's rate-limit headers. Returns the limit, whose ``admitted`` and ``refused`` count what it did;
         a later limit on the same route and model replaces it, ``reset`` removes it."""
         limit = self._limits[self._key(route, model)] = RequestLimit(requests_per_minute, clock)
         return limit
