@@ -313,8 +313,9 @@ class FakeProvider:
     def limit(self, requests_per_minute: int, *, route: str | None = None, model: str | None = None,
               clock: Callable[[], float] = time.monotonic) -> RequestLimit:
         """Hold matching requests to ``requests_per_minute`` (on ``clock``): beyond it, 429 with
-        ``retry-after``; within it, answers carry the wire's rate-limit headers. Returns the limit, whose ``admitted`` and ``refused`` count what it did;
-        a later limit on the same route and model replaces it, ``reset`` removes it."""
+        ``retry-after``; within it, answers carry the wire's rate-limit headers. Returns the limit,
+        whose ``admitted`` and ``refused`` count what it did; a later limit on the same route and
+        model replaces it, ``reset`` removes it."""
         limit = self._limits[self._key(route, model)] = RequestLimit(requests_per_minute, clock)
         return limit
 
