@@ -161,7 +161,8 @@ class RedisPoolState:
         self._send(_Write(number, pool, member, -1 if call else 0, "pool_ended", keys, args))
 
     async def flush(self) -> None:
-        """Wait until every start and end made so far has landed in Redis or been given up."""
+        """Wait until every start and end made so far (and any made meanwhile) has landed in Redis or
+        been given up: what tests and ``aclose`` use to see Redis settled."""
         while self._writer is not None and not self._writer.done():
             await asyncio.wait({self._writer})
 
@@ -171,8 +172,8 @@ class RedisPoolState:
         try:
             await asyncio.wait_for(self.flush(), self._close_s)
         except TimeoutError:
-            log.warning("pool: %d starts and ends were not written to Redis in %gs; given up (their leases "
-                        "and TTLs end them)", len(self._waiting) + 1, self._close_s)
+            log.warning("pool: the starts and ends still on their way were not written to Redis in %gs; given "
+                        "up (their leases and TTLs end them)", self._close_s)
             if self._writer is not None:
                 self._writer.cancel()
         self._waiting.clear()
