@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import types
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -86,7 +87,7 @@ KEEPALIVE_EVENTS = frozenset({"ping"})
 Url: TypeAlias = "str | URL"
 # ``bytes`` are sent as they are: an adapter that signs its body sends the bytes it signed.
 Body = Mapping[str, Any] | bytes
-_NO_HEADERS: Mapping[str, str] = {}
+_NO_HEADERS: Mapping[str, str] = types.MappingProxyType({})
 
 
 def __getattr__(name: str) -> Any:
@@ -115,6 +116,7 @@ class HttpClient:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        # Decided once per class; a twin a subclass overrides itself never reads these.
         cls._plain_json = cls.post_json is not HttpClient.post_json and \
             cls.post_json_with_headers is HttpClient.post_json_with_headers
         cls._plain_sse = cls.post_sse is not HttpClient.post_sse and \

@@ -200,3 +200,4 @@ async def test_a_client_overriding_only_post_sse_still_serves_the_adapters_strea
     seen: list[Mapping[str, str]] = []
     events = OnlyPostSse().post_sse_with_headers("http://127.0.0.1:9/", {}, {}, on_headers=seen.append)
     assert ([e.data async for e in events], seen) == (["overridden"], [])
+
