@@ -64,6 +64,7 @@ async def main(job: dict[str, Any]) -> None:
                 print(json.dumps({"served": served}), flush=True)
                 rounds += 1
     finally:
+        await layer.state.aclose()  # writes what is on its way: the manager does not own this state
         await shared.aclose()
 
 
