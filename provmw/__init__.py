@@ -55,6 +55,7 @@ from provmw.responses import (
     CompletionResponse,
     EmbeddingResponse,
     ProviderResponse,
+    RateLimitHint,
     Usage,
     VisionResponse,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "ToolSpec",
     "UnknownArgumentError",
     "UnsupportedOperationError",
+    "RateLimitHint",
     "Usage",
     "UsageLedgerUnavailableError",
     "VisionResponse",
