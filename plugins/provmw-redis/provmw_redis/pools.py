@@ -40,8 +40,9 @@ trip away, so many concurrent calls of one process would read the same counts an
 member that was least busy. Each write carries a number, increasing in the order this process
 made them, and lands the pool's ``w:<process>`` key with it; a read returns that key, so it
 knows exactly which of this process's own starts and ends it saw, and adds the others (still on
-their way, or made while the read was): each call of the burst sees the choices made before it,
-and nothing is counted twice.
+their way, or made while the read was) to the calls in flight, and the starts to the minute's
+requests and tokens: each call of the burst sees the choices made before it, its rate limits
+included, and nothing is counted twice.
 
 While Redis is unreachable ``read`` raises ``RedisUnavailableError``; the core's outage rule
 (``provmw.stores.outage``) then lets this process's own view of the pools decide.
@@ -79,13 +80,22 @@ _FIELDS = 6  # what pool_read returns per member
 
 
 @attrs.frozen
+class _Unseen:
+    """What this process's own writes add to a member's load while Redis has not seen them."""
+
+    in_flight: int
+    requests: int = 0
+    tokens: int = 0
+
+
+@attrs.frozen
 class _Write:
-    """A start or an end on its way to Redis; ``change`` is what it does to the member's count."""
+    """A start or an end on its way to Redis; ``unseen`` is what a read that misses it must add."""
 
     number: int
     pool: str
     member: str
-    change: int
+    unseen: _Unseen | None
     script: str
     keys: tuple[str, ...]
     args: tuple[str | int, ...]
@@ -107,7 +117,7 @@ class RedisPoolState:
         self._numbers = itertools.count(1)
         self._mine: dict[tuple[str, str], list[str]] = {}  # this process's calls in flight, by name
         # This process's starts and ends, by number, until every read that could miss them is over.
-        self._own: dict[tuple[str, str], dict[int, int]] = {}
+        self._own: dict[tuple[str, str], dict[int, _Unseen]] = {}
         self._written = 0  # every write numbered up to this one has landed or been given up
         self._reading: collections.Counter[int] = collections.Counter()  # reads on their way, by _written then
         self._waiting: collections.deque[_Write] = collections.deque()
@@ -147,7 +157,8 @@ class RedisPoolState:
             keys.append(self._affinity_key(pool, key))
             args += [f"{now + key_ttl_s!r}|{member}", milliseconds(key_ttl_s + SKEW_S)]
         args.append(repr(WINDOW_S))
-        self._send(_Write(number, pool, member, 1, "pool_started", tuple(keys), tuple(args)))
+        self._send(_Write(number, pool, member, _Unseen(1, 1, max(int(tokens), 0)), "pool_started", tuple(keys),
+                          tuple(args)))
 
     async def ended(self, pool: str, member: str, *, now: float, latency_s: float | None,
                     cooldown_until: float | None) -> None:
@@ -158,7 +169,7 @@ class RedisPoolState:
         args = (repr(now), call, _number(latency_s), _number(cooldown_until), repr(LATENCY_ALPHA),
                 repr(LATENCY_STALE_S), milliseconds(kept_s), number, milliseconds(self._lease_s + SKEW_S))
         keys = (self._member_key(pool, member), self._in_flight_key(pool, member), self._landed_key(pool))
-        self._send(_Write(number, pool, member, -1 if call else 0, "pool_ended", keys, args))
+        self._send(_Write(number, pool, member, _Unseen(-1) if call else None, "pool_ended", keys, args))
 
     async def flush(self) -> None:
         """Wait until every start and end made so far (and any made meanwhile) has landed in Redis or
@@ -181,8 +192,8 @@ class RedisPoolState:
         self._own.clear()
 
     def _send(self, write: _Write) -> None:
-        if write.change:
-            self._own.setdefault((write.pool, write.member), {})[write.number] = write.change
+        if write.unseen is not None:
+            self._own.setdefault((write.pool, write.member), {})[write.number] = write.unseen
         self._waiting.append(write)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_all(), name="provmw-redis pool writer")
@@ -242,9 +253,11 @@ class RedisPoolState:
             if own is not None and not own:
                 del self._own[pool_member]
 
-    def _unseen(self, pool: str, member: str, landed: int) -> int:
-        """This process's starts less its ends on ``member`` that a read which saw ``landed`` missed."""
-        return sum(change for number, change in self._own.get((pool, member), {}).items() if number > landed)
+    def _unseen(self, pool: str, member: str, landed: int) -> _Unseen:
+        """This process's starts and ends on ``member`` that a read which saw ``landed`` missed."""
+        missed = [unseen for number, unseen in self._own.get((pool, member), {}).items() if number > landed]
+        return _Unseen(sum(u.in_flight for u in missed), sum(u.requests for u in missed),
+                       sum(u.tokens for u in missed))
 
     def _forget_newest(self, pool: str, member: str) -> str:
         calls = self._mine.get((pool, member))
@@ -277,13 +290,13 @@ class RedisPoolState:
         return f"{self._tag(pool)}k:{key}"
 
 
-def _load(fields: Sequence[bytes | int | None], own_since_read: int, now: float) -> Load:
+def _load(fields: Sequence[bytes | int | None], unseen: _Unseen, now: float) -> Load:
     in_flight, latency, measured_at, cooldown, requests, tokens = fields
     average = None
     if latency is not None and measured_at is not None and now - float(measured_at) < LATENCY_STALE_S:
         average = float(latency)
-    return Load(max(int(in_flight or 0) + own_since_read, 0), average, int(requests or 0), int(tokens or 0),
-                float(cooldown or 0.0))
+    return Load(max(int(in_flight or 0) + unseen.in_flight, 0), average, int(requests or 0) + unseen.requests,
+                int(tokens or 0) + unseen.tokens, float(cooldown or 0.0))
 
 
 def _affine(value: bytes | None, now: float) -> str | None:

@@ -99,6 +99,17 @@ async def test_a_read_counts_its_own_starts_still_on_their_way(state: RedisState
     held.set()
 
 
+async def test_a_read_counts_its_own_starts_on_their_way_in_the_minutes_use(
+        state: RedisState, pools: RedisPoolState, prefix: str, redis_sync: redis.Redis) -> None:
+    held = hold_writes(state)
+    await start(pools, tokens=10)
+    await start(pools, tokens=5)
+    await end(pools)  # an end takes nothing from the minute's use
+    used = await load(pools)
+    assert (used.requests, used.tokens) == (2, 15) and redis_sync.zcard(f"{prefix}:pool:{{p}}:u:a") == 0
+    held.set()
+
+
 async def test_a_read_counts_its_own_landed_starts_once(state: RedisState, pools: RedisPoolState, prefix: str,
                                                        redis_sync: redis.Redis) -> None:
     await start(pools)
