@@ -5,9 +5,10 @@ reads a wall clock the test sets.
 ``pool`` layer is off), ``redis_url``, ``key_prefix`` and ``seed`` (the layer's random source). The
 worker adds its own ``pool`` layer on ``RedisPoolState`` with a wall clock it does not advance
 itself, prints ``ready``, then runs rounds: each line on stdin is JSON ``{"now": T, "calls": n,
-"concurrency": c}``; it sets the wall clock to ``T``, makes ``n`` chats, ``c`` at a time, and prints
-one JSON line, ``{"served": [...]}``: per call, in order, the deployment that served it, or ``!``
-and the error's type. An empty line (or the end of stdin) ends it.
+"concurrency": c}``; it sets the wall clock to ``T``, makes ``n`` chats, ``c`` at a time, waits until
+their starts and ends have landed in Redis (they are written behind the calls), and prints one
+JSON line, ``{"served": [...]}``: per call, in order, the deployment that served it, or ``!`` and
+the error's type. An empty line (or the end of stdin) ends it.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ async def main(job: dict[str, Any]) -> None:
     shared = RedisState(StateSettings(job["redis_url"], shared=("pool",),
                                       options={"key_prefix": job["key_prefix"], "timeout_s": 5.0}))
     wall = FakeClock(0.0)
-    layer = PoolMiddleware(pools=settings.pools, configurations=settings.configurations, state=shared.pool_state(),
+    pools = shared.pool_state()
+    layer = PoolMiddleware(pools=settings.pools, configurations=settings.configurations, state=pools,
                            wall_clock=wall, rng=random.Random(job["seed"]))
     host = PluginHost(PluginPolicy(allow=("redis",)), environ={})
     try:
@@ -61,10 +63,11 @@ async def main(job: dict[str, Any]) -> None:
                 order = json.loads(line)
                 wall.now = float(order["now"])
                 served = await round_of(manager, order["calls"], order["concurrency"], f"w{job['seed']}r{rounds}")
+                await pools.flush()  # the round's starts and ends are in Redis before the next round reads
                 print(json.dumps({"served": served}), flush=True)
                 rounds += 1
     finally:
-        await layer.state.aclose()  # writes what is on its way: the manager does not own this state
+        await pools.aclose()  # writes what is on its way: the manager does not own this state
         await shared.aclose()
 
 

@@ -7,8 +7,10 @@ test process over loopback, so its rate limiters count every process's requests.
 **The clock is stepped by this test, in rounds.** A round is simulated instant ``T``: this test
 sets its own clock (the fake's limiters read it) to ``T``, sends ``T`` and the round's calls to
 every worker (each sets its pool layer's wall clock to ``T``), and waits until every worker has
-answered. Between rounds nothing is in flight, so while any call is out every process reads the
-same ``T``: simulated minutes take no real time and nothing depends on how fast the machine is.
+answered (a worker answers once its round's starts and ends have landed in Redis). Between
+rounds nothing is in flight or on its way, so while any call is out every process reads the same
+``T`` and the same store: simulated minutes take no real time and nothing depends on how fast
+the machine is.
 Within a round the four processes race each other through Redis, as a fleet does. Latencies
 are still measured on each worker's real monotonic clock: that is what ``latency`` compares.
 (A clock mapped from real time, say 1 s = 30 simulated s, was rejected: on a loaded machine the
