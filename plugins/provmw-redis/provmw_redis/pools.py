@@ -23,10 +23,9 @@ round trips, not one each. What that means for readers: a start or an end is in 
 trip or two after the call made it (typically long before the provider answers), so another
 process, or an affinity key's next call, sees it then; :meth:`RedisPoolState.flush` waits for
 everything sent so far, and ``aclose`` flushes (for at most ``max(1 s, 4 x timeout_s)``), so a
-manager that closes leaves Redis consistent. A write that fails is given up, never raised into
-a call: an unreachable Redis is the backend's outage (logged once, while reads fall back to
-this process's view), any other error is logged here; what a lost start or end leaves behind
-ends with its lease or TTL.
+manager that closes leaves Redis consistent. A write that fails on its way is given up, never
+raised into a call: an unreachable Redis is the backend's outage (logged once), any other error
+is logged here; what a lost start or end leaves behind ends with its lease or TTL.
 
 **Calls in flight are leases.** Each start adds the call, under a name of its own, with an
 expiry ``slot_lease_s`` ahead (the rate limits' concurrency slots use the same lease); its end
@@ -44,8 +43,10 @@ their way, or made while the read was) to the calls in flight, and the starts to
 requests and tokens: each call of the burst sees the choices made before it, its rate limits
 included, and nothing is counted twice.
 
-While Redis is unreachable ``read`` raises ``RedisUnavailableError``; the core's outage rule
-(``provmw.stores.outage``) then lets this process's own view of the pools decide.
+While Redis is unreachable ``read`` raises ``RedisUnavailableError``, and so do ``started`` and
+``ended`` once a read or a write has found it so, until a read answers again (a write then would
+only be lost); the core's outage rule (``provmw.stores.outage``) then lets this process's own
+view of the pools decide, and logs the outage once.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ class RedisPoolState:
         self._waiting: collections.deque[_Write] = collections.deque()
         self._writer: asyncio.Task[None] | None = None
         self._loaded = False  # whether this writer has loaded its scripts into the server
+        self._down = False  # Redis failed a read or a write, and no read has answered since
 
     async def read(self, pool: str, members: Sequence[str], key: str | None, now: float) -> PoolView:
         keys = [name for member in members for name in self._member_keys(pool, member)]
@@ -134,6 +136,11 @@ class RedisPoolState:
         try:
             answer = await self._state.run(lambda: self._read(keys=keys, args=[repr(now), len(members),
                                                                                 repr(WINDOW_S)]))
+        except RedisUnavailableError:
+            self._down = True
+            raise
+        else:
+            self._down = False
         finally:
             self._reading[written] -= 1
             if not self._reading[written]:
@@ -146,6 +153,7 @@ class RedisPoolState:
     async def started(self, pool: str, member: str, *, key: str | None, tokens: int, now: float,
                       key_ttl_s: float) -> None:
         """Counted at once by this process's reads; in Redis a round trip or two later."""
+        self._refuse_while_down()
         call = f"{self._process}:{next(self._calls)}"
         self._mine.setdefault((pool, member), []).append(call)
         number = next(self._numbers)
@@ -164,6 +172,7 @@ class RedisPoolState:
                     cooldown_until: float | None) -> None:
         """Counted at once by this process's reads; in Redis after its start, a round trip or two later."""
         call = self._forget_newest(pool, member)
+        self._refuse_while_down()
         number = next(self._numbers)
         kept_s = max(LATENCY_STALE_S, 0.0 if cooldown_until is None else cooldown_until - now) + SKEW_S
         args = (repr(now), call, _number(latency_s), _number(cooldown_until), repr(LATENCY_ALPHA),
@@ -191,6 +200,13 @@ class RedisPoolState:
         self._mine.clear()
         self._own.clear()
 
+    def _refuse_while_down(self) -> None:
+        """While Redis is known to be down a write would be lost: refused at once, so the outage guard
+        keeps counting one outage (a start that "succeeded" would read as Redis answering again)."""
+        if self._down:
+            raise RedisUnavailableError("redis state unreachable lately: pool starts and ends wait for a read "
+                                        "to answer")
+
     def _send(self, write: _Write) -> None:
         if write.unseen is not None:
             self._own.setdefault((write.pool, write.member), {})[write.number] = write.unseen
@@ -205,6 +221,7 @@ class RedisPoolState:
             try:
                 lost = await self._state.run(functools.partial(self._pipelined, batch))
             except RedisUnavailableError:  # the backend's outage, logged there once
+                self._down = True
                 lost = batch
             except Exception as exc:
                 log.warning("pool: %d starts and ends could not be written to Redis (%s: %s)", len(batch),

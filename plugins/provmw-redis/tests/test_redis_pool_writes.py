@@ -152,17 +152,28 @@ async def test_writes_after_the_server_forgot_its_scripts_load_them_again(own: O
     admin.close()
 
 
-async def test_writes_to_an_unreachable_redis_never_raise(caplog: pytest.LogCaptureFixture) -> None:
+async def test_writes_lost_to_an_unreachable_redis_never_raise(caplog: pytest.LogCaptureFixture) -> None:
     backend = RedisState(StateSettings(NOWHERE, options={"key_prefix": "unreachable"}))
     pools = backend.pool_state()
     with caplog.at_level(logging.WARNING):
-        for _ in range(3):
-            await start(pools)
-            await end(pools, latency_s=1.0)
+        await start(pools)
+        await end(pools, latency_s=1.0)
         await pools.aclose()
     await backend.aclose()
     warned = [r.getMessage().split(" (")[0] for r in caplog.records if r.name.startswith("provmw")]
     assert warned == ["redis state unreachable"]  # the outage, once; nothing raised
+
+
+async def test_a_pool_outage_is_logged_once_however_many_calls_start_and_end(
+        fake: FakeProvider, caplog: pytest.LogCaptureFixture) -> None:
+    settings = pooled(fake, "pool-writes-outage")
+    settings["state"]["url"] = NOWHERE
+    async with manager(settings) as m:
+        with caplog.at_level(logging.WARNING):
+            for _ in range(5):
+                await m.chat("hello")
+    pool = [r.getMessage().split(" (")[0] for r in caplog.records if r.getMessage().startswith("pool:")]
+    assert pool == ["pool: the store failed"]  # a start refused while Redis is down never reads as it answering
 
 
 async def test_an_outage_in_the_writes_leaves_calls_answered(fake: FakeProvider) -> None:
