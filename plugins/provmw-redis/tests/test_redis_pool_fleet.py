@@ -10,9 +10,9 @@ every worker (each sets its pool layer's wall clock to ``T``), and waits until e
 answered (a worker answers once its round's starts and ends have landed in Redis). Between
 rounds nothing is in flight or on its way, so while any call is out every process reads the same
 ``T`` and the same store: simulated minutes take no real time and nothing depends on how fast
-the machine is.
-Within a round the four processes race each other through Redis, as a fleet does. Latencies
-are still measured on each worker's real monotonic clock: that is what ``latency`` compares.
+the machine is. Within a round the four processes race each other through Redis, as a fleet
+does. Latencies are still measured on each worker's real monotonic clock: that is what
+``latency`` compares.
 (A clock mapped from real time, say 1 s = 30 simulated s, was rejected: on a loaded machine the
 workers would fall behind the timeline and the limiters would see bursts the test did not mean.)
 """
@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,19 @@ class Fleet:
         self._workers = workers
 
     @classmethod
-    async def start(cls, document: dict[str, Any], prefix: str, processes: int = PROCESSES) -> Fleet:
+    @contextlib.asynccontextmanager
+    async def started(cls, document: dict[str, Any], prefix: str, processes: int = PROCESSES) -> AsyncIterator[Fleet]:
+        """The workers, ready; stopped on the way out (killed if the test failed mid-round)."""
+        fleet = await cls._start(document, prefix, processes)
+        try:
+            yield fleet
+        except BaseException:
+            await fleet._kill()
+            raise
+        await fleet._stop()
+
+    @classmethod
+    async def _start(cls, document: dict[str, Any], prefix: str, processes: int) -> Fleet:
         jobs = [{"settings": document, "redis_url": REDIS_URL, "key_prefix": prefix, "seed": seed}
                 for seed in range(processes)]
         workers = [await asyncio.create_subprocess_exec(sys.executable, WORKER, json.dumps(job), cwd=ROOT,
@@ -76,7 +89,13 @@ class Fleet:
             served += json.loads(line)["served"]
         return served
 
-    async def stop(self) -> None:
+    async def _kill(self) -> None:
+        for worker in self._workers:
+            if worker.returncode is None:
+                worker.kill()
+                await worker.wait()
+
+    async def _stop(self) -> None:
         for worker in self._workers:
             assert worker.stdin is not None
             worker.stdin.write(b"\n")
@@ -122,10 +141,9 @@ WARM_UP = 200  # calls (over the fleet) before the latency averages are known
 async def test_latency_sends_a_five_times_slower_deployment_under_ten_percent_across_four_processes(
         fake: FakeProvider, prefix: str) -> None:
     slow_down(fake, "dep-d")
-    fleet = await Fleet.start(pooled(fake, LATENCY_MEMBERS, strategy="latency"), prefix)
-    await fleet.round(START, split(WARM_UP), concurrency=4)  # 16 in flight over the fleet
-    served = await fleet.round(START, split(1_000), concurrency=4)
-    await fleet.stop()
+    async with Fleet.started(pooled(fake, LATENCY_MEMBERS, strategy="latency"), prefix) as fleet:
+        await fleet.round(START, split(WARM_UP), concurrency=4)  # 16 in flight over the fleet
+        served = await fleet.round(START, split(1_000), concurrency=4)
     assert not [s for s in served if s.startswith("!")]
     assert share(served, "d") < 0.10, collections.Counter(served)
 
@@ -134,14 +152,13 @@ async def test_latency_sends_a_five_times_slower_deployment_under_ten_percent_ac
 async def test_latency_sends_traffic_again_to_a_recovered_deployment_within_a_minute_across_four_processes(
         fake: FakeProvider, prefix: str, explore: float) -> None:
     slow_down(fake, "dep-d")
-    fleet = await Fleet.start(pooled(fake, LATENCY_MEMBERS, strategy="latency", explore=explore), prefix)
-    await fleet.round(START, split(600), concurrency=4)
-    slow_down(fake, None)  # d recovers
-    for second in itertools.count():  # 16 calls a simulated second
-        if "d" in await fleet.round(START + second, split(16), concurrency=4) or second > 60:
-            break
-    after = await fleet.round(START + second + 1, split(400), concurrency=4)
-    await fleet.stop()
+    async with Fleet.started(pooled(fake, LATENCY_MEMBERS, strategy="latency", explore=explore), prefix) as fleet:
+        await fleet.round(START, split(600), concurrency=4)
+        slow_down(fake, None)  # d recovers
+        for second in itertools.count():  # 16 calls a simulated second
+            if "d" in await fleet.round(START + second, split(16), concurrency=4) or second > 60:
+                break
+        after = await fleet.round(START + second + 1, split(400), concurrency=4)
     assert second <= 60
     assert share(after, "d") >= 0.10, collections.Counter(after)  # measured fast again, it takes its part
 
@@ -152,12 +169,11 @@ async def headroom_fleet(fake: FakeProvider, prefix: str, per_minute: int) -> tu
     calls at once; what reached the callers, and each deployment's provider-side limit."""
     clock = FakeClock(START)
     limits = {m: fake.limit(rpm, model=f"dep-{m}", clock=clock) for m, rpm in LIMITS.items()}
-    fleet = await Fleet.start(pooled(fake, tuple(LIMITS), strategy="headroom", rpm=LIMITS), prefix)
     served: list[str] = []
-    for second in range(60 * MINUTES):
-        clock.now = START + second
-        served += await fleet.round(clock.now, split(per_minute // 60), concurrency=4)
-    await fleet.stop()
+    async with Fleet.started(pooled(fake, tuple(LIMITS), strategy="headroom", rpm=LIMITS), prefix) as fleet:
+        for second in range(60 * MINUTES):
+            clock.now = START + second
+            served += await fleet.round(clock.now, split(per_minute // 60), concurrency=4)
     return collections.Counter(s if s.startswith("!") else "served" for s in served), limits
 
 
@@ -185,8 +201,7 @@ async def test_a_burst_in_one_process_over_redis_sends_a_deployment_no_more_than
     # Twenty calls at once for ten a minute: each call's read must count the starts of the calls
     # chosen before it (still on their way to Redis), or every one of them passes the rpm filter.
     limit = fake.limit(10, model="dep-a", clock=lambda: START)
-    fleet = await Fleet.start(pooled(fake, ("a",), strategy="headroom", rpm={"a": 10}), prefix, processes=1)
-    served = await fleet.round(START, [20], concurrency=20)
-    await fleet.stop()
+    async with Fleet.started(pooled(fake, ("a",), strategy="headroom", rpm={"a": 10}), prefix, processes=1) as fleet:
+        served = await fleet.round(START, [20], concurrency=20)
     assert limit.refused == 0
     assert len([s for s in served if not s.startswith("!")]) == 10
