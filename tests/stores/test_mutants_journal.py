@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -134,3 +135,29 @@ async def test_fail_closed_says_why_it_refuses_a_call_while_records_have_nowhere
     await ledger.aclose(timeout_s=0.01)
     with pytest.raises(UsageLedgerUnavailableError):
         await waiter
+
+
+class FullSpill(SpillFile):
+    """A spill file on a full disk whose append (in the journal's thread) fails once ``release`` is set."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.appending, self.release = threading.Event(), threading.Event()
+
+    def append(self, records: Sequence[UsageRecord]) -> None:
+        self.appending.set()
+        self.release.wait(5)
+        raise OSError(28, "No space left on device")
+
+
+async def test_a_caller_who_waits_on_a_journaled_record_that_goes_nowhere_is_told_it_is_journaled(
+        locked: LockedLedger, tmp_path: Path) -> None:
+    spill = FullSpill(tmp_path / "ledger.db.spill")
+    ledger = UsageJournal(locked.store(), spill=spill, write_ahead=True, linger_s=0.0, sleep=Probes().sleep)
+    assert await ledger.durable(record("a")) == "journaled"
+    await asyncio.to_thread(spill.appending.wait, 5)  # the store failed: the writer is spilling "a"
+    waiter = asyncio.ensure_future(ledger.durable(record("a")))  # the same record, while the store fails
+    await asyncio.sleep(0)
+    spill.release.set()
+    assert await asyncio.wait_for(waiter, 5) == "journaled"  # durable in its write-ahead segment
+    await ledger.aclose(timeout_s=0.01)
