@@ -62,9 +62,11 @@ async def test_a_call_on_a_pool_waits_for_one_script_and_not_for_its_writes(fake
     settings = pooled(fake, prefix)
     settings["state"]["shared"] = ["pool"]
     async with manager(settings) as m:
-        await m.chat("warm-up")  # the read script is loaded once (NOSCRIPT, then SCRIPT LOAD)
-        shared = m.state.shared
-        assert isinstance(shared, RedisState)
+        await m.chat("warm-up")  # the scripts are loaded once (NOSCRIPT, then SCRIPT LOAD)
+        shared, pools = m.state.shared, m.state.pool_state()
+        assert isinstance(shared, RedisState) and isinstance(pools, GuardedPoolState)
+        assert isinstance(pools.shared, RedisPoolState)
+        await pools.shared.flush()
         sent: list[object] = []
         send: Callable[..., Awaitable[Any]] = shared.client.execute_command
 
