@@ -94,3 +94,24 @@ async def test_a_reservation_of_no_charges_is_granted(tmp_path: Path) -> None:
     store = SqliteBudgetStore(tmp_path / "b.db")
     assert await store.reserve("nothing", [], now=0, lease_s=60) is None
     await store.aclose()
+
+
+async def test_a_block_settled_at_once_leaves_no_journal_for_a_replay_to_count_again(tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db")  # FULL: a settle is committed before it returns
+    await store.reserve("block-1", [SMALL], now=0, lease_s=60)
+    store.running("block-1", Amounts(7, 0, 1))
+    await store.settle("block-1", Amounts(7, 0, 1))
+    await store.aclose()
+    assert journals(tmp_path) == []
+
+
+async def test_a_settle_journal_past_64_kib_starts_over_once_every_line_is_committed(tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL", settle_delay_s=60)
+    for i in range(70):  # ids of a thousand characters: seventy settles write some 70 KiB of lines
+        rid = f"{i:04}" + "r" * 1_000
+        await store.reserve(rid, [SMALL], now=0, lease_s=60)  # commits the settle journaled before
+        await store.settle(rid, Amounts(1, 0, 1))
+    await store.flush()
+    [journal] = journals(tmp_path)
+    assert journal.stat().st_size < 64 * 1024
+    await store.aclose()
