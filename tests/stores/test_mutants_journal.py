@@ -161,3 +161,18 @@ async def test_a_caller_who_waits_on_a_journaled_record_that_goes_nowhere_is_tol
     spill.release.set()
     assert await asyncio.wait_for(waiter, 5) == "journaled"  # durable in its write-ahead segment
     await ledger.aclose(timeout_s=0.01)
+
+
+def segments(folder: Path) -> list[Path]:
+    """The write-ahead segments beside ``folder``'s ledger ``u.db``."""
+    return list(folder.glob("u.db.spill.*.replay"))
+
+
+async def test_a_full_write_ahead_segment_is_removed_once_its_records_are_stored(tmp_path: Path) -> None:
+    journal = UsageJournal(SqliteUsageStore(tmp_path / "u.db"), write_ahead=True, linger_s=0.0)
+    for i in range(120):  # lines of some 10 KB: past the segment's 1 MiB
+        assert await journal.durable(record(f"c{i}", model="m" * 10_000)) == "journaled"
+    await journal.flush()
+    assert len(await journal.store.records()) == 120
+    assert segments(tmp_path) == []  # sealed with its batch, and dropped
+    await journal.aclose()
