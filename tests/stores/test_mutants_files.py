@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
+import json
+import os
 import stat
 from pathlib import Path
 
 from provmw.stores.usage import write_ahead
 from provmw.stores.usage.spill import SpillFile, encode_record
 from provmw.stores.usage.write_ahead import WriteAheadFile
+from tests.polling import eventually
 from tests.stores.test_usage_store import record
 
 
@@ -65,3 +70,27 @@ def test_a_write_ahead_segment_is_full_once_its_lines_reach_its_size_and_a_new_o
             ahead.seal().drop()  # type: ignore[union-attr]
     assert full == [False, True, False]  # one line is a byte short; two are past it; the next segment has one
     ahead.seal().drop()  # type: ignore[union-attr]
+
+
+def descriptors_on(path: Path) -> int:
+    """How many of this process's open files are ``path``."""
+    target = os.path.realpath(path)
+    return sum(os.path.realpath(f"/proc/self/fd/{fd}") == target for fd in os.listdir("/proc/self/fd"))
+
+
+def keys_in(path: Path) -> list[tuple[str, int]]:
+    return [(value["call_id"], value["attempt"]) for value in map(json.loads, path.read_text().splitlines())]
+
+
+async def test_an_append_that_waited_while_a_replay_took_the_file_writes_to_a_new_one(tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "u.db.spill")
+    spill.append([record("old")])
+    replay = os.open(spill.path, os.O_RDONLY)
+    fcntl.flock(replay, fcntl.LOCK_EX)  # a replay has the file locked ...
+    appending = asyncio.ensure_future(asyncio.to_thread(spill.append, [record("new")]))
+    assert await eventually(lambda: descriptors_on(spill.path), (2).__le__) == 2  # opened, waiting for the lock
+    claimed = spill.path.with_name("u.db.spill.deadbeef.replay")
+    os.rename(spill.path, claimed)  # ... takes it for itself, and lets go
+    os.close(replay)
+    await asyncio.wait_for(appending, 5)
+    assert (keys_in(claimed), keys_in(spill.path)) == ([("old", 1)], [("new", 1)])
