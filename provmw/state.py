@@ -106,8 +106,10 @@ class State:
                                                         **self._journal_options))
 
     async def aclose(self) -> None:
-        """Write what the ledger's journal still holds, close every store made, then the shared backend."""
+        """Write what the ledger's journal still holds, close every store made (the budgets', the pools'),
+        then the shared backend."""
         journal, budgets = self._made.pop("usage", None), self._made.pop("budget", None)
+        pools = self._made.pop("pool", None)  # a shared one writes its pending starts and ends first
         try:
             if journal is not None:
                 await journal.aclose()
@@ -115,8 +117,9 @@ class State:
                 await self.ledger.aclose()
         finally:
             try:
-                if budgets is not None:
-                    await budgets.aclose()
+                for store in (budgets, pools):
+                    if store is not None:
+                        await store.aclose()
             finally:
                 if self.shared is not None:
                     await self.shared.aclose()
