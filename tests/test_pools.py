@@ -117,7 +117,7 @@ async def test_a_pool_with_every_deployment_at_its_limit_is_unavailable(fake: Fa
     settings = pooled(fake, "order", members=("a",), rpm={"a": 1})
     async with ServiceManager(settings, host=builtin_only) as manager:
         await manager.chat("hi")
-        with pytest.raises(PoolUnavailableError, match="a: at its limit this minute"):
+        with pytest.raises(PoolUnavailableError, match="a: at its limit in the last minute"):
             await manager.chat("hi")
 
 

@@ -135,17 +135,19 @@ class PoolMiddleware:
     def _candidates(self, pool: Pool, ctx: ProviderCallContext, view: PoolView, tried: set[str], tokens: int,
                     now: float) -> tuple[list[str], list[str]]:
         """The members that may take the call, and why each other one may not."""
-        excluded = _names(ctx.facts.controls.get("exclude_deployments", ()))
+        controls = ctx.facts.controls
+        excluded = _names(controls["exclude_deployments"]) if "exclude_deployments" in controls else frozenset()
         failed = {a.config_id for a in ctx.attempts.recorded if a.error_type is not None} | tried
-        unmet = ctx.facts.unmet
+        unmet, limited, configurations = ctx.facts.unmet, bool(pool.rpm or pool.tpm), self._configurations
         able, reasons = [], []
         for member in pool.members:
             load = view.loads[member]
             why = "excluded" if member in excluded else \
-                "inactive" if not self._configurations[member].active else \
+                "inactive" if not configurations[member].active else \
                 f"lacks {', '.join(unmet[member])}" if member in unmet else \
                 "cooling down" if load.cooldown_until > now else \
-                "at its limit this minute" if headroom(pool, member, load, tokens) is None else None
+                "at its limit in the last minute" if limited and headroom(pool, member, load, tokens) is None \
+                else None
             if why is None:
                 able.append(member)
             else:
