@@ -75,3 +75,10 @@ async def test_a_call_that_skips_the_cache_goes_to_its_own_configuration() -> No
     upstream = ScriptedNext(ANSWER)
     await CacheMiddleware(CacheOptions(operations=("chat",))).handle(ctx(no_cache=True), CONFIG, upstream)
     assert upstream.calls == [CONFIG]
+
+
+async def test_the_memory_store_keeps_at_most_max_entries_answers() -> None:
+    cache = CacheMiddleware(CacheOptions(operations=("chat",), max_entries=1))
+    for caller in ("k1", "k2"):  # two callers: two keys
+        await cache.handle(ctx(caller), CONFIG, ScriptedNext(ANSWER))
+    assert isinstance(cache.store, MemoryCacheStore) and cache.store.entries == 1

@@ -123,6 +123,19 @@ async def test_a_journaled_record_with_nowhere_to_go_is_left_to_its_segment_not_
     await ledger.aclose(timeout_s=0.01)
 
 
+async def test_a_write_ahead_segment_whose_records_went_nowhere_outlives_the_journal(
+        locked: LockedLedger, tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "ledger.db.spill")
+    spill.path.symlink_to(tmp_path / "gone" / "spill")  # appends to the spill file fail; segments beside it work
+    ledger = UsageJournal(locked.store(), spill=spill, write_ahead=True, linger_s=0.0, sleep=Probes().sleep)
+    assert await ledger.durable(record("a")) == "journaled"
+    await ledger.flush()
+    await ledger.aclose(timeout_s=0.01)
+    [segment] = spill.claim()  # what the next start replays
+    assert [r.key for r in segment.records] == [("a", 1)]
+    segment.release()
+
+
 async def test_fail_closed_says_why_it_refuses_a_call_while_records_have_nowhere_to_go(locked: LockedLedger) -> None:
     probes = CountedProbes()
     ledger = UsageJournal(locked.store(), spill=unwritable(locked.path), sleep=probes.sleep, policy="fail_closed")
