@@ -189,3 +189,18 @@ async def test_a_full_write_ahead_segment_is_removed_once_its_records_are_stored
     assert len(await journal.store.records()) == 120
     assert segments(tmp_path) == []  # sealed with its batch, and dropped
     await journal.aclose()
+
+
+async def test_a_full_write_ahead_segment_whose_records_went_nowhere_outlives_the_journal(
+        locked: LockedLedger, tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "ledger.db.spill")
+    spill.path.symlink_to(tmp_path / "gone" / "spill")  # appends to the spill file fail; segments beside it work
+    ledger = UsageJournal(locked.store(), spill=spill, write_ahead=True, linger_s=0.0, sleep=Probes().sleep)
+    for i in range(120):  # lines of some 10 KB: past the segment's 1 MiB, sealed with the batch
+        assert await ledger.durable(record(f"c{i}", model="m" * 10_000)) == "journaled"
+    await ledger.flush()
+    await ledger.aclose(timeout_s=0.01)
+    claims = spill.claim()  # what the next start replays
+    assert sum(len(claim.records) for claim in claims) == 120
+    for claim in claims:
+        claim.release()
