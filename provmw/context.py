@@ -333,12 +333,15 @@ class _Metadata(FrozenMap):
         object.__setattr__(self, "_data", data._data)  # both immutable: one dict serves
         object.__setattr__(self, "_facts", facts)
 
-    # Through __getitem__, so that the deprecated keys still answer.
     def get(self, key: str, default: Any = None) -> Any:
-        return Mapping.get(self, key, default)
+        found = self._data.get(key, _MISSING)
+        if found is not _MISSING:
+            return found
+        fact = _DEPRECATED_KEYS.get(key)
+        return default if fact is None else self._deprecated(key, fact)
 
     def __contains__(self, key: object) -> bool:
-        return Mapping.__contains__(self, key)
+        return key in self._data or key in _DEPRECATED_KEYS
 
     def __getitem__(self, key: str) -> Any:
         try:
@@ -347,8 +350,15 @@ class _Metadata(FrozenMap):
             fact = _DEPRECATED_KEYS.get(key)
             if fact is None:
                 raise
+        return self._deprecated(key, fact)
+
+    def _deprecated(self, key: str, fact: str) -> Any:
+        # stacklevel 3: past this method and get or __getitem__, at the line that read the key.
         warnings.warn(f"ctx.metadata[{key!r}] is deprecated: read ctx.facts.{fact}", DeprecationWarning, stacklevel=3)
         return getattr(self._facts, fact)
+
+
+_MISSING = object()  # a metadata value no plugin can have set
 
 
 class _RandomBytes:

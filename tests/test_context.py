@@ -144,3 +144,14 @@ def test_facts_compare_equal_whether_or_not_their_lazy_facts_were_read() -> None
     assert (read.cache_key, read.estimated_input_tokens, read.max_input_tokens) == (None, 0, 0)
     assert read == unread
     assert pickle.loads(pickle.dumps(read)) == unread
+
+
+READS = [lambda m: m["tenant"], lambda m: m.get("tenant")]  # the line a warning must point at
+
+
+@pytest.mark.parametrize("read", READS)
+def test_a_deprecated_key_is_blamed_on_the_line_that_reads_it(read: Any) -> None:
+    ctx = call_context(tenant="acme")
+    with pytest.warns(DeprecationWarning, match="read ctx.facts.tenant") as caught:
+        assert read(ctx.metadata) == "acme"
+    assert (caught[0].filename, caught[0].lineno) == (__file__, read.__code__.co_firstlineno)
