@@ -105,11 +105,17 @@ class Pool:
     affinity_ttl_s: float = attrs.field(default=3600.0, validator=number(gt=0))
     fallbacks: tuple[str, ...] = attrs.field(default=(), converter=_fallbacks)
 
+    # Each limited deployment's (rpm, tpm), in a plain dict: the filter reads it for every member of
+    # every choice.
+    limits: Mapping[str, tuple[float | None, float | None]] = attrs.field(init=False, eq=False, repr=False)
+
     def __attrs_post_init__(self) -> None:
         for table in ("weights", "rpm", "tpm"):
             unknown = sorted(set(getattr(self, table)) - set(self.members))
             if unknown:
                 raise ConfigurationError(f"{table}: {', '.join(unknown)} is not a member of pool {self.name!r}")
+        object.__setattr__(self, "limits", {m: (self.rpm.get(m), self.tpm.get(m)) for m in self.members
+                                            if m in self.rpm or m in self.tpm})
 
     def config(self) -> ProviderConfig:
         """The pool's own configuration: what callers, fallback chains and budgets name."""

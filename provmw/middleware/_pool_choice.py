@@ -31,17 +31,22 @@ def choose(pool: Pool, candidates: Sequence[str], view: PoolView, rng: random.Ra
 def headroom(pool: Pool, member: str, load: Load, tokens: int) -> float | None:
     """The share of ``member``'s minute left once this call is counted (1.0: unlimited), or None
     when the call would go past its requests or tokens a minute."""
-    shares = [1.0]
-    rpm, tpm = pool.rpm.get(member), pool.tpm.get(member)
+    limit = pool.limits.get(member)
+    if limit is None:
+        return 1.0
+    rpm, tpm = limit
+    share = 1.0
     if rpm is not None:
-        if load.requests + 1 > rpm:
+        left = rpm - load.requests - 1
+        if left < 0:
             return None
-        shares.append((rpm - load.requests - 1) / rpm if rpm else 0.0)
+        share = left / rpm if rpm else 0.0
     if tpm is not None:
-        if load.tokens + tokens > tpm:
+        left = tpm - load.tokens - tokens
+        if left < 0:
             return None
-        shares.append((tpm - load.tokens - tokens) / tpm if tpm else 0.0)
-    return min(shares)
+        share = min(share, left / tpm if tpm else 0.0)
+    return share
 
 
 def _order(pool: Pool, candidates: Sequence[str], view: PoolView, rng: random.Random) -> str:

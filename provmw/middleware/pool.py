@@ -138,7 +138,7 @@ class PoolMiddleware:
         controls = ctx.facts.controls
         excluded = _names(controls["exclude_deployments"]) if "exclude_deployments" in controls else frozenset()
         failed = {a.config_id for a in ctx.attempts.recorded if a.error_type is not None} | tried
-        unmet, limited, configurations = ctx.facts.unmet, bool(pool.rpm or pool.tpm), self._configurations
+        unmet, limited, configurations = ctx.facts.unmet, bool(pool.limits), self._configurations
         able, reasons = [], []
         for member in pool.members:
             load = view.loads[member]

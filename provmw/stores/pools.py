@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import attrs
 
@@ -27,11 +27,10 @@ WINDOW_S = 60.0
 _KEYS_KEPT = 100_000  # affinity keys one process remembers at most (oldest dropped first)
 
 
-@attrs.frozen
-class Load:
+class Load(NamedTuple):
     """One deployment as the pool sees it: calls in flight, its latency average (None: unknown),
     the requests and tokens of the last minute, and until when it is skipped (a 429's hint, an
-    open breaker)."""
+    open breaker). A named tuple: every choice makes one per deployment."""
 
     in_flight: int = 0
     latency_s: float | None = None
