@@ -18,9 +18,6 @@ import enum
 import hashlib
 import itertools
 import json
-import os
-import threading
-import time
 import warnings
 from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from json.encoder import encode_basestring_ascii
@@ -28,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from provmw._base.ids import new_call_id, new_correlation_id
 from provmw.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -361,67 +359,16 @@ class _Metadata(FrozenMap):
 _MISSING = object()  # a metadata value no plugin can have set
 
 
-class _RandomBytes:
-    """16 random bytes at a time, cut from one ``os.urandom`` read of 4 KiB rather than one read each.
-
-    Inside a running call path a ``getrandom`` system call cost about 1.7 µs, twice a call (the
-    call id and the correlation id); a slice of a pool costs a tenth of that. The bytes are
-    the kernel's all the same. A child process forgets the pool at fork (it would otherwise
-    hand out its parent's next ids), and a lock keeps two threads from taking one slice.
-    """
-
-    _POOL_BYTES = 4096
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pool, self._at = b"", 0
-        os.register_at_fork(after_in_child=self._forget)
-
-    def take(self) -> bytearray:
-        with self._lock:
-            if self._at >= len(self._pool):
-                self._pool, self._at = os.urandom(self._POOL_BYTES), 0
-            raw = bytearray(self._pool[self._at:self._at + 16])
-            self._at += 16
-        return raw
-
-    def _forget(self) -> None:
-        self._lock = threading.Lock()
-        self._pool, self._at = b"", 0
-
-
-_random = _RandomBytes()  # the process's one pool of random bytes
-
-
-def _new_correlation_id() -> str:
-    """A uuid4 in hex (``uuid.uuid4().hex`` costs three times as much)."""
-    raw = _random.take()
-    raw[6] = raw[6] & 0x0F | 0x40  # version 4
-    raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122 variant
-    return raw.hex()
-
-
-def _new_call_id() -> str:
-    """A UUIDv7 in hex (RFC 9562): the milliseconds since the epoch, then 74 random bits. Ids made
-    later sort later, so the ledger's index on them grows at its end instead of at a random page
-    per record (ADR 0033)."""
-    raw = _random.take()
-    raw[:6] = (time.time_ns() // 1_000_000).to_bytes(6, "big")
-    raw[6] = raw[6] & 0x0F | 0x70  # version 7
-    raw[8] = raw[8] & 0x3F | 0x80  # RFC 9562 variant
-    return raw.hex()
-
-
 @attrs.frozen
 class ProviderCallContext:
     """What one logical call is: its operation, correlation id, request, facts, attempts and plugin metadata."""
 
     operation: ProviderOperation = attrs.field(validator=attrs.validators.instance_of(ProviderOperation))
-    correlation_id: str = attrs.field(factory=_new_correlation_id)
+    correlation_id: str = attrs.field(factory=new_correlation_id)
     metadata: FrozenMap = attrs.field(default=_EMPTY, converter=_freeze)
     facts: CallFacts = attrs.field(factory=CallFacts, kw_only=True)
     # The ledger keys records by this, never by the caller's correlation id, which callers reuse.
-    call_id: str = attrs.field(factory=_new_call_id, kw_only=True, eq=False, repr=False)
+    call_id: str = attrs.field(factory=new_call_id, kw_only=True, eq=False, repr=False)
     attempts: AttemptLog = attrs.field(factory=AttemptLog, kw_only=True, eq=False, repr=False)
     # What is sent: never in a repr (it is the caller's text). None only in a context built without one.
     request: ProviderRequest | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)

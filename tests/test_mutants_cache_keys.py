@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
+from provmw._base.ids import _RandomBytes
 from provmw._call.facts import estimate_tokens, input_token_bound
 from provmw.config import ProviderConfig
-from provmw.context import ProviderOperation, _RandomBytes
+from provmw.context import ProviderOperation
 from provmw.messages import ImagePart, Message, TextPart, ToolSpec
 from provmw.requests import ChatRequest, CompletionRequest, request_digest
 from tests.test_planned_costs import facts
