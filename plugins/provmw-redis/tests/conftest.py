@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from own_server import FORGETFUL, OwnServer
 from provmw_redis import RedisState
 
 from provmw.ci import service_missing
@@ -82,3 +83,12 @@ def spawn(script: str, *args: str) -> subprocess.Popen[str]:
     """A Python process running ``script`` (dedented) with ``args``, its stdout a text pipe."""
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *args],
                             stdout=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+@pytest.fixture
+def own(tmp_path: Path) -> Iterator[OwnServer]:
+    """A redis-server of this test's own, keeping nothing on disk, for tests that kill it."""
+    server = OwnServer(tmp_path, FORGETFUL)
+    server.start()
+    yield server
+    server.kill()

@@ -7,12 +7,11 @@ import asyncio
 import collections
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from own_server import FORGETFUL, OwnServer
+from own_server import OwnServer
 from test_redis_processes import document, manager, pooled
 
 from provmw.errors import BudgetUnavailableError, CircuitOpenError, LocalRateLimitError
@@ -109,14 +108,6 @@ async def test_an_outage_is_logged_once(fake: FakeProvider, caplog: pytest.LogCa
     warned = [r.getMessage().split(":")[0] for r in caplog.records if r.levelname == "WARNING"]
     # One for the outage, and one from each concern's outage rule, not one per call.
     assert sorted(warned) == ["budget", "cache", "circuit_breaker", "redis state unreachable (ConnectionError"]
-
-
-@pytest.fixture
-def own(tmp_path: Path) -> Iterator[OwnServer]:
-    server = OwnServer(tmp_path, FORGETFUL)
-    server.start()
-    yield server
-    server.kill()
 
 
 async def test_a_pool_chooses_on_this_processs_view_once_redis_is_killed(fake: FakeProvider, own: OwnServer) -> None:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 import redis
-from own_server import FORGETFUL, OwnServer
+from own_server import OwnServer
 from provmw_redis import RedisState
 from provmw_redis.pools import RedisPoolState
 from test_redis_failure import NOWHERE
@@ -130,14 +129,6 @@ async def test_aclose_writes_the_starts_and_ends_on_their_way(pools: RedisPoolSt
     await end(pools)
     await pools.aclose()
     assert in_flight(redis_sync, prefix) == 1
-
-
-@pytest.fixture
-def own(tmp_path: Path) -> Iterator[OwnServer]:
-    server = OwnServer(tmp_path, FORGETFUL)
-    server.start()
-    yield server
-    server.kill()
 
 
 async def test_writes_after_the_server_forgot_its_scripts_load_them_again(own: OwnServer) -> None:
