@@ -130,3 +130,11 @@ async def test_pool_calls_are_served_while_redis_is_down(fake: FakeProvider) -> 
         answers = await asyncio.gather(*(m.chat("hello") for _ in range(40)))
     served = collections.Counter(a.served_by for a in answers)
     assert sum(served.values()) == 40 and max(served.values()) <= 20  # least_busy still spreads them
+
+
+@pytest.mark.redis
+@pytest.mark.usefixtures("paused")
+async def test_pool_calls_are_served_while_redis_is_silent(fake: FakeProvider, prefix: str) -> None:
+    async with manager(pooled(fake, prefix)) as m:  # Redis accepts the connection and answers nothing
+        answers = await asyncio.gather(*(m.chat("hello") for _ in range(20)))
+    assert len(answers) == 20 and fake.count() == 20
