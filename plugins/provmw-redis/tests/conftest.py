@@ -13,15 +13,18 @@ import textwrap
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
-from own_server import FORGETFUL, OwnServer
 from provmw_redis import RedisState
 
 from provmw.ci import service_missing
 from provmw.stores.shared import StateSettings
 from provmw.testing import FakeProvider
+
+if TYPE_CHECKING:
+    from own_server import OwnServer
 
 REDIS_URL = os.environ.get("PROVMW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 ROOT = Path(__file__).parents[3]
@@ -88,6 +91,9 @@ def spawn(script: str, *args: str) -> subprocess.Popen[str]:
 @pytest.fixture
 def own(tmp_path: Path) -> Iterator[OwnServer]:
     """A redis-server of this test's own, keeping nothing on disk, for tests that kill it."""
+    # Imported here: other plugins' tests load this file by its path, where own_server is not importable.
+    from own_server import FORGETFUL, OwnServer
+
     server = OwnServer(tmp_path, FORGETFUL)
     server.start()
     yield server
