@@ -38,13 +38,20 @@ __all__ = ["AttemptLog", "AttemptMeter", "CallFacts", "FrozenMap", "ProviderCall
 
 
 class ProviderOperation(enum.Enum):
-    """The kind of provider call a context describes."""
+    """The kind of provider call a context describes (beyond the first five: ``provmw.operations``)."""
 
     CHAT = "chat"
     COMPLETION = "completion"
     EMBEDDING = "embedding"
     VISION = "vision"
     TOOLS = "tools"
+    RESPONSES = "responses"
+    IMAGE = "image"
+    IMAGE_EDIT = "image_edit"
+    TRANSCRIPTION = "transcription"
+    SPEECH = "speech"
+    RERANK = "rerank"
+    MODERATION = "moderation"
 
 
 class FrozenMap(Mapping[str, Any]):

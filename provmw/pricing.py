@@ -129,6 +129,16 @@ def _tiers(value: Iterable[PriceTier | Mapping[str, Any]]) -> tuple[PriceTier, .
     return tiers
 
 
+def _unit_rates(value: Mapping[str, Any]) -> Mapping[str, float]:
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"units must be a table of USD per unit, got {value!r}")
+    for unit, rate in value.items():
+        if not isinstance(unit, str) or isinstance(rate, bool) or not isinstance(rate, int | float) \
+                or not 0 <= rate < float("inf"):
+            raise ConfigurationError(f"units.{unit}: expected a price of 0 or more USD per unit, got {rate!r}")
+    return MappingProxyType({unit: float(rate) for unit, rate in value.items()})
+
+
 @attrs.frozen(kw_only=True)
 class Price:
     """USD per million tokens: input, output, cache reads, cache writes by TTL, and long-context tiers.
@@ -145,6 +155,9 @@ class Price:
     cache_write_1h_usd_per_mtok: float | None = attrs.field(default=None, validator=_OPTIONAL_RATE)
     max_output_tokens: int | None = attrs.field(default=None, validator=number(ge=0, integer=True, optional=True))
     tiers: tuple[PriceTier, ...] = attrs.field(default=(), converter=_tiers)
+    # USD per unit of what is billed by other measures than tokens (ADR 0053): an image by size
+    # and quality, a second of audio, a character spoken, a rerank search unit.
+    units: Mapping[str, float] = attrs.field(factory=lambda: MappingProxyType({}), converter=_unit_rates, hash=False)
     # The (provider, model) a configuration declared this price for: set by the configuration,
     # never by a settings table, and kept by a configuration derived from it (ADR 0049).
     declared_for: tuple[str, str] | None = attrs.field(default=None, init=False, eq=False, repr=False)
@@ -160,13 +173,23 @@ class Price:
                         self.cache_write_5m_usd_per_mtok, self.cache_write_1h_usd_per_mtok)
 
     def cost_usd(self, usage: Usage) -> float:
-        """What ``usage`` cost: each part of the input at its own rate, all at the tier its input reached."""
+        """What ``usage`` cost: each part of the input at its own rate, all at the tier its input reached,
+        and each unit at its own price (``covers`` says whether this price has one for each)."""
         rates = self._reached(usage.input_tokens)[-1]
         parts = usage.cached_input_tokens + usage.cache_write_5m_tokens + usage.cache_write_1h_tokens
         plain = max(usage.input_tokens - parts, 0)
-        return (plain * rates.input + usage.cached_input_tokens * rates.read
-                + usage.cache_write_5m_tokens * rates.write_5m + usage.cache_write_1h_tokens * rates.write_1h
-                + usage.output_tokens * rates.output) / 1e6
+        tokens = (plain * rates.input + usage.cached_input_tokens * rates.read
+                  + usage.cache_write_5m_tokens * rates.write_5m + usage.cache_write_1h_tokens * rates.write_1h
+                  + usage.output_tokens * rates.output) / 1e6
+        return tokens + self.units_usd(usage.units) if usage.units else tokens
+
+    def covers(self, units: Mapping[str, float]) -> bool:
+        """Whether this price has a price for each of ``units``."""
+        return all(unit in self.units for unit in units)
+
+    def units_usd(self, units: Mapping[str, float]) -> float:
+        """What ``units`` cost, each at its price (0 for one without: ``covers`` tells them apart)."""
+        return sum(count * self.units.get(unit, 0.0) for unit, count in units.items())
 
     def worst_case_usd(self, input_tokens: int, max_output_tokens: int | None, *,
                        cache_write_ttl: CacheTTL | None = None) -> float | None:

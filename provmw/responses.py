@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import binascii
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, Literal, TypeVar
 
 import attrs
@@ -59,6 +60,23 @@ class Counts:
     cost_usd: float | None = None
 
 
+_NO_UNITS: Mapping[str, float] = MappingProxyType({})
+
+
+def _plain_units(instance: object, field: attrs.Attribute[Any] | None, value: Any) -> Any:
+    """For ``attrs.asdict``: a usage's units as a plain dict, as JSON takes them."""
+    return dict(value) if isinstance(value, MappingProxyType) else value
+
+
+def _units(value: Mapping[str, float]) -> Mapping[str, float]:
+    if not value:
+        return _NO_UNITS
+    for unit, count in value.items():
+        if isinstance(count, bool) or not isinstance(count, int | float) or not 0 <= count < float("inf"):
+            raise ConfigurationError(f"usage.units.{unit}: expected a count of 0 or more, got {count!r}")
+    return MappingProxyType({str(unit): float(count) for unit, count in value.items()})
+
+
 @attrs.frozen(kw_only=True)
 class Usage(Counts):
     """Tokens a call consumed and, once priced, what it cost (ADR 0015; the counters: ``Counts``).
@@ -68,13 +86,16 @@ class Usage(Counts):
     """
 
     saved_cost_usd: float | None = None
+    # What was billed by other measures than tokens, by unit name (``image:1024x1024:high``,
+    # ``audio_second``, ``character``, ``search_unit``; ADR 0053), each a count of 0 or more.
+    units: Mapping[str, float] = attrs.field(factory=lambda: _NO_UNITS, converter=_units, repr=False, hash=False)
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        return attrs.asdict(self, value_serializer=_plain_units)
 
     def __repr__(self) -> str:
         # Costs are sums of float prices (0.00012300000000000001): the repr shows 12 significant
@@ -82,17 +103,20 @@ class Usage(Counts):
         def shown(value: object) -> str:
             return repr(float(f"{value:.12g}")) if isinstance(value, float) else repr(value)
 
-        fields = ", ".join(f"{field.name}={shown(getattr(self, field.name))}" for field in attrs.fields(type(self)))
+        fields = ", ".join(f"{field.name}={shown(getattr(self, field.name))}" for field in attrs.fields(type(self))
+                           if field.name != "units" or self.units)
         return f"{type(self).__name__}({fields})"
 
     @classmethod
     def from_dict(cls, value: object) -> Usage:
         data = serde.mapping(value, "usage")
         counts = {name: serde.get(data, name, int, "usage", default=0) for name in _OPTIONAL_COUNTS}
+        units = serde.get(data, "units", dict, "usage", default={})
         return cls(
             input_tokens=serde.get(data, "input_tokens", int, "usage"),
             output_tokens=serde.get(data, "output_tokens", int, "usage"),
-            cost_usd=_cost(data, "cost_usd"), saved_cost_usd=_cost(data, "saved_cost_usd"), **counts,
+            cost_usd=_cost(data, "cost_usd"), saved_cost_usd=_cost(data, "saved_cost_usd"),
+            units={str(k): serde.finite(v, f"usage.units.{k}") for k, v in units.items()}, **counts,
         )
 
 
@@ -190,7 +214,7 @@ class ProviderResponse:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types only, with a ``type`` discriminator."""
-        return {"type": self.TYPE, **attrs.asdict(self)}
+        return {"type": self.TYPE, **attrs.asdict(self, value_serializer=_plain_units)}
 
     @classmethod
     def from_dict(cls: type[R], value: object) -> R:
@@ -303,7 +327,7 @@ class ChatChunk:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types only; ``from_dict`` rebuilds an equal chunk."""
-        return attrs.asdict(self)
+        return attrs.asdict(self, value_serializer=_plain_units)
 
     @classmethod
     def from_dict(cls, value: object) -> ChatChunk:

@@ -28,12 +28,14 @@ HI = (Message.user("hi"),)
     (ProviderOperation.CHAT, ChatRequest(HI), {"chat"}),
     (ProviderOperation.TOOLS, ChatRequest(HI, tools=(ToolSpec(name="t"),)), {"chat", "tools"}),
     (ProviderOperation.VISION, ChatRequest((Message.user([TextPart("x"), ImagePart(url="https://x.test/a.png")]),)),
-     {"chat", "vision"}),
+     {"chat", "vision", "vision_url"}),
+    (ProviderOperation.VISION, ChatRequest((Message.user([TextPart("x"), ImagePart(data=b"\x89PNG")]),)),
+     {"chat", "vision", "vision_bytes"}),
     (ProviderOperation.CHAT, ChatRequest(HI, response_schema=SCHEMA), {"chat", "schema"}),
     (ProviderOperation.CHAT, ChatRequest(HI, options={"response_format": "json_object"}), {"chat", "response_format"}),
     (ProviderOperation.COMPLETION, CompletionRequest("x"), {"completion"}),
     (ProviderOperation.EMBEDDING, EmbeddingRequest(("x",)), {"embeddings"}),
-], ids=["chat", "tools", "vision", "schema", "response_format", "completion", "embeddings"])
+], ids=["chat", "tools", "vision", "vision-bytes", "schema", "response_format", "completion", "embeddings"])
 def test_the_needs_follow_the_call(operation: ProviderOperation, request_: ProviderRequest, needs: set[str]) -> None:
     assert call_needs(operation, OA, request_) == needs
 

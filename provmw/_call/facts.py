@@ -138,23 +138,28 @@ def call_needs(operation: ProviderOperation, config: ProviderConfig, request: Pr
     """
     if isinstance(request, ChatRequest):
         tools, schema = bool(request.tools), request.response_schema is not None
-        vision = any(m.images for m in request.messages)
+        urls = inline = False
+        for message in request.messages:
+            for image in message.images:
+                urls, inline = urls or image.url is not None, inline or image.url is None
+    elif not isinstance(request, CompletionRequest | EmbeddingRequest):
+        return request.needs(streaming=streaming)
     else:
-        tools = schema = vision = False
+        tools = schema = urls = inline = False
     asks_format = not schema and not isinstance(request, EmbeddingRequest) and (
         "response_format" in request.options or "response_format" in config.options)
-    key = (operation, streaming, tools, schema, vision, asks_format)
+    key = (operation, streaming, tools, schema, urls or inline, urls, inline, asks_format)
     needs = _NEEDS.get(key)
     if needs is None:
         needs = _NEEDS[key] = frozenset(
             [_OPERATION_NEEDS.get(operation, "chat")]
-            + [need for need, wanted in zip(("streaming", "tools", "schema", "vision", "response_format"), key[1:],
-                                            strict=True) if wanted])
+            + [need for need, wanted in zip(_NEED_NAMES, key[1:], strict=True) if wanted])
     return needs
 
 
+_NEED_NAMES = ("streaming", "tools", "schema", "vision", "vision_url", "vision_bytes", "response_format")
 # Each combination of what a call needs, made once: there are at most a few dozen.
-_NEEDS: dict[tuple[ProviderOperation, bool, bool, bool, bool, bool], frozenset[str]] = {}
+_NEEDS: dict[tuple[ProviderOperation, bool, bool, bool, bool, bool, bool, bool], frozenset[str]] = {}
 
 
 def estimate_tokens(request: ProviderRequest) -> int:

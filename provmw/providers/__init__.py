@@ -31,9 +31,15 @@ class Capabilities:
     """What an adapter can serve; the manager and the fallback layer read it before a call.
 
     An adapter declares it as ``capabilities`` (optional: an adapter without it is taken to
-    offer chat, completion, embeddings, streaming, tools and vision, and no ``schema``).
+    offer chat, completion, embeddings, streaming, tools and vision, and nothing else).
     ``schema`` means it maps ``ChatRequest.response_schema`` onto its wire so the provider
     constrains the answer; ``response_format`` means it honours the OpenAI-style option.
+    ``vision_url`` and ``vision_bytes`` say which images it takes: by URL, or inline bytes
+    (``vision`` is either). The operations beyond chat are offered only where declared, each
+    served by the adapter method of the same name in ``provmw.operations.OPERATIONS``:
+    ``responses`` is the Responses API's own wire (an adapter without it still serves a
+    Responses call by translation to its chat wire, ADR 0052), and ``web_search``,
+    ``file_search`` and ``code_interpreter`` are the Responses API's built-in tools.
     """
 
     chat: bool = True
@@ -42,8 +48,20 @@ class Capabilities:
     streaming: bool = True
     tools: bool = True
     vision: bool = True
+    vision_url: bool = True
+    vision_bytes: bool = True
     schema: bool = False
     response_format: bool = False
+    responses: bool = False
+    web_search: bool = False
+    file_search: bool = False
+    code_interpreter: bool = False
+    images: bool = False
+    image_edits: bool = False
+    transcription: bool = False
+    speech: bool = False
+    rerank: bool = False
+    moderation: bool = False
 
     def lacking(self, needs: Collection[str]) -> tuple[str, ...]:
         """The capabilities among ``needs`` (names of fields of this class) it does not offer, sorted."""

@@ -1,0 +1,93 @@
+"""The operations beyond chat, completion and embeddings: one module each, one table for all.
+
+Each operation has a typed, frozen request and response in its module (``responses_api``:
+the Responses API; ``images``: generation and edits; ``audio``: transcription and speech;
+``rerank``; ``moderation``) and a row in :data:`OPERATIONS`: the adapter method that serves
+it, the capability an adapter declares for it, and whether its answers may be cached when a
+call asks (ADR 0054). Its request tells the stack what the call is made of through the
+:class:`OperationRequest` protocol, so budgets, limits, the cache and the ledger treat every
+operation alike: what it needs of an adapter, the bytes that bound its input tokens, the most
+it may be billed in units other than tokens (ADR 0053), and whether it is deterministic.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+
+from provmw.context import FrozenMap, ProviderOperation
+
+if TYPE_CHECKING:
+    from provmw.responses import ProviderResponse
+
+__all__ = ["OPERATIONS", "OperationRequest", "OperationSpec", "response_types"]
+
+
+class OperationRequest(Protocol):
+    """What a request of an operation in :data:`OPERATIONS` tells the stack about itself.
+
+    ``options`` are the call's own wire options (merged over the configuration's, as for chat).
+    ``to_dict`` is canonical plain JSON of everything that changes the answer (bytes as their
+    SHA-256, never inline), for the cache key. ``needs`` names the ``Capabilities`` a serving
+    adapter must have. ``input_bytes`` bounds the input tokens (UTF-8 bytes of all text sent:
+    a byte-level tokenizer emits at least one byte a token); ``estimate_tokens`` is the cheap
+    estimate (4 characters a token). ``most_output_tokens`` is the most output tokens it may be
+    billed for with ``options`` in force (0: none; None: unbounded but for the model's ceiling).
+    ``most_units`` is the most it may be billed in units (``image:1024x1024:high``: 2), for the
+    budget's worst case. ``deterministic`` says whether the same request gives the same answer.
+    """
+
+    @property
+    def options(self) -> FrozenMap: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def needs(self, *, streaming: bool) -> frozenset[str]: ...
+
+    def input_bytes(self) -> int: ...
+
+    def estimate_tokens(self) -> int: ...
+
+    def most_output_tokens(self, options: Mapping[str, Any]) -> int | None: ...
+
+    def most_units(self, options: Mapping[str, Any]) -> Mapping[str, float]: ...
+
+    def deterministic(self, options: Mapping[str, Any]) -> bool: ...
+
+
+@attrs.frozen
+class OperationSpec:
+    """How one operation is served: the adapter method (and its stream form), the capability that
+    offers it, and whether a deterministic answer may be cached when the call's cache asks (ADR 0054)."""
+
+    method: str
+    capability: str
+    cacheable: bool
+    stream_method: str | None = None
+
+
+OPERATIONS: Mapping[ProviderOperation, OperationSpec] = types.MappingProxyType({
+    ProviderOperation.RESPONSES: OperationSpec("respond", "chat", cacheable=True, stream_method="stream_respond"),
+    ProviderOperation.IMAGE: OperationSpec("generate_image", "images", cacheable=False),
+    ProviderOperation.IMAGE_EDIT: OperationSpec("edit_image", "image_edits", cacheable=False),
+    ProviderOperation.TRANSCRIPTION: OperationSpec("transcribe", "transcription", cacheable=True),
+    ProviderOperation.SPEECH: OperationSpec("speak", "speech", cacheable=False),
+    ProviderOperation.RERANK: OperationSpec("rerank", "rerank", cacheable=True),
+    ProviderOperation.MODERATION: OperationSpec("moderate", "moderation", cacheable=True),
+})
+
+
+def response_types() -> dict[str, type[ProviderResponse]]:
+    """Every operation's response class by its ``TYPE``, for ``provmw.responses.response_from_dict``."""
+    from provmw.operations.audio import SpeechResponse, TranscriptionResponse
+    from provmw.operations.images import ImageResponse
+    from provmw.operations.moderation import ModerationResponse
+    from provmw.operations.rerank import RerankResponse
+    from provmw.operations.responses_api import ResponsesResponse
+
+    classes: tuple[type[ProviderResponse], ...] = (ResponsesResponse, ImageResponse, TranscriptionResponse,
+                                                   SpeechResponse, RerankResponse, ModerationResponse)
+    return {cls.TYPE: cls for cls in classes}
