@@ -15,6 +15,7 @@ import attrs
 from provmw._call.ad_hoc import environment_key
 from provmw._call.arguments import CallArguments, call_options
 from provmw._call.facts import call_facts
+from provmw._call.operation_calls import OperationCalls, new_homes
 from provmw._call.terminal import Terminal, end_all
 from provmw.config import GenerationOptions, ProviderConfig, Secret, fallback_chain
 from provmw.context import ProviderCallContext, ProviderOperation
@@ -63,8 +64,9 @@ class StackEntry:
     plugin: str
 
 
-class ServiceManager:
-    """Runs chat, completion, embedding, vision and tool calls through one middleware stack.
+class ServiceManager(OperationCalls):
+    """Runs chat, completion, embedding, vision and tool calls, and the operations of
+    ``provmw.operations`` (``OperationCalls``), through one middleware stack.
 
     Plugins are discovered and the pipeline is ordered once, here; every call builds its
     typed terminal and context and runs the pipeline exactly once. ``http`` is the one
@@ -111,6 +113,7 @@ class ServiceManager:
         # Ad-hoc base_urls go through a client of their own, whose resolver checks (ADR 0018).
         self.destinations = DestinationGuard(self.settings.destinations, limits=self.settings.http)
         self._streams: dict[int, OpenedStream] = {}  # opened and not yet ended, by their state's id
+        self._homes = new_homes()
         self.terminal = Terminal(adapters=self.providers, http=http, prices=self.prices,
                                  destinations=self.destinations, capabilities=self.capabilities,
                                  credentials=self.settings.with_credentials)
@@ -285,10 +288,10 @@ class ServiceManager:
             async for chunk in chunks:
                 yield chunk
 
-    async def _stream(self, operation: ProviderOperation, request: ChatRequest,
+    async def _stream(self, operation: ProviderOperation, request: ProviderRequest,
                       call: CallArguments) -> AsyncGenerator[ChatChunk, None]:
         opened = await self._open(operation, request, call)
-        schema = request.response_schema
+        schema = getattr(request, "response_schema", None)
         async with contextlib.aclosing(opened.chunks()) as read:
             chunks = read if schema is None else parsed_stream(read, schema, provider=opened.provider,
                                                                model=opened.model)
@@ -329,7 +332,9 @@ class ServiceManager:
             return config, ProviderCallContext(operation, call.correlation_id, facts=facts, request=request)
         return config, ProviderCallContext(operation, facts=facts, request=request)
 
-    async def _open(self, operation: ProviderOperation, request: ChatRequest, call: CallArguments) -> OpenedStream:
+    _open_stream = _stream
+
+    async def _open(self, operation: ProviderOperation, request: ProviderRequest, call: CallArguments) -> OpenedStream:
         if call.idempotency_key is not None:
             raise ConfigurationError("idempotency_key applies to unary calls: a stream is not replayed (ADR 0005)")
         # Every stream a terminal opened for this call: one a layer drops (a hedge's loser, an

@@ -15,6 +15,7 @@ from provmw.config import ProviderConfig
 from provmw.context import FrozenMap, ProviderOperation
 from provmw.errors import ConfigurationError
 from provmw.messages import Message, TextPart, ToolSpec, tools_from
+from provmw.operations import OperationRequest
 
 __all__ = [
     "ChatRequest",
@@ -118,7 +119,7 @@ class EmbeddingRequest:
         return {"inputs": list(self.inputs), "dimensions": self.dimensions}
 
 
-ProviderRequest = ChatRequest | CompletionRequest | EmbeddingRequest
+ProviderRequest = ChatRequest | CompletionRequest | EmbeddingRequest | OperationRequest
 
 
 def merged_options(config: ProviderConfig, request_options: Mapping[str, Any]) -> dict[str, Any]:
@@ -231,9 +232,12 @@ def _message_text(message: Message) -> str:
 
 
 def is_deterministic(config: ProviderConfig, request: ProviderRequest) -> bool:
-    """Whether the same request should give the same answer: temperature 0 or a seed."""
+    """Whether the same request should give the same answer: temperature 0 or a seed (an operation
+    beyond chat says for itself, ``OperationRequest.deterministic``)."""
     if isinstance(request, EmbeddingRequest):
         return True
+    if not isinstance(request, ChatRequest | CompletionRequest):
+        return request.deterministic(merged_options(config, request.options))
     call, own = request.options, config.options  # merged_options, read without merging
     temperature = call["temperature"] if "temperature" in call else own.get("temperature")
     return temperature == 0 or (call["seed"] if "seed" in call else own.get("seed")) is not None

@@ -88,6 +88,14 @@ class SyncServiceManager:
     chat_with_tools = _blocking(ServiceManager.chat_with_tools)
     stream_chat = _blocking_stream(ServiceManager.stream_chat)
     stream_chat_with_tools = _blocking_stream(ServiceManager.stream_chat_with_tools)
+    respond = _blocking(ServiceManager.respond)
+    stream_respond = _blocking_stream(ServiceManager.stream_respond)
+    generate_image = _blocking(ServiceManager.generate_image)
+    edit_image = _blocking(ServiceManager.edit_image)
+    transcribe = _blocking(ServiceManager.transcribe)
+    speak = _blocking(ServiceManager.speak)
+    rerank = _blocking(ServiceManager.rerank)
+    moderate = _blocking(ServiceManager.moderate)
 
     def close(self) -> None:
         """Close the manager and stop the loop thread; safe to call twice."""

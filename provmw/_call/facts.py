@@ -24,6 +24,7 @@ import attrs
 from provmw.config import ProviderConfig
 from provmw.context import CallFacts, FrozenMap, ProviderOperation
 from provmw.errors import ConfigurationError
+from provmw.operations import OperationRequest
 from provmw.options import did_you_mean
 from provmw.pricing import CacheTTL, Price, PriceTable
 from provmw.providers import Capabilities
@@ -168,8 +169,10 @@ def estimate_tokens(request: ProviderRequest) -> int:
         chars = sum(len(t) for t in request.inputs)
     elif isinstance(request, CompletionRequest):
         chars = len(request.prompt)
-    else:
+    elif isinstance(request, ChatRequest):
         chars = sum(len(m.text) + _IMAGE_CHARS * len(m.images) for m in request.messages)
+    else:
+        return request.estimate_tokens()
     return chars // 4 + 1
 
 
@@ -224,18 +227,21 @@ class _Fixed:
     # For a price without tiers: the highest input rate (with and without the cache writes the
     # options ask for) and the output rate, so that a worst case is two products.
     flat: tuple[float, float, float] | None
+    # The most the call may cost in units other than tokens (ADR 0053); None: a unit has no price.
+    units_usd: float | None = 0.0
 
     def cost_usd(self, input_tokens: int, output: int | None, cache_ttl: CacheTTL | None) -> float | None:
-        """``Price.worst_case_usd``, from the rates worked out once."""
-        price = self.price
-        if price is None:
+        """``Price.worst_case_usd``, from the rates worked out once, and the units' worst."""
+        price, units_usd = self.price, self.units_usd
+        if price is None or units_usd is None:
             return None
         if output is None:
             output = price.max_output_tokens
         if self.flat is None or output is None:
-            return price.worst_case_usd(input_tokens, output, cache_write_ttl=cache_ttl)
+            tokens = price.worst_case_usd(input_tokens, output, cache_write_ttl=cache_ttl)
+            return None if tokens is None else tokens + units_usd
         input_rate = self.flat[0] if cache_ttl is None else self.flat[1]
-        return (input_tokens * input_rate + output * self.flat[2]) / 1e6
+        return (input_tokens * input_rate + output * self.flat[2]) / 1e6 + units_usd
 
 
 _FIXED_KEPT = 256
@@ -247,6 +253,8 @@ def _fixed(config: ProviderConfig, request: ProviderRequest, prices: PriceTable)
     """``config``'s part of the bound of ``request``; computed once per configuration for requests without
     options of their own (most calls: their options are the configuration's)."""
     own = getattr(request, "options", _NO_OPTIONS)
+    if not isinstance(request, ChatRequest | CompletionRequest | EmbeddingRequest):
+        return _operation_fixed(config, request, prices)
     embedding = isinstance(request, EmbeddingRequest)
     key = (id(config), id(prices), embedding)
     if not own:
@@ -265,6 +273,17 @@ def _fixed(config: ProviderConfig, request: ProviderRequest, prices: PriceTable)
             _fixed_by_config.clear()
         _fixed_by_config[key] = (config, prices, fixed)
     return fixed
+
+
+def _operation_fixed(config: ProviderConfig, request: OperationRequest, prices: PriceTable) -> _Fixed:
+    """``_fixed`` for an operation beyond chat: its output and units come from the request (its
+    images, its audio), so nothing is kept per configuration."""
+    options = merged_options(config, request.options)
+    price = prices.price_for(config)
+    units = request.most_units(options)
+    units_usd = None if price is None or not price.covers(units) else price.units_usd(units)
+    return _Fixed(_json_bytes(options), ALLOWANCES.get(config.provider, _UNKNOWN), price,
+                  request.most_output_tokens(options), None, None, units_usd)
 
 
 def _planned_cost_usd(chain: Sequence[ProviderConfig], request: ProviderRequest, prices: PriceTable,
@@ -290,7 +309,9 @@ def _shape(request: ProviderRequest) -> _Shape:
         return _Shape(sum(_utf8(text) for text in request.inputs), len(request.inputs))
     if isinstance(request, CompletionRequest):
         return _Shape(_utf8(request.prompt), 1)
-    return _chat_shape(request)
+    if isinstance(request, ChatRequest):
+        return _chat_shape(request)
+    return _Shape(request.input_bytes(), 1)
 
 
 def _chat_shape(request: ChatRequest) -> _Shape:
@@ -331,6 +352,8 @@ def output_limit(config: ProviderConfig, request: ProviderRequest) -> int | None
     # Either name bounds the answer (max_completion_tokens is OpenAI's for reasoning models);
     # with both set, the larger, so that a reservation is never short of what may be billed.
     # The call's option overrides the configuration's (merged_options), read without merging.
+    if not isinstance(request, ChatRequest | CompletionRequest | EmbeddingRequest):
+        return request.most_output_tokens(merged_options(config, request.options))
     call, own = getattr(request, "options", _NO_OPTIONS), config.options
     bounds = [value for name in ("max_tokens", "max_completion_tokens")
               if isinstance(value := call[name] if name in call else own.get(name), int)]

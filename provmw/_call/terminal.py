@@ -12,8 +12,8 @@ limit, and returns the answer typed, scrubbed, bounded and priced, or the error 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Generic, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 import attrs
 
@@ -25,11 +25,12 @@ from provmw.context import AttemptMeter, ProviderCallContext, ProviderOperation,
 from provmw.destinations import DestinationGuard
 from provmw.errors import AttemptTimeoutError, ConfigurationError, MalformedResponseError
 from provmw.http import HttpClient
+from provmw.operations import OPERATIONS
 from provmw.pools import POOL_PROVIDER
 from provmw.pricing import Price, PriceTable
 from provmw.providers import Capabilities, ProviderAdapter
 from provmw.requests import ChatRequest, ProviderRequest
-from provmw.responses import Attempt, Billed, ProviderResponse, Usage
+from provmw.responses import Attempt, Billed, ChatChunk, ProviderResponse, Usage
 from provmw.scrubbing import Scrubber
 from provmw.stores.usage import billed_for
 from provmw.streams import OpenedStream, StreamEnd, open_stream
@@ -39,13 +40,15 @@ __all__ = ["METHODS", "Terminal", "end_all"]
 R = TypeVar("R", bound=ProviderResponse)
 
 
-# The adapter method that serves each operation (ProviderAdapter documents them).
+# The adapter method that serves each operation (ProviderAdapter documents them; the operations
+# beyond chat, provmw.operations.OPERATIONS).
 METHODS: Mapping[ProviderOperation, str] = {
     ProviderOperation.CHAT: "chat",
     ProviderOperation.TOOLS: "chat",
     ProviderOperation.VISION: "chat",
     ProviderOperation.COMPLETION: "complete",
     ProviderOperation.EMBEDDING: "embed",
+    **{operation: spec.method for operation, spec in OPERATIONS.items()},
 }
 
 
@@ -71,7 +74,7 @@ def answered(response: ProviderResponse, response_type: type[R], config: Provide
     if max_output_tokens is not None or price is not None:
         within_output_bound(response, output_bound(max_output_tokens, price))
     usage = response.usage
-    if price is not None and usage.cost_usd is None:
+    if price is not None and usage.cost_usd is None and price.covers(usage.units):
         return attrs.evolve(response, usage=attrs.evolve(usage, cost_usd=price.cost_usd(usage)))
     return response
 
@@ -210,9 +213,9 @@ class Call(Generic[R]):
         terminal, ctx, request = self.terminal, self.ctx, self.request
         adapter, http = terminal.adapters[config.provider], terminal.destinations.client_for(config, terminal.http)
         if self.streams is not None:
-            assert isinstance(request, ChatRequest)
             opened = await open_stream(
-                adapter.stream_chat(http, config, request), provider=config.provider, model=config.model,
+                _chunks(adapter, self.terminal.capabilities[config.provider], http, config, request),
+                provider=config.provider, model=config.model,
                 served_by=config.identifier, first_chunk_s=config.first_chunk_timeout_s or config.timeout_s,
                 idle_s=config.stream_idle_timeout_s or config.timeout_s, price=terminal.prices.price_for(config),
                 estimated_input_tokens=ctx.facts.estimated_input_tokens,
@@ -220,6 +223,35 @@ class Call(Generic[R]):
                 scrub=Scrubber.for_config(config).error, scrub_chunk=Scrubber.for_config(config).answer)
             self.streams.append(opened)
             return opened
+        if ctx.operation is ProviderOperation.RESPONSES and not terminal.capabilities[config.provider].responses:
+            return await terminal.limits.run(config.timeout_s, _by_chat(adapter, http, config, request),
+                                             lambda: attempt_timeout(config))
         send: Callable[..., Awaitable[ProviderResponse]] = getattr(adapter, METHODS[ctx.operation])
         return await terminal.limits.run(config.timeout_s, send(http, config, request),
                                          lambda: attempt_timeout(config))
+
+
+_STREAM_RESPOND = OPERATIONS[ProviderOperation.RESPONSES].stream_method or ""
+
+
+async def _by_chat(adapter: ProviderAdapter, http: HttpClient, config: ProviderConfig,
+                   request: ProviderRequest) -> ProviderResponse:
+    """A Responses call on an adapter without its wire: translated to a chat and back (ADR 0052)."""
+    from provmw.operations import responses_api  # imported by the first Responses call that needs it
+
+    asked: Any = request  # a ResponsesRequest: the operation says so
+    return responses_api.from_completion(await adapter.chat(http, config, responses_api.to_chat(asked)), asked)
+
+
+def _chunks(adapter: ProviderAdapter, offered: Capabilities, http: HttpClient, config: ProviderConfig,
+            request: ProviderRequest) -> AsyncIterator[ChatChunk]:
+    """The chunks of a stream: a chat's, or a Responses call's on its own wire or translated to chat (ADR 0052)."""
+    if isinstance(request, ChatRequest):
+        return adapter.stream_chat(http, config, request)
+    if offered.responses:
+        opens: Callable[..., AsyncIterator[ChatChunk]] = getattr(adapter, _STREAM_RESPOND)
+        return opens(http, config, request)
+    from provmw.operations import responses_api
+
+    asked: Any = request  # a ResponsesRequest: only a chat's and a Responses call's streams open
+    return adapter.stream_chat(http, config, responses_api.to_chat(asked))

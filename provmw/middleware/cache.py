@@ -21,6 +21,7 @@ from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.errors import ConfigurationError, InvalidDataError
 from provmw.middleware._common import Clock, as_hit, monotonic, seconds_control
+from provmw.operations import OPERATIONS
 from provmw.options import number
 from provmw.pipeline import Next, R
 from provmw.responses import (
@@ -131,7 +132,8 @@ class CacheMiddleware:
 
     def _key(self, ctx: ProviderCallContext) -> str | None:
         facts = ctx.facts
-        if ctx.operation not in self._operations or not facts.deterministic or facts.stream:
+        if ctx.operation not in self._operations or not (facts.deterministic or ctx.operation in _GENERATED) \
+                or facts.stream:
             return None
         namespace = facts.controls.get("namespace", "default")
         if not isinstance(namespace, str) or not namespace:
@@ -204,7 +206,7 @@ class CacheMiddleware:
             return known[1] if known[1].cached else self._remember(key, text, known[1])
         try:
             response = response_from_dict(json.loads(text))
-            if type(response) is not _TYPES.get(operation, CompletionResponse):
+            if _TYPES.get(operation, CompletionResponse.TYPE) != response.TYPE:
                 raise InvalidDataError(f"a {type(response).__name__} under a {operation.value} key")
         except (ValueError, InvalidDataError) as exc:  # JSONDecodeError is a ValueError
             log.warning("cache: dropping an unreadable entry %s (%s)", key[:24], exc)
@@ -257,21 +259,28 @@ def _answer_bytes(response: ProviderResponse) -> int:
     if isinstance(response, EmbeddingResponse):
         vectors = response.vectors
         return _ANSWER_OVERHEAD + _NUMBER_BYTES * sum(map(len, vectors)) + _OBJECT_OVERHEAD * len(vectors)
-    assert isinstance(response, CompletionResponse)  # only whole answers are kept (_whole)
+    if not isinstance(response, CompletionResponse):  # an operation beyond chat's: its JSON, as text
+        return _ANSWER_OVERHEAD + 4 * len(json.dumps(response.to_dict()))
     strings = [response.text, *(s for c in response.tool_calls for s in (c.id, c.name, c.arguments))]
     size = sum((len(t) if t.isascii() else 4 * len(t)) + _OBJECT_OVERHEAD for t in strings)
     # The parsed JSON of a structured answer holds about what its text does, and its objects more.
     return _ANSWER_OVERHEAD + (4 * size if response.parsed is not None else size)
 
 
-_TYPES: dict[ProviderOperation, type[ProviderResponse]] = {
-    ProviderOperation.EMBEDDING: EmbeddingResponse,
-    ProviderOperation.VISION: VisionResponse,
+# The type of answer each operation's key holds (a completion's, unless named here).
+_TYPES: dict[ProviderOperation, str] = {
+    ProviderOperation.EMBEDDING: EmbeddingResponse.TYPE,
+    ProviderOperation.VISION: VisionResponse.TYPE,
+    **{operation: spec.response_type for operation, spec in OPERATIONS.items()},
 }
+# Generated media are cached where listed, whatever the request: listing them is the opt-in (ADR 0054).
+_GENERATED = frozenset(operation for operation, spec in OPERATIONS.items() if spec.generated)
 
 
 def _whole(response: ProviderResponse) -> bool:
     """Only complete answers are kept: not cut by length, not filtered, not empty."""
     if isinstance(response, EmbeddingResponse):
         return bool(response.vectors)
-    return isinstance(response, CompletionResponse) and response.finish_reason in _COMPLETE
+    if isinstance(response, CompletionResponse) or hasattr(response, "finish_reason"):
+        return getattr(response, "finish_reason", None) in _COMPLETE
+    return True  # an operation beyond chat's adapter refuses an empty or partial answer as malformed

@@ -61,22 +61,23 @@ class OperationRequest(Protocol):
 @attrs.frozen
 class OperationSpec:
     """How one operation is served: the adapter method (and its stream form), the capability that
-    offers it, and whether a deterministic answer may be cached when the call's cache asks (ADR 0054)."""
+    offers it, its response's type, and whether it makes generated media (ADR 0054)."""
 
     method: str
     capability: str
-    cacheable: bool
+    response_type: str  # the ``TYPE`` of its response class (``response_types``)
+    generated: bool = False  # generated media: cached only where listed, whatever the request (ADR 0054)
     stream_method: str | None = None
 
 
 OPERATIONS: Mapping[ProviderOperation, OperationSpec] = types.MappingProxyType({
-    ProviderOperation.RESPONSES: OperationSpec("respond", "chat", cacheable=True, stream_method="stream_respond"),
-    ProviderOperation.IMAGE: OperationSpec("generate_image", "images", cacheable=False),
-    ProviderOperation.IMAGE_EDIT: OperationSpec("edit_image", "image_edits", cacheable=False),
-    ProviderOperation.TRANSCRIPTION: OperationSpec("transcribe", "transcription", cacheable=True),
-    ProviderOperation.SPEECH: OperationSpec("speak", "speech", cacheable=False),
-    ProviderOperation.RERANK: OperationSpec("rerank", "rerank", cacheable=True),
-    ProviderOperation.MODERATION: OperationSpec("moderate", "moderation", cacheable=True),
+    ProviderOperation.RESPONSES: OperationSpec("respond", "chat", "responses", stream_method="stream_respond"),
+    ProviderOperation.IMAGE: OperationSpec("generate_image", "images", "image", generated=True),
+    ProviderOperation.IMAGE_EDIT: OperationSpec("edit_image", "image_edits", "image", generated=True),
+    ProviderOperation.TRANSCRIPTION: OperationSpec("transcribe", "transcription", "transcription"),
+    ProviderOperation.SPEECH: OperationSpec("speak", "speech", "speech", generated=True),
+    ProviderOperation.RERANK: OperationSpec("rerank", "rerank", "rerank"),
+    ProviderOperation.MODERATION: OperationSpec("moderate", "moderation", "moderation"),
 })
 
 

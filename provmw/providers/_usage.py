@@ -71,7 +71,7 @@ class UsageBody:
 
     def usage(self, **counts: int) -> Usage:
         """A ``Usage`` of ``counts``, once its parts are known to fit their wholes."""
-        usage = Usage(**counts)
+        usage = Usage(**counts)  # type: ignore[arg-type]  # counts only: units are not passed here
         cache = usage.cached_input_tokens + usage.cache_write_5m_tokens + usage.cache_write_1h_tokens
         if cache > usage.input_tokens:
             raise _malformed(f"{self.where}: cache reads and writes ({cache}) exceed the input tokens "
