@@ -68,6 +68,14 @@ _OPERATIONS = {
     ProviderOperation.TOOLS: "chat",
     ProviderOperation.COMPLETION: "text_completion",
     ProviderOperation.EMBEDDING: "embeddings",
+    ProviderOperation.RESPONSES: "chat",
+    # The conventions name no operation for these yet: their own names, as the conventions allow.
+    ProviderOperation.IMAGE: "image_generation",
+    ProviderOperation.IMAGE_EDIT: "image_edit",
+    ProviderOperation.TRANSCRIPTION: "transcription",
+    ProviderOperation.SPEECH: "speech",
+    ProviderOperation.RERANK: "rerank",
+    ProviderOperation.MODERATION: "moderation",
 }
 # Generation options as the conventions name them; numbers only (a bool is not a temperature).
 _NUMBER_OPTIONS = {

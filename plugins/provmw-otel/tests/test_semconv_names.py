@@ -13,9 +13,12 @@ from opentelemetry.semconv._incubating.attributes import server_attributes as se
 from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
 from opentelemetry.semconv.attributes import error_attributes, server_attributes
 from otel_harness import SCENARIOS, Recorded, fake_provider, recording, run  # noqa: F401  (a fixture)
+from provmw_otel.attributes import call_attributes
 from provmw_otel.options import OtelOptions
 
-from provmw.testing import FakeProvider
+from provmw.config import ProviderConfig
+from provmw.context import ProviderOperation
+from provmw.testing import FakeProvider, call_context
 
 MODULES = (gen_ai_attributes, openai_attributes, server_attributes, server_incubating, error_attributes,
            error_incubating)
@@ -50,3 +53,13 @@ async def test_both_histograms_are_named_by_the_conventions(fake: FakeProvider) 
     assert data is not None
     names = {m.name for r in data.resource_metrics for sm in r.scope_metrics for m in sm.metrics}
     assert names == {gen_ai_metrics.GEN_AI_CLIENT_OPERATION_DURATION, gen_ai_metrics.GEN_AI_CLIENT_TOKEN_USAGE}
+
+
+@pytest.mark.parametrize("operation", list(ProviderOperation), ids=lambda op: op.value)
+def test_every_operation_has_an_operation_name(operation: ProviderOperation) -> None:
+    config = ProviderConfig(identifier="c", provider="openai", model="m")
+    names = {v for k, v in vars(gen_ai_attributes).items() if k.startswith("GenAiOperationNameValues")}
+    name = call_attributes(call_context(operation), config)[gen_ai_attributes.GEN_AI_OPERATION_NAME]
+    assert isinstance(name, str) and name
+    if operation.value in ("chat", "completion", "embedding"):
+        assert name in {m.value for m in gen_ai_attributes.GenAiOperationNameValues} | names
