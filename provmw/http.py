@@ -10,6 +10,8 @@ does for its transports (the tables and the translation live in ``provmw._transp
 
 An adapter that reads the answer's headers (rate limits: ``openai_rate_limit``,
 ``anthropic_rate_limit``) posts with ``post_json_with_headers`` or ``post_sse_with_headers``.
+Uploads go as multipart forms (``post_form``, a JSON answer); binary answers (speech) are read
+with ``post_bytes``. Both are bounded and their errors mapped as ``post_json``'s are.
 
 Calls carry no timer: the manager bounds each attempt, and a stream's time to its first
 chunk and between chunks. The time between a stream's events is bounded by ``stream_idle_s``
@@ -60,6 +62,7 @@ __all__ = [
     "EXCEPTION_ERRORS",
     "STATUS_ERRORS",
     "ErrorCodes",
+    "FormFile",
     "HttpClient",
     "HttpStatusError",
     "InBandError",
@@ -87,6 +90,8 @@ KEEPALIVE_EVENTS = frozenset({"ping"})
 Url: TypeAlias = "str | URL"
 # ``bytes`` are sent as they are: an adapter that signs its body sends the bytes it signed.
 Body = Mapping[str, Any] | bytes
+# A file of a multipart form: its name, its bytes and their media type.
+FormFile = tuple[str, bytes, str]
 _NO_HEADERS: Mapping[str, str] = types.MappingProxyType({})
 
 
@@ -101,6 +106,10 @@ def __getattr__(name: str) -> Any:
 
 def _payload(body: Body) -> bytes:
     return body if isinstance(body, bytes) else encode_body(body)
+
+
+def _without_content_type(headers: Mapping[str, str]) -> dict[str, str]:
+    return {name: value for name, value in headers.items() if name.lower() != "content-type"}
 
 
 class HttpClient:
@@ -158,16 +167,44 @@ class HttpClient:
             return await self.post_json(url, body, headers), _NO_HEADERS
         return await self._post_json(url, body, headers)
 
-    async def _post_json(self, url: Url, body: Body, headers: Mapping[str, str]) -> tuple[Any, Mapping[str, str]]:
-        async with self.session.post(url, data=_payload(body), headers=headers, allow_redirects=False,
+    async def _post_json(self, url: Url, body: Body | aiohttp.FormData,
+                         headers: Mapping[str, str]) -> tuple[Any, Mapping[str, str]]:
+        raw, status, answer_headers = await self._post_read(url, body, headers)
+        try:
+            return decode_json(raw), answer_headers
+        except ValueError:
+            raise NotJsonError(status, raw) from None
+
+    async def post_form(self, url: Url, fields: Mapping[str, str], files: Mapping[str, FormFile],
+                        headers: Mapping[str, str]) -> tuple[Any, Mapping[str, str]]:
+        """POST a multipart form (each file: its name, bytes and media type) and return the decoded
+        2xx answer and its headers, as ``post_json_with_headers``. A Content-Type in ``headers`` is
+        dropped: the form's own carries its boundary."""
+        import aiohttp
+
+        form = aiohttp.FormData(default_to_multipart=True)
+        for name, value in fields.items():
+            form.add_field(name, value)
+        for name, (filename, data, media_type) in files.items():
+            form.add_field(name, data, filename=filename, content_type=media_type)
+        return await self._post_json(url, form, _without_content_type(headers))
+
+    async def post_bytes(self, url: Url, body: Body,
+                         headers: Mapping[str, str]) -> tuple[bytes, str, Mapping[str, str]]:
+        """POST ``body`` as JSON and return the 2xx answer's raw bytes (bounded as a JSON body is), its
+        Content-Type and its headers: for binary answers (speech)."""
+        raw, _, answer_headers = await self._post_read(url, body, headers)
+        return raw, answer_headers.get("Content-Type", ""), answer_headers
+
+    async def _post_read(self, url: Url, body: Body | aiohttp.FormData,
+                         headers: Mapping[str, str]) -> tuple[bytes, int, Mapping[str, str]]:
+        data = body if not isinstance(body, Mapping | bytes) else _payload(body)
+        async with self.session.post(url, data=data, headers=headers, allow_redirects=False,
                                      timeout=_no_timer()) as response:
             if response.status >= 300:
                 raise await _status_of(response, self.limits)
             raw = await read_capped(response.content, response.content_length, self.limits.max_body_bytes)
-        try:
-            return decode_json(raw), response.headers
-        except ValueError:
-            raise NotJsonError(response.status, raw) from None
+        return raw, response.status, response.headers
 
     def post_sse(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], *,
                  read_timeout_s: float | None = None) -> AsyncIterator[SSEEvent]:
