@@ -13,7 +13,7 @@ it may be billed in units other than tokens (ADR 0053), and whether it is determ
 from __future__ import annotations
 
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -38,6 +38,10 @@ class OperationRequest(Protocol):
     billed for with ``options`` in force (0: none; None: unbounded but for the model's ceiling).
     ``most_units`` is the most it may be billed in units (``image:1024x1024:high``: 2), for the
     budget's worst case. ``deterministic`` says whether the same request gives the same answer.
+    ``texts`` is every piece of text it sends that a layer may read and rewrite (a guard's
+    redaction: prompts, inputs, a query and its documents), in a fixed order; ``with_texts``
+    is the same request with those replaced, given in that order (ADR 0048). What it sends as
+    bytes (audio, images) is not text: a guard can neither read nor rewrite it.
     """
 
     @property
@@ -56,6 +60,10 @@ class OperationRequest(Protocol):
     def most_units(self, options: Mapping[str, Any]) -> Mapping[str, float]: ...
 
     def deterministic(self, options: Mapping[str, Any]) -> bool: ...
+
+    def texts(self) -> tuple[str, ...]: ...
+
+    def with_texts(self, texts: Sequence[str]) -> OperationRequest: ...
 
 
 @attrs.frozen
