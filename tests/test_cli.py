@@ -28,7 +28,7 @@ def test_stack_lists_order_priority_and_plugin(monkeypatch: pytest.MonkeyPatch, 
     status, text = run("stack")
     assert status == 0
     assert "     900  call_log          calllog" in text
-    assert "providers: anthropic, openai" in text
+    assert "providers: anthropic, cohere, openai" in text
 
 
 def test_plugins_lists_distribution_version_status(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

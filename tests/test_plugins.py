@@ -87,7 +87,7 @@ def test_disable_switch_keeps_only_the_builtin_plugin(site: Path) -> None:
 
 
 def test_builtin_plugin_registers_the_providers(builtin_only: PluginHost) -> None:
-    assert set(builtin_only.collect_providers()) == {"openai", "anthropic"}
+    assert set(builtin_only.collect_providers()) == {"openai", "anthropic", "cohere"}
 
 
 def test_disabled_middleware_section_drops_the_middleware(site: Path) -> None:

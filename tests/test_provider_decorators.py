@@ -127,13 +127,13 @@ def test_decorators_apply_by_plugin_name_then_in_the_order_given() -> None:
 def test_all_providers_wraps_every_installed_adapter() -> None:
     providers = host(acme=Acme(), audit=Decorating(marking(ALL_PROVIDERS, "*"))).collect_providers()
     assert {name: type(adapter) for name, adapter in providers.items()} == dict.fromkeys(
-        ("acme", "anthropic", "openai"), Marking)
+        ("acme", "anthropic", "cohere", "openai"), Marking)
 
 
 def test_a_decorator_naming_no_installed_provider_is_an_error_naming_both() -> None:
     plugins = host(audit=Decorating(marking("gemeni", "x")))
     with pytest.raises(PluginError, match=r"plugin 'audit' decorates provider 'gemeni', which no installed plugin "
-                                          r"provides; installed: anthropic, openai \(plugin autoload is off\)"):
+                                          r"provides; installed: anthropic, cohere, openai \(plugin autoload is off\)"):
         plugins.collect_providers()
 
 

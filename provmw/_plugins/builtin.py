@@ -27,6 +27,7 @@ def provmw_middleware(settings: Settings, state: State) -> Iterable[Middleware]:
 @hookimpl
 def provmw_providers() -> Iterable[ProviderAdapter]:
     from provmw.providers.anthropic import AnthropicAdapter
+    from provmw.providers.cohere import CohereAdapter
     from provmw.providers.openai import OpenAIAdapter
 
-    return (OpenAIAdapter(), AnthropicAdapter())
+    return (OpenAIAdapter(), AnthropicAdapter(), CohereAdapter())

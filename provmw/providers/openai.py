@@ -12,7 +12,7 @@ import logging
 import math
 import re
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -36,6 +36,9 @@ from provmw.providers._usage import UsageBody
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, RateLimitHint, Usage
 from provmw.streams import ToolCallAssembler
+
+if TYPE_CHECKING:
+    from provmw.operations.moderation import ModerationRequest, ModerationResponse
 
 __all__ = ["OpenAIAdapter"]
 
@@ -175,7 +178,7 @@ class OpenAIAdapter:
     name = "openai"
     api_key_env = "OPENAI_API_KEY"
     default_base_url: str | None = DEFAULT_BASE_URL
-    capabilities = Capabilities(schema=True, response_format=True)
+    capabilities = Capabilities(schema=True, response_format=True, moderation=True)
 
     async def chat(self, http: HttpClient, config: ProviderConfig,
                    request: ChatRequest) -> CompletionResponse:
@@ -275,6 +278,13 @@ class OpenAIAdapter:
             return attrs.evolve(last, tool_calls=calls.calls())
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
+
+    async def moderate(self, http: HttpClient, config: ProviderConfig,
+                       request: ModerationRequest) -> ModerationResponse:
+        """Classify each input against OpenAI's content policy (``/moderations``)."""
+        from provmw.providers._openai_moderation import moderate
+
+        return await moderate(self, http, config, request)
 
     def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
         """The JSON body of a chat completion, as the OpenAI API documents it."""

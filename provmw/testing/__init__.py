@@ -80,6 +80,7 @@ from provmw.testing.faults import (
     admin_routes,
     plans_from_arguments,
 )
+from provmw.testing.wire_rank import RankWire
 from provmw.testing.wires import AnthropicWire, FakeWire, OpenAIWire, Tokenizer, embedding_vector, sse, words
 
 if TYPE_CHECKING:
@@ -244,6 +245,7 @@ class FakeProvider:
         self._count = wire.characters if tokenizer == "characters" else wire.words
         self._wires: dict[str, FakeWire] = {}
         builtin: list[FakeWire] = [wire.OpenAIWire(), wire.AnthropicWire()]
+        builtin.append(RankWire())
         for served in (*builtin, *wires):
             taken = set(served.routes) & set(self._wires)
             if taken:
