@@ -7,7 +7,7 @@ input's UTF-8 bytes still bound its tokens, for the limits that count them.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -71,6 +71,20 @@ class ModerationRequest:
     def deterministic(self, options: Mapping[str, Any]) -> bool:
         return True
 
+    def texts(self) -> tuple[str, ...]:
+        return self.inputs
+
+    def with_texts(self, texts: Sequence[str]) -> ModerationRequest:
+        """The same request with each input replaced, in order."""
+        if len(texts) != len(self.inputs):
+            raise ConfigurationError(f"with_texts: expected {len(self.inputs)} texts, got {len(texts)}")
+        return attrs.evolve(self, inputs=tuple(texts))
+
+
+def _flag(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"flagged must be a bool, got {value!r:.40}")
+
 
 def _flags(value: Mapping[str, bool]) -> Mapping[str, bool]:
     if not isinstance(value, Mapping):
@@ -95,7 +109,7 @@ def _scores(value: Mapping[str, float]) -> Mapping[str, float]:
 class ModerationResult:
     """One input's verdict: flagged or not, each category's flag, and each category's score."""
 
-    flagged: bool = attrs.field(validator=attrs.validators.instance_of(bool))
+    flagged: bool = attrs.field(validator=_flag)
     categories: Mapping[str, bool] = attrs.field(factory=dict, converter=_flags, hash=False)
     scores: Mapping[str, float] = attrs.field(factory=dict, converter=_scores, hash=False)
 

@@ -12,7 +12,7 @@ alone fills 500 bytes: far above what is billed for prose, never below it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -96,6 +96,17 @@ class RerankRequest:
 
     def deterministic(self, options: Mapping[str, Any]) -> bool:
         return True
+
+    def texts(self) -> tuple[str, ...]:
+        """The query, then each document."""
+        return (self.query, *self.documents)
+
+    def with_texts(self, texts: Sequence[str]) -> RerankRequest:
+        """The same request with the query and the documents replaced, in ``texts``' order."""
+        if len(texts) != 1 + len(self.documents):
+            raise ConfigurationError(f"with_texts: expected {1 + len(self.documents)} texts (the query and each "
+                                     f"document), got {len(texts)}")
+        return attrs.evolve(self, query=texts[0], documents=tuple(texts[1:]))
 
 
 def _index(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
