@@ -30,7 +30,7 @@ from provmw.http import (
     wire_errors,
 )
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
-from provmw.providers import Capabilities
+from provmw.providers import Capabilities, _openai_responses
 from provmw.providers._opening import OpeningHint
 from provmw.providers._usage import UsageBody
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
@@ -39,6 +39,7 @@ from provmw.streams import ToolCallAssembler
 
 if TYPE_CHECKING:
     from provmw.operations.moderation import ModerationRequest, ModerationResponse
+    from provmw.operations.responses_api import ResponsesRequest, ResponsesResponse
 
 __all__ = ["OpenAIAdapter"]
 
@@ -178,7 +179,8 @@ class OpenAIAdapter:
     name = "openai"
     api_key_env = "OPENAI_API_KEY"
     default_base_url: str | None = DEFAULT_BASE_URL
-    capabilities = Capabilities(schema=True, response_format=True, moderation=True)
+    capabilities = Capabilities(schema=True, response_format=True, moderation=True, responses=True, web_search=True,
+                                file_search=True, code_interpreter=True)
 
     async def chat(self, http: HttpClient, config: ProviderConfig,
                    request: ChatRequest) -> CompletionResponse:
@@ -231,6 +233,16 @@ class OpenAIAdapter:
             )
         except _SHAPE_ERRORS as exc:
             raise malformed(self.name, config.model, exc) from None
+
+    async def respond(self, http: HttpClient, config: ProviderConfig, request: ResponsesRequest) -> ResponsesResponse:
+        """The Responses API's own wire (``provmw.providers._openai_responses``)."""
+        return await _openai_responses.respond(http, config, request, provider=self.name,
+                                               url=_url(config, "/responses"), headers=_headers(config))
+
+    def stream_respond(self, http: HttpClient, config: ProviderConfig,
+                       request: ResponsesRequest) -> AsyncIterator[ChatChunk]:
+        return _openai_responses.stream_respond(http, config, request, provider=self.name,
+                                                url=_url(config, "/responses"), headers=_headers(config))
 
     async def stream_chat(self, http: HttpClient, config: ProviderConfig,
                           request: ChatRequest) -> AsyncIterator[ChatChunk]:

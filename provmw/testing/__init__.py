@@ -81,6 +81,7 @@ from provmw.testing.faults import (
     plans_from_arguments,
 )
 from provmw.testing.wire_rank import RankWire
+from provmw.testing.wire_responses import ResponsesWire, WireRefusalError
 from provmw.testing.wires import AnthropicWire, FakeWire, OpenAIWire, Tokenizer, embedding_vector, sse, words
 
 if TYPE_CHECKING:
@@ -246,6 +247,7 @@ class FakeProvider:
         self._wires: dict[str, FakeWire] = {}
         builtin: list[FakeWire] = [wire.OpenAIWire(), wire.AnthropicWire()]
         builtin.append(RankWire())
+        builtin.append(ResponsesWire())
         for served in (*builtin, *wires):
             taken = set(served.routes) & set(self._wires)
             if taken:
@@ -373,7 +375,10 @@ class FakeProvider:
         if route == "embedding" and self._chat_model(model):
             return _error_response(served, route, 400, None, f"model {model!r} is a chat model and does not make "
                                    "embeddings (use an embedding model, such as text-embedding-3-small)", {})
-        payload = served.answer(route, body, self._count)
+        try:
+            payload = served.answer(route, body, self._count)
+        except WireRefusalError as refused:
+            return _error_response(served, route, refused.status, refused.code, refused.message, {})
         if fault is not None and fault.usage is not None:
             payload = served.with_usage(payload, json.loads(json.dumps(fault.usage, default=dict)))
         elif self._prompt_cache is not None and route in ("chat", "messages"):
