@@ -1,7 +1,8 @@
 """OpenAI's ``/moderations``: ``OpenAIAdapter.moderate`` hands its calls here.
 
-The body is ``{model, input}`` with every text in a list; the answer holds one result per input,
-in order: ``flagged``, ``categories`` (name to bool) and ``category_scores`` (name to number).
+The body is ``{model, input}`` with every text in a list, and the ``extra_body`` option's
+fields; the answer holds one result per input, in order: ``flagged``, ``categories`` (name to
+bool) and ``category_scores`` (name to number).
 The API reports no usage (moderation is free); a gateway's ``usage`` is read when it sends one.
 """
 
@@ -33,8 +34,9 @@ _SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError, Co
 async def moderate(adapter: OpenAIAdapter, http: HttpClient, config: ProviderConfig,
                    request: ModerationRequest) -> ModerationResponse:
     """One ``/moderations`` call through ``adapter``'s error table and headers."""
-    options = merged_options(config, request.options)
-    body = {**plain_json(options), "model": config.model, "input": list(request.inputs)}
+    # Generation options (temperature...) do not apply here: only the provider's own fields are sent.
+    extra = merged_options(config, request.options).get("extra_body", {})
+    body = {"model": config.model, "input": list(request.inputs), **plain_json(extra)}
     data, hint = await adapter._post(http, config, "/moderations", body)
     try:
         answer = serde.mapping(data, "response")

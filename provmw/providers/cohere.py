@@ -5,8 +5,9 @@ each document's ``index`` and ``relevance_score`` (under ``results``; Voyage's u
 ``base_url`` is the provider's root (``https://api.cohere.com``, to which ``/v2/rerank`` is
 added) or ends in the API's version (``https://api.jina.ai/v1``, ``https://api.voyageai.com/v1``),
 to which ``/rerank`` is added. Cohere bills search units (``meta.billed_units.search_units``),
-Jina and Voyage tokens (``usage.total_tokens``, reported as input tokens). The configuration's
-options travel in the body as they are (``max_tokens_per_doc``, ``return_documents``).
+Jina and Voyage tokens (``usage.total_tokens``, reported as input tokens). A provider's own
+fields go in the ``extra_body`` option (``{"max_tokens_per_doc": 512}``); generation options
+(``temperature``...) do not apply to rerank and are not sent.
 
 Every field read from an answer is type-checked: a wrong type, an index outside the documents or
 given twice, or a score that is not a number is a ``MalformedResponseError``, never an answer.
@@ -14,6 +15,7 @@ given twice, or a score that is not a number is a ``MalformedResponseError``, ne
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import AsyncIterator, Mapping
@@ -31,6 +33,8 @@ from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, me
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
 
 __all__ = ["CohereAdapter"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.cohere.com"
 _VERSIONED = re.compile(r"/v\d+$")
@@ -70,11 +74,13 @@ def _top_field(config: ProviderConfig) -> str:
 
 
 def _body(config: ProviderConfig, request: RerankRequest) -> dict[str, Any]:
-    body: dict[str, Any] = {name: plain_json(value) for name, value in
-                            merged_options(config, request.options).items()}
-    body.update(model=config.model, query=request.query, documents=list(request.documents))
+    options = merged_options(config, request.options)
+    if ignored := sorted(set(options) - {"extra_body"}):
+        log.debug("cohere ignores options %s: generation options do not apply to rerank", ignored)
+    body: dict[str, Any] = {"model": config.model, "query": request.query, "documents": list(request.documents)}
     if request.top_n is not None:
         body[_top_field(config)] = request.top_n
+    body.update(plain_json(options.get("extra_body", {})))
     return body
 
 
