@@ -155,7 +155,7 @@ async def stream_respond(http: HttpClient, config: ProviderConfig, request: Resp
         async for event in events:
             data = _event(event.data, provider, config)
             kind = data.get("type") or event.event
-            if kind == "error":
+            if kind == "error" or (kind is None and data.get("error") is not None):
                 raise InBandError(event.data)
             if kind == "response.failed":
                 failed = data.get("response")

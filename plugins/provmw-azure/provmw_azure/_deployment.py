@@ -53,6 +53,11 @@ class Deployment:
         return f"{self.endpoint}/openai/deployments/{urllib.parse.quote(self.name, safe='')}"
 
     @property
+    def v1_url(self) -> str:
+        """The URL of the unversioned v1 routes (the Responses API's), which name the deployment in the body."""
+        return f"{self.endpoint}/openai/v1"
+
+    @property
     def host(self) -> str:
         """The endpoint's host, for messages (the endpoint itself may hold credentials)."""
         return urllib.parse.urlsplit(self.endpoint).hostname or "?"

@@ -31,8 +31,9 @@ class AzureTransport(HttpClient):
     masked in errors, by ``scrubber``: the adapter scrubs every error of the call with it."""
 
     def __init__(self, inner: HttpClient, deployment: Deployment, *, provider: str, model: str,
-                 secrets: tuple[str, ...] = ()) -> None:
+                 secrets: tuple[str, ...] = (), versioned: bool = True) -> None:
         super().__init__(limits=inner.limits)
+        self._versioned = versioned  # the v1 routes (the Responses API's) take no api-version
         self._inner = inner
         self._deployment = deployment
         self._provider, self._model = provider, model
@@ -79,7 +80,7 @@ class AzureTransport(HttpClient):
             raise self._error(exc) from None
 
     def _url(self, url: Url) -> str:
-        return f"{url}?{self._deployment.query}"
+        return f"{url}?{self._deployment.query}" if self._versioned else str(url)
 
     def _check(self, event: SSEEvent) -> None:
         if _FILTER_FINISH not in event.data:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -24,6 +25,9 @@ from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse
 from provmw_azure._deployment import Deployment
 from provmw_azure._transport import AzureTransport
 from provmw_azure.tokens import TokenCache, TokenProvider
+
+if TYPE_CHECKING:
+    from provmw.operations.responses_api import ResponsesRequest, ResponsesResponse
 
 __all__ = ["AzureOpenAIAdapter"]
 
@@ -70,15 +74,32 @@ class AzureOpenAIAdapter(OpenAIAdapter):
             async for chunk in super().stream_chat(transport, routed, request):
                 yield chunk
 
-    async def _route(self, http: HttpClient, config: ProviderConfig) -> tuple[AzureTransport, ProviderConfig]:
-        """The client and configuration the OpenAI adapter is handed for one call on ``config``;
-        every error of the call is scrubbed of what it carried (a token the manager never saw)."""
+    async def respond(self, http: HttpClient, config: ProviderConfig, request: ResponsesRequest) -> ResponsesResponse:
+        """The Responses API on Azure's v1 route, the deployment named in the body."""
+        transport, routed = await self._route(http, config, v1=True)
+        with transport.scrubber:
+            return await super().respond(transport, routed, request)
+
+    async def stream_respond(self, http: HttpClient, config: ProviderConfig,
+                             request: ResponsesRequest) -> AsyncIterator[ChatChunk]:
+        transport, routed = await self._route(http, config, v1=True)
+        with transport.scrubber:
+            async for chunk in super().stream_respond(transport, routed, request):
+                yield chunk
+
+    async def _route(self, http: HttpClient, config: ProviderConfig, *,
+                     v1: bool = False) -> tuple[AzureTransport, ProviderConfig]:
+        """The client and configuration the OpenAI adapter is handed for one call on ``config`` (on the
+        v1 routes: the deployment as the model); every error of the call is scrubbed of what it carried
+        (a token the manager never saw)."""
         deployment = Deployment.of(config)
         headers, token = await self._credentials(config)
-        transport = AzureTransport(http, deployment, provider=self.name, model=config.model,
+        transport = AzureTransport(http, deployment, provider=self.name, model=config.model, versioned=not v1,
                                    secrets=(*(() if token is None else (token,)), *headers.values()))
         # The OpenAI adapter sends a configuration's key as a bearer token: just what Entra ID takes.
-        return transport, attrs.evolve(config, base_url=deployment.base_url, api_key=token, headers=headers)
+        routed = attrs.evolve(config, base_url=deployment.v1_url if v1 else deployment.base_url, api_key=token,
+                              headers=headers)
+        return transport, attrs.evolve(routed, model=deployment.name) if v1 else routed
 
     async def _credentials(self, config: ProviderConfig) -> tuple[Mapping[str, str], str | None]:
         """The headers of a call on ``config`` (the ``api-key`` one with its key), else an Entra ID token."""

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from provmw.testing import OpenAIWire, Tokenizer, sse
+from provmw.testing.wire_responses import ResponsesWire
 
 __all__ = ["AzureWire", "verdicts"]
 
@@ -40,15 +41,19 @@ class AzureWire(OpenAIWire):
 
     routes: Mapping[str, str] = {"azure_chat": f"{_DEPLOYMENT}/chat/completions",
                                  "azure_completion": f"{_DEPLOYMENT}/completions",
-                                 "azure_embedding": f"{_DEPLOYMENT}/embeddings"}
+                                 "azure_embedding": f"{_DEPLOYMENT}/embeddings",
+                                 "azure_responses": "/openai/v1/responses"}
 
     def __init__(self, filtered_words: Iterable[str] = ()) -> None:
         self._filtered_words = tuple(w.lower() for w in filtered_words)
+        self._responses = ResponsesWire()  # the v1 Responses route answers as OpenAI's, the deployment in the body
 
     def model(self, route: str, path_model: str | None, body: Mapping[str, Any]) -> str:
-        return path_model or ""
+        return path_model or str(body.get("model", ""))
 
     def answer(self, route: str, body: Mapping[str, Any], count: Tokenizer) -> dict[str, Any]:
+        if route == "azure_responses":
+            return self._responses.answer("responses", body, count)
         payload = super().answer(_OPENAI_ROUTES[route], body, count)
         if route == "azure_embedding":
             return payload
@@ -64,6 +69,8 @@ class AzureWire(OpenAIWire):
         return {**payload, "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": verdicts()}]}
 
     def frames(self, route: str, body: Mapping[str, Any], payload: Mapping[str, Any]) -> list[bytes]:
+        if route == "azure_responses":
+            return self._responses.frames("responses", body, payload)
         prompt = {"choices": [], "prompt_filter_results": payload["prompt_filter_results"]}
         annotated = [sse(json.dumps(prompt))]
         for frame in super().frames(route, body, payload):
@@ -79,6 +86,8 @@ class AzureWire(OpenAIWire):
         return {"error": error}
 
     def error_frame(self, route: str, code: str | None, message: str) -> bytes:
+        if route == "azure_responses":
+            return self._responses.error_frame("responses", code, message)
         return sse(json.dumps(self.error_body(route, 500, code or "server_error", message)))
 
     def _blocked(self, body: Mapping[str, Any]) -> bool:
