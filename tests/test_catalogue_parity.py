@@ -31,6 +31,7 @@ from genai_prices.data import providers as catalogue_providers
 from genai_prices.data_snapshot import DataSnapshot
 
 from provmw import pricing
+from provmw.cli.check import notes
 from provmw.config import ProviderConfig
 from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost
@@ -244,3 +245,20 @@ async def test_the_ledger_records_what_the_catalogue_charges_for_a_call(
     fake.script(Fault(usage=body))
     recorded = await ledger_cost(fake, builtin_only, tmp_path / "usage.db", provider, model)
     assert recorded is not None and abs(Decimal(repr(recorded)) - oracle_usd(provider, model, body)) <= TOLERANCE_USD
+
+
+# provmw check: every configured model without a price is named, and no other.
+
+CHECKED = {"turbo": ("openai", "gpt-4-turbo"), "gemini": ("gemini", "models/gemini-2.5-flash"),
+           "bedrock": ("bedrock", "us.anthropic.claude-3-5-sonnet-20240620-v1:0"), "azure": ("azure", "gpt-4o"),
+           "realtime": ("openai", "gpt-realtime-whisper"), "live": ("openai", "gpt-live-1"),  # audio hours only
+           "house": ("openai", "house-model"),
+           "deployment": ("azure", "gpt-4o-prod"), "local": ("vllm", "llama-3-8b")}
+
+
+def test_check_names_each_model_priced_in_no_token_and_each_name_no_price_knows(tmp_path: Path) -> None:
+    path = tmp_path / "provmw.toml"
+    path.write_text("".join(f'[configurations.{name}]\nprovider = "{provider}"\nmodel = "{model}"\n'
+                            for name, (provider, model) in CHECKED.items()))
+    named = [note.split("[configurations.")[1].split("]")[0] for note in notes(path, {})]
+    assert named == ["realtime", "live", "house", "deployment", "local"]
