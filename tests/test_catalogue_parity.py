@@ -115,11 +115,12 @@ def error_usd(price: Price, provider_id: str, name: str, counts: Counts) -> Deci
 
 def compared(*, bundled: bool = False) -> Iterator[tuple[str, str, str, catalogue.ModelInfo, Price]]:
     """Each (provider, catalogue id, name, model, price) of the models provmw prices from the catalogue
-    (from the bundled table when ``bundled``)."""
+    (from the bundled table when ``bundled``). The table's media models (gpt-image-1, gpt-4o-transcribe,
+    gpt-4o-mini-tts...) are priced by their units, their tokens at 0 (ADR 0053): not by tokens to compare."""
     table = PriceTable()
     for provider, provider_id, name, model in MODELS:
         price = provmw_price(table, provider, name) if name is not None else None
-        if name is not None and price is not None and (id(price) in BUNDLED) == bundled:
+        if name is not None and price is not None and (id(price) in BUNDLED) == bundled and not price.units:
             yield provider, provider_id, name, model, price
 
 
@@ -150,9 +151,10 @@ def test_the_models_left_unpriced_are_those_the_catalogue_prices_in_no_token() -
     by_tokens = {(p, m.id) for p, _, _, m in MODELS
                  if any(getattr(m.get_prices(NOW), key) is not None for key in TOKEN_KEYS)}
     assert unpriced and not unpriced & by_tokens
+    # whisper-1, tts-1 and tts-1-hd, which the catalogue prices by audio hours and characters, are in
+    # the bundled table by their units (ADR 0053)
     assert {name for _, name in unpriced} == {"gpt-live-1", "gpt-live-transcribe", "gpt-realtime-translate",
-                                              "gpt-realtime-whisper", "gpt-transcribe", "tts-1", "tts-1-hd",
-                                              "whisper-1"}
+                                              "gpt-realtime-whisper", "gpt-transcribe"}
 
 
 # The models the bundled table prices (ADR 0050: its entries override the catalogue's).

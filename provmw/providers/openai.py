@@ -38,6 +38,8 @@ from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, R
 from provmw.streams import ToolCallAssembler
 
 if TYPE_CHECKING:
+    from provmw.operations.audio import SpeechRequest, SpeechResponse, TranscriptionRequest, TranscriptionResponse
+    from provmw.operations.images import ImageEditRequest, ImageRequest, ImageResponse
     from provmw.operations.moderation import ModerationRequest, ModerationResponse
     from provmw.operations.responses_api import ResponsesRequest, ResponsesResponse
 
@@ -179,7 +181,8 @@ class OpenAIAdapter:
     name = "openai"
     api_key_env = "OPENAI_API_KEY"
     default_base_url: str | None = DEFAULT_BASE_URL
-    capabilities = Capabilities(schema=True, response_format=True, moderation=True, responses=True, web_search=True,
+    capabilities = Capabilities(schema=True, response_format=True, moderation=True, images=True,
+                                image_edits=True, transcription=True, speech=True, responses=True, web_search=True,
                                 file_search=True, code_interpreter=True)
 
     async def chat(self, http: HttpClient, config: ProviderConfig,
@@ -297,6 +300,31 @@ class OpenAIAdapter:
         from provmw.providers._openai_moderation import moderate
 
         return await moderate(self, http, config, request)
+
+    async def generate_image(self, http: HttpClient, config: ProviderConfig, request: ImageRequest) -> ImageResponse:
+        """Images made from a prompt (``/images/generations``)."""
+        from provmw.providers import _openai_media
+
+        return await _openai_media.generate_image(http, config, request)
+
+    async def edit_image(self, http: HttpClient, config: ProviderConfig, request: ImageEditRequest) -> ImageResponse:
+        """An image edited by a prompt (``/images/edits``, uploaded)."""
+        from provmw.providers import _openai_media
+
+        return await _openai_media.edit_image(http, config, request)
+
+    async def transcribe(self, http: HttpClient, config: ProviderConfig,
+                         request: TranscriptionRequest) -> TranscriptionResponse:
+        """Audio's text (``/audio/transcriptions``, uploaded)."""
+        from provmw.providers import _openai_media
+
+        return await _openai_media.transcribe(http, config, request)
+
+    async def speak(self, http: HttpClient, config: ProviderConfig, request: SpeechRequest) -> SpeechResponse:
+        """Text spoken (``/audio/speech``): the audio's bytes."""
+        from provmw.providers import _openai_media
+
+        return await _openai_media.speak(http, config, request)
 
     def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
         """The JSON body of a chat completion, as the OpenAI API documents it."""

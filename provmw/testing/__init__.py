@@ -80,6 +80,7 @@ from provmw.testing.faults import (
     admin_routes,
     plans_from_arguments,
 )
+from provmw.testing.wire_media import FakeBinary, OpenAIMediaWire
 from provmw.testing.wire_rank import RankWire
 from provmw.testing.wire_responses import ResponsesWire, WireRefusalError
 from provmw.testing.wires import AnthropicWire, FakeWire, OpenAIWire, Tokenizer, embedding_vector, sse, words
@@ -246,6 +247,7 @@ class FakeProvider:
         self._count = wire.characters if tokenizer == "characters" else wire.words
         self._wires: dict[str, FakeWire] = {}
         builtin: list[FakeWire] = [wire.OpenAIWire(), wire.AnthropicWire()]
+        builtin.append(OpenAIMediaWire())
         builtin.append(RankWire())
         builtin.append(ResponsesWire())
         for served in (*builtin, *wires):
@@ -352,9 +354,8 @@ class FakeProvider:
         return handle
 
     async def _handle(self, route: str, served: FakeWire, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
         try:
-            body = json.loads(raw)
+            body = await _request_body(request)
         except ValueError:
             return _error_response(served, route, 400, None, "request body is not JSON", {})
         model = served.model(route, request.match_info.get("model"), body)
@@ -383,13 +384,16 @@ class FakeProvider:
             payload = served.with_usage(payload, json.loads(json.dumps(fault.usage, default=dict)))
         elif self._prompt_cache is not None and route in ("chat", "messages"):
             payload = self._prompt_cache.answered(route, model, body, payload, self._count)
+        if isinstance(payload, FakeBinary) and (fault is None or not (fault.malformed_json or fault.drop_connection)):
+            return web.Response(body=payload.data, headers={**headers, "Content-Type": payload.content_type})
         if served.streams(route, body):
             return await _stream(request, served, route, served.frames(route, body, payload), fault or Fault(),
                                  headers)
         if fault is not None and fault.malformed_json:
             return web.Response(text='{"id": "broken", "choices": [', content_type="application/json")
         if fault is not None and fault.drop_connection:
-            return await _drop_mid_body(request, json.dumps(payload).encode())
+            return await _drop_mid_body(request, payload.data if isinstance(payload, FakeBinary) else
+                                        json.dumps(payload).encode())
         return web.json_response(payload, headers=headers)
 
     def _chat_model(self, model: str) -> bool:
@@ -422,6 +426,15 @@ class FakeProvider:
             if chance is not None and chance.rng.random() < chance.rate:
                 return chance.fault
         return None
+
+
+async def _request_body(request: web.Request) -> Any:
+    """A JSON body decoded, or a multipart form as a dict of its fields (files as their bytes);
+    ``ValueError`` for anything else."""
+    if request.content_type != "multipart/form-data":
+        return json.loads(await request.read())
+    form = await request.post()
+    return {name: value.file.read() if isinstance(value, web.FileField) else value for name, value in form.items()}
 
 
 def _rate_limit_headers(served: FakeWire, limit: RequestLimit) -> Mapping[str, str]:

@@ -1,0 +1,197 @@
+"""The OpenAI adapter's media operations: images made and edited, transcription, speech.
+
+``/images/generations`` takes JSON, ``/images/edits`` and ``/audio/transcriptions`` a
+multipart upload, and ``/audio/speech`` answers with the audio's bytes. Every call is billed
+in units (ADR 0053): images by size and quality as the answer states them (gpt-image-1 says
+both; dall-e models say neither, and the request's are billed), seconds of audio, characters
+spoken. gpt-image-1 and gpt-4o-transcribe also report tokens: they are kept in the usage, and
+the bundled prices rate them at 0, so the units alone carry the cost (OpenAI's per-image and
+per-minute prices are its own figures for what those tokens cost).
+
+Every number an answer reports is bounded: no more images than asked, no more seconds than
+the audio can hold (:func:`provmw.operations.audio.audio_seconds_bound`, plus a second of rounding).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import mimetypes
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import attrs
+
+from provmw._base import serde
+from provmw.config import ProviderConfig
+from provmw.errors import ConfigurationError, InvalidDataError, MalformedResponseError
+from provmw.http import FormFile, HttpClient, malformed, openai_rate_limit, wire_errors
+from provmw.operations.audio import (
+    MEDIA_TYPES,
+    SpeechRequest,
+    SpeechResponse,
+    TranscriptionRequest,
+    TranscriptionResponse,
+    audio_seconds_bound,
+)
+from provmw.operations.images import GeneratedImage, ImageEditRequest, ImageRequest, ImageResponse, image_unit
+from provmw.providers._usage import UsageBody
+from provmw.providers.openai import ERROR_CODES, _headers, _url, _with_options
+from provmw.requests import merged_options
+from provmw.responses import RateLimitHint, Usage
+
+__all__ = ["edit_image", "generate_image", "speak", "transcribe"]
+
+NAME = "openai"
+_SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError, ConfigurationError)
+_REPORTED_SIZE = re.compile(r"[1-9][0-9]{1,4}x[1-9][0-9]{1,4}")
+_TRANSCRIPT_FORMATS = ("json", "verbose_json")  # the answers that are JSON
+T = TypeVar("T")
+
+
+async def generate_image(http: HttpClient, config: ProviderConfig, request: ImageRequest) -> ImageResponse:
+    """POST /images/generations."""
+    body, size, quality = _image_body(config, request)
+    with wire_errors(ERROR_CODES, provider=NAME, model=config.model):
+        data, headers = await http.post_json_with_headers(_url(config, "/images/generations"), body,
+                                                          _headers(config))
+    return _read(config, lambda: _images(config, data, request.n, size, quality, openai_rate_limit(headers)))
+
+
+async def edit_image(http: HttpClient, config: ProviderConfig, request: ImageEditRequest) -> ImageResponse:
+    """POST /images/edits, the image (and mask) uploaded as files of a form."""
+    body, size, quality = _image_body(config, request)
+    files = {"image": _image_file("image", request.image.data, request.image.media_type)}
+    if request.mask is not None:
+        files["mask"] = _image_file("mask", request.mask.data, request.mask.media_type)
+    with wire_errors(ERROR_CODES, provider=NAME, model=config.model):
+        data, headers = await http.post_form(_url(config, "/images/edits"), _form_fields(body), files,
+                                             _headers(config))
+    return _read(config, lambda: _images(config, data, request.n, size, quality, openai_rate_limit(headers)))
+
+
+async def transcribe(http: HttpClient, config: ProviderConfig,
+                     request: TranscriptionRequest) -> TranscriptionResponse:
+    """POST /audio/transcriptions, the audio uploaded as a file; the answer as JSON."""
+    body, form = _wire_body(config, request.options)
+    if form not in (None, *_TRANSCRIPT_FORMATS):
+        raise ConfigurationError(f"options.response_format must be one of {', '.join(_TRANSCRIPT_FORMATS)} "
+                                 f"(a transcription is read as JSON), got {form!r:.40}")
+    body["response_format"] = form or "json"
+    body.update({k: v for k, v in (("language", request.language), ("prompt", request.prompt)) if v is not None})
+    media_type = mimetypes.guess_type(request.filename)[0] or "application/octet-stream"
+    files = {"file": (request.filename, request.audio, media_type)}
+    with wire_errors(ERROR_CODES, provider=NAME, model=config.model):
+        data, headers = await http.post_form(_url(config, "/audio/transcriptions"), _form_fields(body), files,
+                                             _headers(config))
+    return _read(config, lambda: _transcription(config, data, request, openai_rate_limit(headers)))
+
+
+async def speak(http: HttpClient, config: ProviderConfig, request: SpeechRequest) -> SpeechResponse:
+    """POST /audio/speech; the answer is the audio's bytes."""
+    body, _ = _wire_body(config, request.options)  # the format is the request's
+    body.update(input=request.text, voice=request.voice, response_format=request.audio_format)
+    with wire_errors(ERROR_CODES, provider=NAME, model=config.model):
+        audio, content_type, headers = await http.post_bytes(_url(config, "/audio/speech"), body, _headers(config))
+    media_type = content_type.split(";")[0].strip().lower() or MEDIA_TYPES[request.audio_format]
+    if not audio or media_type == "application/json" or media_type.startswith("text/"):
+        raise MalformedResponseError(f"speech answer is not audio ({len(audio)} bytes of {media_type})",
+                                     provider=NAME, model=config.model)
+    return SpeechResponse(provider=NAME, model=config.model, served_by=config.identifier, audio=audio,
+                          media_type=media_type, usage=Usage(units={"character": len(request.text)}),
+                          rate_limit=openai_rate_limit(headers))
+
+
+def _read(config: ProviderConfig, parse: Callable[[], T]) -> T:
+    """``parse()``, with any shape error of the answer made one ``MalformedResponseError``."""
+    try:
+        return parse()
+    except _SHAPE_ERRORS as exc:
+        raise malformed(NAME, config.model, exc) from None
+
+
+def _image_body(config: ProviderConfig, request: ImageRequest) -> tuple[dict[str, Any], str, str]:
+    """The body, and the size and quality billed: the size is always sent (the bill is what was
+    asked for), the quality only when given (gpt-image-1 refuses dall-e's ``standard``)."""
+    size, quality = request.resolved(merged_options(config, request.options))
+    body, form = _wire_body(config, request.options)
+    body.update(prompt=request.prompt, n=request.n, size=size)
+    if form is not None:
+        body["response_format"] = form  # url or b64_json, as the call asked
+    if request.quality is not None:
+        body["quality"] = request.quality
+    return body, size, quality
+
+
+def _wire_body(config: ProviderConfig, own: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """The body's options, and ``response_format`` apart: these wires name a format where chat's
+    takes an object, which ``_with_options`` would make of it."""
+    options = merged_options(config, own)
+    form = options.pop("response_format", None)
+    return _with_options({"model": config.model}, options), form
+
+
+def _image_file(name: str, data: bytes | None, media_type: str) -> FormFile:
+    assert data is not None  # the request holds bytes (ImageEditRequest checks)
+    return f"{name}.{media_type.removeprefix('image/')}", data, media_type
+
+
+def _form_fields(body: Mapping[str, Any]) -> dict[str, str]:
+    """A JSON body as form fields: text as it is, anything else as its JSON."""
+    return {name: value if isinstance(value, str) else json.dumps(value) for name, value in body.items()}
+
+
+def _images(config: ProviderConfig, data: Any, n: int, size: str, quality: str,
+            hint: RateLimitHint | None) -> ImageResponse:
+    body = serde.mapping(data, "response")
+    rows = serde.get(body, "data", list, "response")
+    if len(rows) > n:
+        raise InvalidDataError(f"response.data: {len(rows)} images, {n} asked for")
+    size = serde.get(body, "size", str, "response", default=None) or size
+    quality = serde.get(body, "quality", str, "response", default=None) or quality
+    if not _REPORTED_SIZE.fullmatch(size) or not quality.isalpha():
+        raise InvalidDataError(f"response: size {size!r:.20} or quality {quality!r:.20} is not one")
+    counts = UsageBody.of(body.get("usage"), provider=NAME, model=config.model)
+    usage = counts.usage(input_tokens=counts.count("input_tokens"), output_tokens=counts.count("output_tokens"))
+    return ImageResponse(provider=NAME, model=config.model, served_by=config.identifier, rate_limit=hint,
+                         images=tuple(_image(row, f"response.data[{i}]") for i, row in enumerate(rows)),
+                         usage=attrs.evolve(usage, units={image_unit(size, quality): len(rows)}))
+
+
+def _image(value: Any, where: str) -> GeneratedImage:
+    row = serde.mapping(value, where)
+    encoded = serde.get(row, "b64_json", str, where, default=None)
+    return GeneratedImage.from_dict({"url": serde.get(row, "url", str, where, default=None), "data": encoded,
+                                     "revised_prompt": serde.get(row, "revised_prompt", str, where, default=None)},
+                                    where)
+
+
+def _transcription(config: ProviderConfig, data: Any, request: TranscriptionRequest,
+                   hint: RateLimitHint | None) -> TranscriptionResponse:
+    """The text; billed the seconds the usage states, else the duration heard, else the bound."""
+    body = serde.mapping(data, "response")
+    counts = UsageBody.of(body.get("usage"), provider=NAME, model=config.model)
+    kind = counts.body.get("type")
+    usage = counts.usage(input_tokens=counts.count("input_tokens") if kind == "tokens" else 0,
+                         output_tokens=counts.count("output_tokens") if kind == "tokens" else 0)
+    most = math.ceil(audio_seconds_bound(request.audio)) + 1  # a second of rounding up
+    billed = _seconds(counts.body.get("seconds") if kind == "duration" else None, "response.usage.seconds", most)
+    duration = _seconds(body.get("duration"), "response.duration", most)
+    units = next((s for s in (billed, duration) if s is not None), request.most_units({})["audio_second"])
+    return TranscriptionResponse(
+        provider=NAME, model=config.model, served_by=config.identifier, rate_limit=hint,
+        text=serde.get(body, "text", str, "response"),
+        language=serde.get(body, "language", str, "response", default=None) or request.language,
+        duration_s=duration if duration is not None else billed,
+        usage=attrs.evolve(usage, units={"audio_second": units}))
+
+
+def _seconds(value: Any, where: str, most: int) -> float | None:
+    """Seconds of audio an answer reports, within what the audio can hold."""
+    if value is None:
+        return None
+    seconds = serde.finite(value, where)
+    if not 0 <= seconds <= most:
+        raise InvalidDataError(f"{where}: {seconds:g} seconds of audio reported, the audio holds at most {most}")
+    return seconds
