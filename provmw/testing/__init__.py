@@ -389,6 +389,8 @@ class FakeProvider:
         if served.streams(route, body):
             return await _stream(request, served, route, served.frames(route, body, payload), fault or Fault(),
                                  headers)
+        if fault is not None and fault.replace:
+            payload = _replaced(payload, fault.replace)
         if fault is not None and fault.malformed_json:
             return web.Response(text='{"id": "broken", "choices": [', content_type="application/json")
         if fault is not None and fault.drop_connection:
@@ -455,6 +457,7 @@ async def _stream(request: web.Request, served: FakeWire, route: str, frames: Se
     response = web.StreamResponse(headers={**headers, "Content-Type": served.stream_content_type})
     await response.prepare(request)
     await response.write(served.stream_preamble)
+    frames = frames[:max(len(frames) - fault.withhold_last, 0)]
     for sent in range(len(frames) + 1):
         if sent == fault.stall_after:
             await _stall(response, served, fault)
@@ -469,9 +472,27 @@ async def _stream(request: web.Request, served: FakeWire, route: str, frames: Se
             request.transport.close()
             return response
         if sent < len(frames):
-            await response.write(frames[sent])
+            await (_dribble(response, frames[sent]) if fault.split_frames else response.write(frames[sent]))
     await response.write_eof()
     return response
+
+
+async def _dribble(response: web.StreamResponse, frame: bytes) -> None:
+    """Write ``frame`` a byte at a time, yielding between bytes so the client reads them apart."""
+    for index in range(len(frame)):
+        await response.write(frame[index:index + 1])
+        await asyncio.sleep(0)
+
+
+def _replaced(value: Any, replace: Mapping[str, Any]) -> Any:
+    """``value`` with every string in ``replace`` swapped for its replacement, at any depth."""
+    if isinstance(value, str):
+        return replace.get(value, value)
+    if isinstance(value, Mapping):
+        return {key: _replaced(item, replace) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_replaced(item, replace) for item in value]
+    return value
 
 
 async def _stall(response: web.StreamResponse, served: FakeWire, fault: Fault) -> None:

@@ -49,6 +49,14 @@ class Fault:
     keepalive_s: float | None = None
     stream_error_after: int | None = None
     malformed_after: int | None = None
+    # A stream that ends cleanly (no error, no cut) with its last ``withhold_last`` events never
+    # sent, as a provider that closed early would; ``split_frames`` writes each event a byte at a
+    # time, so its framing arrives split across reads.
+    withhold_last: int = 0
+    split_frames: bool = False
+    # String values of a JSON answer (not a stream) replaced wherever they occur, e.g. the text by
+    # a number: ``Fault(replace={"echo: hi": 42})``, for answers whose fields have the wrong type.
+    replace: FrozenMap | None = attrs.field(default=None, converter=attrs.converters.optional(FrozenMap))
     # A raw usage object that replaces the answer's (streams included), e.g. a provider's
     # cache counts: ``Fault(usage={"input_tokens": 3, "cache_creation_input_tokens": 12304})``.
     usage: FrozenMap | None = attrs.field(default=None, converter=attrs.converters.optional(FrozenMap))

@@ -19,10 +19,7 @@ from provmw.errors import (
     ProviderUnavailableError,
     RateLimitError,
 )
-from provmw.http import HttpClient
-from provmw.messages import ImagePart, Message, TextPart
 from provmw.providers import ProviderAdapter
-from provmw.requests import ChatRequest
 from provmw.responses import Usage
 from provmw.testing import AdapterConformance, FakeProvider, Fault
 
@@ -57,6 +54,17 @@ class TestBedrockConformance(AdapterConformance):
     }
     stream_error: ClassVar[tuple[Fault, type[ProviderError]]] = (
         Fault(stream_error_after=0, code="throttlingException"), RateLimitError)
+    owned_extra_body: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        **AdapterConformance.owned_extra_body,
+        "inferenceConfig": {"inferenceConfig": {"maxTokens": 77_777}},
+    }
+    # Bedrock takes images as bytes or S3 locations, never a web URL (refused before sending).
+    image_url = "s3://bucket/a.png"
+    expected_failures: ClassVar[Mapping[str, str]] = dict.fromkeys(
+        [f"test_extra_body_cannot_replace_what_the_call_was_priced_on[{case}]" for case in (
+            "messages-chat", "messages-stream", "inferenceConfig-chat", "inferenceConfig-stream")],
+        "request_body merges extra_body over the fields it writes: a direct call's extra_body replaces the "
+        "messages and inferenceConfig (maxTokens) the call was priced on")
 
     @pytest.fixture
     async def fake(self) -> AsyncIterator[FakeProvider]:
@@ -65,9 +73,3 @@ class TestBedrockConformance(AdapterConformance):
 
     def config(self, fake: FakeProvider, **fields: Any) -> ProviderConfig:
         return ProviderConfig(identifier="bedrock", provider="bedrock", model=MODEL, base_url=fake.url, **fields)
-
-    async def test_image_parts_reach_the_wire(self, fake: FakeProvider, http: HttpClient) -> None:
-        """Bedrock takes images as bytes or S3 locations: the suite's web URL becomes an s3:// one."""
-        parts = (TextPart("what?"), ImagePart(url="s3://bucket/a.png"), ImagePart(data=b"abc"))
-        response = await self.adapter.chat(http, self.config(fake), ChatRequest((Message.user(parts),)))
-        assert response.text == "I see 2 images. echo: what?"

@@ -25,6 +25,11 @@ class TestGeminiAdapter(AdapterConformance):
         "api_key_invalid": (Fault(status=400, code="API_KEY_INVALID"), AuthenticationError),
         "resource_exhausted": (Fault(status=429, code="RESOURCE_EXHAUSTED"), RateLimitError),
     }
+    owned_extra_body: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        **AdapterConformance.owned_extra_body,
+        "generationConfig": {"generationConfig": {"maxOutputTokens": 77_777}},
+        "contents": {"contents": [{"role": "user", "parts": [{"text": "not what was priced"}]}]},
+    }
 
     @pytest.fixture
     async def fake(self) -> AsyncIterator[FakeProvider]:
