@@ -21,7 +21,7 @@ import binascii
 import hashlib
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -73,6 +73,8 @@ def _pcm_byte_rate(audio: bytes, at: int) -> int | None:
 
 
 def _frozen(value: Mapping[str, Any] | None) -> FrozenMap:
+    if value is not None and not isinstance(value, Mapping):
+        raise ConfigurationError(f"options must be a mapping of option names to values, got {type(value).__name__}")
     return value if isinstance(value, FrozenMap) else FrozenMap(value)
 
 
@@ -141,6 +143,15 @@ class TranscriptionRequest:
     def deterministic(self, options: Mapping[str, Any]) -> bool:
         return _temperature(options) == 0
 
+    def texts(self) -> tuple[str, ...]:
+        return () if self.prompt is None else (self.prompt,)
+
+    def with_texts(self, texts: Sequence[str]) -> TranscriptionRequest:
+        """The same request with its prompt replaced (the audio is bytes: a guard leaves it alone)."""
+        if len(texts) != len(self.texts()):
+            raise ConfigurationError(f"texts: this transcription has {len(self.texts())} text(s), got {len(texts)}")
+        return attrs.evolve(self, prompt=texts[0]) if texts else self
+
 
 @attrs.frozen
 class SpeechRequest:
@@ -172,6 +183,15 @@ class SpeechRequest:
 
     def deterministic(self, options: Mapping[str, Any]) -> bool:
         return False
+
+    def texts(self) -> tuple[str, ...]:
+        return (self.text,)
+
+    def with_texts(self, texts: Sequence[str]) -> SpeechRequest:
+        """The same request with its text replaced."""
+        if len(texts) != 1:
+            raise ConfigurationError(f"texts: a speech request has 1 text, got {len(texts)}")
+        return attrs.evolve(self, text=texts[0])
 
 
 def _seconds(value: float | None) -> float | None:

@@ -18,8 +18,8 @@ import base64
 import binascii
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Self
 
 import attrs
 
@@ -45,6 +45,8 @@ def image_unit(size: str, quality: str) -> str:
 
 
 def _frozen(value: Mapping[str, Any] | None) -> FrozenMap:
+    if value is not None and not isinstance(value, Mapping):
+        raise ConfigurationError(f"options must be a mapping of option names to values, got {type(value).__name__}")
     return value if isinstance(value, FrozenMap) else FrozenMap(value)
 
 
@@ -129,6 +131,15 @@ class ImageRequest:
 
     def deterministic(self, options: Mapping[str, Any]) -> bool:
         return False
+
+    def texts(self) -> tuple[str, ...]:
+        return (self.prompt,)
+
+    def with_texts(self, texts: Sequence[str]) -> Self:
+        """The same request with its prompt replaced (a guard's rewrite: the images are bytes, left alone)."""
+        if len(texts) != 1:
+            raise ConfigurationError(f"texts: an image request has 1 text (its prompt), got {len(texts)}")
+        return attrs.evolve(self, prompt=texts[0])
 
 
 @attrs.frozen

@@ -1,0 +1,142 @@
+"""TranscriptionRequest and SpeechRequest: validation, the bound on seconds, determinism; their responses."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import struct
+import wave
+from typing import Any
+
+import pytest
+
+from provmw.context import ProviderOperation
+from provmw.errors import ConfigurationError, InvalidDataError
+from provmw.operations import OPERATIONS, response_types
+from provmw.operations.audio import (
+    SpeechRequest,
+    SpeechResponse,
+    TranscriptionRequest,
+    TranscriptionResponse,
+    audio_seconds_bound,
+)
+from provmw.responses import Usage, response_from_dict
+
+
+def wav(seconds: float, rate: int = 16_000, channels: int = 1, width: int = 2) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(channels)
+        out.setsampwidth(width)
+        out.setframerate(rate)
+        out.writeframes(bytes(int(rate * seconds) * channels * width))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"audio": b""}, "audio"),
+    ({"audio": "a.wav"}, "audio"),
+    ({"audio": b"x", "filename": ""}, "filename"),
+    ({"audio": b"x", "language": 3}, "language"),
+    ({"audio": b"x", "prompt": ""}, "prompt"),
+    ({"audio": b"x", "options": {"temperature": 2}}, "temperature"),
+    ({"audio": b"x", "options": {"temperature": "hot"}}, "temperature"),
+])
+def test_a_wrong_transcription_field_is_a_configuration_error_naming_it(fields: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigurationError, match=named):
+        TranscriptionRequest(**fields)
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"text": ""}, "text"), ({"text": None}, "text"), ({"text": "hi", "voice": ""}, "voice"),
+    ({"text": "hi", "audio_format": "ogg"}, "audio_format"),
+])
+def test_a_wrong_speech_field_is_a_configuration_error_naming_it(fields: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigurationError, match=named):
+        SpeechRequest(**fields)
+
+
+@pytest.mark.parametrize(("rate", "channels", "width"), [(16_000, 1, 2), (44_100, 2, 2), (8_000, 1, 1)])
+def test_a_wav_header_gives_the_duration_exactly(rate: int, channels: int, width: int) -> None:
+    assert audio_seconds_bound(wav(2.5, rate, channels, width)) == pytest.approx(2.5, abs=1e-4)
+
+
+def test_a_truncated_wav_lasts_as_long_as_the_data_present() -> None:
+    assert audio_seconds_bound(wav(4.0)[:44 + 32_000]) == pytest.approx(1.0)
+
+
+def test_a_wav_whose_rates_disagree_is_bounded_by_its_size() -> None:
+    audio = bytearray(wav(1.0))
+    struct.pack_into("<I", audio, 28, 1)  # byte rate 1: the header would claim 32,000 seconds
+    assert audio_seconds_bound(bytes(audio)) == len(audio) * 8 / 6000
+
+
+def test_any_other_file_is_bounded_at_six_kilobits_a_second() -> None:
+    assert audio_seconds_bound(b"\xff\xfb" * 3_000) == 8.0
+
+
+def test_the_worst_case_is_the_bound_rounded_up_in_audio_seconds() -> None:
+    assert TranscriptionRequest(wav(2.5)).most_units({}) == {"audio_second": 3.0}
+    assert TranscriptionRequest(b"x" * 6_000, filename="a.mp3").most_units({}) == {"audio_second": 8.0}
+
+
+def test_speech_is_billed_by_the_character() -> None:
+    assert SpeechRequest("héllo wörld").most_units({}) == {"character": 11.0}
+    assert SpeechRequest("héllo").input_bytes() == 6
+
+
+@pytest.mark.parametrize(("options", "deterministic"), [({}, True), ({"temperature": 0}, True),
+                                                        ({"temperature": 0.2}, False)])
+def test_a_transcription_is_deterministic_unless_a_temperature_is_set(options: dict[str, Any],
+                                                                      deterministic: bool) -> None:
+    assert TranscriptionRequest(b"x").deterministic(options) is deterministic
+
+
+def test_speech_is_never_deterministic_and_is_generated_media() -> None:
+    assert not SpeechRequest("hi").deterministic({"temperature": 0})
+    assert OPERATIONS[ProviderOperation.SPEECH].generated
+    assert not OPERATIONS[ProviderOperation.TRANSCRIPTION].generated
+
+
+def test_each_needs_its_own_capability_and_bills_no_output_tokens() -> None:
+    transcription, speech = TranscriptionRequest(b"x"), SpeechRequest("hi")
+    assert transcription.needs(streaming=False) == frozenset({"transcription"})
+    assert speech.needs(streaming=False) == frozenset({"speech"})
+    assert transcription.most_output_tokens({}) == speech.most_output_tokens({}) == 0
+
+
+def test_the_canonical_form_holds_the_audios_digest_never_its_bytes() -> None:
+    body = TranscriptionRequest(b"secret audio", language="en").to_dict()
+    assert body["audio"] == hashlib.sha256(b"secret audio").hexdigest() and body["language"] == "en"
+    assert "secret" not in json.dumps(body)
+
+
+def test_the_texts_a_guard_may_rewrite_are_the_prompt_and_the_text_spoken() -> None:
+    assert TranscriptionRequest(b"x").texts() == ()
+    assert TranscriptionRequest(b"x", prompt="names").with_texts(["NAMES"]).prompt == "NAMES"
+    assert SpeechRequest("hi").with_texts(["ho"]) == SpeechRequest("ho")
+    with pytest.raises(ConfigurationError, match="texts"):
+        TranscriptionRequest(b"x").with_texts(["extra"])
+
+
+def test_responses_round_trip_through_plain_json() -> None:
+    for response in (TranscriptionResponse(provider="openai", model="whisper-1", text="hi", language="en",
+                                           duration_s=2.5, usage=Usage(units={"audio_second": 3})),
+                     SpeechResponse(provider="openai", model="tts-1", audio=b"\x00\xff", media_type="audio/wav",
+                                    usage=Usage(units={"character": 2}))):
+        data = json.loads(json.dumps(response.to_dict()))
+        assert type(response).from_dict(data) == response and response_from_dict(data) == response
+    assert response_types()["speech"] is SpeechResponse and response_types()["transcription"] is TranscriptionResponse
+
+
+def test_speech_audio_is_base64_in_the_dict_and_refused_when_it_is_not() -> None:
+    data = SpeechResponse(provider="p", model="m", audio=b"\x00\x01").to_dict()
+    assert data["audio"] == "AAE="
+    with pytest.raises(InvalidDataError, match="base64"):
+        SpeechResponse.from_dict({**data, "audio": "**"})
+
+
+def test_a_negative_duration_is_refused() -> None:
+    with pytest.raises(InvalidDataError, match="duration_s"):
+        TranscriptionResponse.from_dict({**TranscriptionResponse(provider="p", model="m").to_dict(), "duration_s": -1})
