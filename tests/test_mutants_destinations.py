@@ -58,7 +58,8 @@ async def test_the_resolver_keeps_at_most_256_names_by_default() -> None:
 
 async def test_the_guards_client_opens_at_most_100_connections_by_default() -> None:
     guard = DestinationGuard(DestinationPolicy())
-    assert guard.http.session.connector.limit == 100
+    connector = guard.http.session.connector
+    assert connector is not None and connector.limit == 100
     await guard.http.aclose()
 
 
