@@ -142,7 +142,7 @@ class ResponsesRequest:
         return frozenset(["chat", *self.builtin_tools, *(need for need, yes in wanted.items() if yes)])
 
     def input_bytes(self) -> int:
-        text = sum(len(item_text(i)) + _PER_ITEM for i in self.input) + len((self.instructions or "").encode())
+        text = sum(len(item_text(i).encode()) + _PER_ITEM for i in self.input) + len((self.instructions or "").encode())
         tools = sum(len(json.dumps(t.to_dict()).encode()) + _PER_TOOL for t in self.tools)
         schema = 0 if self.response_schema is None else len(json.dumps(_plain(self.response_schema)).encode())
         extra = _WITH_TOOLS if self.tools or self.builtin_tools else 0
