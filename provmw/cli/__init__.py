@@ -1,4 +1,5 @@
-"""The ``provmw`` command: chat, embed, stack, plugins, usage, budget, fake-provider, demo."""
+"""The ``provmw`` command: chat, embed, the other operations (``provmw.cli.operations``), stack, plugins,
+usage, budget, fake-provider, demo."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from zoneinfo import ZoneInfo
 
+from provmw.cli.operations import OPERATION_COMMANDS, add_operation_commands
 from provmw.errors import ConfigurationError, InvalidDataError, PluginError, ProvmwError
 
 if TYPE_CHECKING:
@@ -321,7 +323,7 @@ def _parser() -> argparse.ArgumentParser:
     embed = _command(commands, "embed", help="one embedding call through the full stack")
     embed.add_argument("texts", nargs="+")
     embed.add_argument("--dimensions", type=int)
-    for sub in (chat, embed):
+    for sub in (chat, embed, *add_operation_commands(commands, _command)):
         sub.add_argument("-c", "--configuration", help="named configuration (default: the default one)")
         sub.add_argument("--provider")
         sub.add_argument("--model")
@@ -346,7 +348,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-_COMMANDS: dict[str, Any] = {"chat": _chat, "embed": _embed, "stack": _stack, "plugins": _plugins,
+_COMMANDS: dict[str, Any] = {"chat": _chat, "embed": _embed, **OPERATION_COMMANDS, "stack": _stack, "plugins": _plugins,
                              "check": _check,
                              "usage": _usage, "budget": _budget, "demo": _demo, "fake-provider": _fake_provider}
 
