@@ -255,8 +255,13 @@ def anthropic_message(body: Mapping[str, Any], count: Tokenizer = words) -> dict
 
 
 def _forced_tool(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The tool ``tool_choice`` names, which the model must call."""
+    """The tool ``tool_choice`` names, which the model must call; with ``{"type": "any"}`` after a tool's
+    result, the last tool (where an adapter puts its answer tool: the result is in, the answer is due)."""
     choice = body.get("tool_choice")
+    messages = body.get("messages") or []
+    if isinstance(choice, Mapping) and choice.get("type") == "any" and messages and _tool_results(messages[-1]):
+        tools: list[Mapping[str, Any]] = list(body.get("tools") or ())
+        return tools[-1] if tools else None
     if not isinstance(choice, Mapping) or choice.get("type") != "tool":
         return None
     return next((t for t in body.get("tools", ()) if t.get("name") == choice.get("name")), None)
