@@ -6,12 +6,16 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from provmw.context import ProviderOperation
 from provmw.errors import ConfigurationError, InvalidDataError
 from provmw.operations import OPERATIONS, response_types
 from provmw.operations.rerank import RankedDocument, RerankRequest, RerankResponse
 from provmw.responses import Usage
+from provmw.testing.wire_rank import cohere_rerank
+from provmw.testing.wires import words
 
 
 def ranked(*pairs: tuple[int, float]) -> list[RankedDocument]:
@@ -108,3 +112,16 @@ def test_texts_are_the_query_then_each_document_and_with_texts_replaces_them() -
 def test_with_texts_of_another_count_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="expected 3 texts"):
         RerankRequest(query="q", documents=["a", "b"]).with_texts(["q", "a"])
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=30))
+def test_any_results_are_best_first_and_ties_keep_document_order(scores: list[float]) -> None:
+    response = RerankResponse(provider="p", model="m", results=ranked(*enumerate(scores)))
+    keys = [(-r.relevance_score, r.index) for r in response.results]
+    assert keys == sorted(keys) and sorted(response.indexes) == list(range(len(scores)))
+
+
+@given(st.text(min_size=1, max_size=600), st.lists(st.text(min_size=1, max_size=2_000), min_size=1, max_size=250))
+def test_the_worst_case_is_never_below_what_the_fake_bills(query: str, documents: list[str]) -> None:
+    billed = cohere_rerank({"query": query, "documents": documents}, words)["meta"]["billed_units"]["search_units"]
+    assert RerankRequest(query=query, documents=documents).most_units({})["search_unit"] >= billed

@@ -145,3 +145,9 @@ async def test_chat_is_refused_before_any_request(fake: FakeProvider, http: Http
     with pytest.raises(UnsupportedOperationError, match="'chat'"):
         await ADAPTER.chat(http, cohere(fake.url), ChatRequest(messages=[Message.user("hi")]))
     assert fake.count() == 0
+
+
+async def test_a_body_that_is_not_json_is_malformed(fake: FakeProvider, http: HttpClient) -> None:
+    fake.script(Fault(malformed_json=True), route="rerank")
+    with pytest.raises(MalformedResponseError):
+        await ADAPTER.rerank(http, cohere(fake.url), FRUIT)
