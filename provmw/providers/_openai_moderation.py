@@ -36,7 +36,7 @@ async def moderate(adapter: OpenAIAdapter, http: HttpClient, config: ProviderCon
     """One ``/moderations`` call through ``adapter``'s error table and headers."""
     # Generation options (temperature...) do not apply here: only the provider's own fields are sent.
     extra = merged_options(config, request.options).get("extra_body", {})
-    body = {"model": config.model, "input": list(request.inputs), **plain_json(extra)}
+    body = {**plain_json(extra), "model": config.model, "input": list(request.inputs)}  # extras replace none
     data, hint = await adapter._post(http, config, "/moderations", body)
     try:
         answer = serde.mapping(data, "response")

@@ -77,10 +77,11 @@ def _body(config: ProviderConfig, request: RerankRequest) -> dict[str, Any]:
     options = merged_options(config, request.options)
     if ignored := sorted(set(options) - {"extra_body"}):
         log.debug("cohere ignores options %s: generation options do not apply to rerank", ignored)
-    body: dict[str, Any] = {"model": config.model, "query": request.query, "documents": list(request.documents)}
+    # The provider's own fields first: none of them replaces what the call was priced on.
+    body: dict[str, Any] = plain_json(options.get("extra_body", {}))
+    body.update(model=config.model, query=request.query, documents=list(request.documents))
     if request.top_n is not None:
         body[_top_field(config)] = request.top_n
-    body.update(plain_json(options.get("extra_body", {})))
     return body
 
 

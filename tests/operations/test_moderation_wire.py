@@ -87,3 +87,11 @@ async def test_the_sdk_reads_the_same_verdicts(fake: FakeProvider, http: HttpCli
         assert theirs.categories.model_dump(by_alias=True) == dict(mine.categories)
         assert theirs.category_scores.model_dump(by_alias=True) == dict(mine.scores)
     assert (sdk.id, sdk.model) == (ours.response_id, ours.model)
+
+
+async def test_extra_body_cannot_replace_the_model_or_the_inputs(fake: FakeProvider, http: HttpClient) -> None:
+    # A configuration refuses these keys itself; a request built by hand is not checked so.
+    extra = {"extra_body": {"model": "m2", "input": ["other"], "user": "u1"}}
+    await ADAPTER.moderate(http, openai_config(fake, model="omni-moderation-latest"),
+                           ModerationRequest(inputs="hello", options=extra))
+    assert fake.received[-1].body == {"model": "omni-moderation-latest", "input": ["hello"], "user": "u1"}

@@ -151,3 +151,11 @@ async def test_a_body_that_is_not_json_is_malformed(fake: FakeProvider, http: Ht
     fake.script(Fault(malformed_json=True), route="rerank")
     with pytest.raises(MalformedResponseError):
         await ADAPTER.rerank(http, cohere(fake.url), FRUIT)
+
+
+async def test_extra_body_cannot_replace_what_the_call_was_priced_on(fake: FakeProvider, http: HttpClient) -> None:
+    extra = {"documents": ["x"] * 500, "query": "other", "top_n": 500}  # a configuration refuses "model" itself
+    await ADAPTER.rerank(http, cohere(fake.url, options={"extra_body": extra}), FRUIT)
+    sent = fake.received[-1].body
+    assert (sent["model"], sent["query"], sent["documents"], sent["top_n"]) == (
+        "rerank-v3.5", "red apple", list(FRUIT.documents), 2)
