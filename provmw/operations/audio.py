@@ -32,9 +32,14 @@ from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
 from provmw.responses import ProviderResponse
 
-__all__ = ["AUDIO_FORMATS", "LOWEST_SPEECH_BITRATE_BPS", "MEDIA_TYPES", "SpeechRequest", "SpeechResponse",
+__all__ = ["AUDIO_FORMATS", "LOWEST_SPEECH_BITRATE_BPS", "MEDIA_TYPES", "MIN_TRANSCRIPT_TOKENS",
+           "TRANSCRIPT_TOKENS_PER_SECOND", "SpeechRequest", "SpeechResponse",
            "TranscriptionRequest", "TranscriptionResponse", "audio_seconds_bound"]
 
+# Speech runs at 2 to 4 words a second, some 3 to 8 tokens, more in scripts a tokenizer splits
+# finely: 20 a second bounds a transcript with room to spare.
+TRANSCRIPT_TOKENS_PER_SECOND = 20
+MIN_TRANSCRIPT_TOKENS = 100
 LOWEST_SPEECH_BITRATE_BPS = 6000  # Opus's floor: the module's docstring says why this bounds every file
 # What each speech format is sent as (OpenAI's ``response_format`` names).
 MEDIA_TYPES: Mapping[str, str] = {"mp3": "audio/mpeg", "opus": "audio/opus", "aac": "audio/aac",
@@ -135,7 +140,10 @@ class TranscriptionRequest:
         return len(self.prompt or "") // 4 + 1
 
     def most_output_tokens(self, options: Mapping[str, Any]) -> int | None:
-        return 0  # billed by the second (gpt-4o-transcribe's tokens are priced through its seconds)
+        """gpt-4o-transcribe reports the transcript's tokens (priced at 0 in the bundled table: the
+        seconds carry the cost): at most ``TRANSCRIPT_TOKENS_PER_SECOND`` a second, and
+        ``MIN_TRANSCRIPT_TOKENS`` at least."""
+        return max(MIN_TRANSCRIPT_TOKENS, math.ceil(audio_seconds_bound(self.audio) * TRANSCRIPT_TOKENS_PER_SECOND))
 
     def most_units(self, options: Mapping[str, Any]) -> Mapping[str, float]:
         return {"audio_second": float(math.ceil(audio_seconds_bound(self.audio)))}

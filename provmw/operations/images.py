@@ -1,14 +1,14 @@
 """Images: generated from a prompt, or an image edited by a prompt (OpenAI's ``/images`` wire).
 
 An image is billed by its size and quality (``image:<size>:<quality>`` units, ADR 0053).
-When a request leaves them unset, the configuration's options (``size``, ``quality``) fill
-them, else :data:`DEFAULT_SIZE` and :data:`DEFAULT_QUALITY`: what dall-e-2 and dall-e-3
-make when asked nothing, one square image at standard quality. The adapter sends the size
+When a request leaves them unset, the configuration's ``options.extra_body`` (``size``,
+``quality``) fill them, else :data:`DEFAULT_SIZE` and :data:`DEFAULT_QUALITY`: what dall-e-2 and
+dall-e-3 make when asked nothing, one square image at standard quality. The adapter sends the size
 it billed for, so the worst case is what the wire is asked for; it sends a quality only
 when one was given, since gpt-image-1 refuses ``standard`` (its own default, ``auto``,
 picks low, medium or high as it goes, and the bundled prices have no ``standard`` for it:
 a gpt-image-1 call without a quality has an unknown worst case, which a strict budget
-refuses; give the configuration a ``quality`` option). Generated images are not
+refuses; give the configuration ``extra_body = {quality = "high"}``). Generated images are not
 deterministic: the same prompt makes a new image each time, so they are never cached by default.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Self
@@ -30,13 +31,18 @@ from provmw.errors import ConfigurationError
 from provmw.messages import ImagePart
 from provmw.responses import ProviderResponse
 
-__all__ = ["DEFAULT_QUALITY", "DEFAULT_SIZE", "MAX_IMAGES", "GeneratedImage", "ImageEditRequest", "ImageRequest",
-           "ImageResponse", "image_unit"]
+__all__ = ["DEFAULT_QUALITY", "DEFAULT_SIZE", "MAX_IMAGES", "MOST_IMAGE_TOKENS", "GeneratedImage", "ImageEditRequest",
+           "ImageRequest", "ImageResponse", "image_unit"]
 
 DEFAULT_SIZE = "1024x1024"
 DEFAULT_QUALITY = "standard"
 MAX_IMAGES = 10  # OpenAI's bound on ``n``
+# gpt-image-1's output tokens for its largest image at high quality (OpenAI's table: 4,160 for
+# 1024x1024, 6,240 for 1536x1024, in proportion to the pixels).
+MOST_IMAGE_TOKENS = 6240
+_LARGEST_PIXELS = 1536 * 1024
 _SIZE = re.compile(r"[1-9][0-9]{1,4}x[1-9][0-9]{1,4}|auto")
+_DIMENSIONS = re.compile(r"([1-9][0-9]{0,4})x([1-9][0-9]{0,4})")
 
 
 def image_unit(size: str, quality: str) -> str:
@@ -105,9 +111,11 @@ class ImageRequest:
     options: FrozenMap = attrs.field(factory=FrozenMap, converter=_frozen)
 
     def resolved(self, options: Mapping[str, Any]) -> tuple[str, str]:
-        """The size and quality billed: the request's, else the options', else the defaults."""
-        size = self.size or options.get("size") or DEFAULT_SIZE
-        quality = self.quality or options.get("quality") or DEFAULT_QUALITY
+        """The size and quality billed: the request's, else the options' (their ``extra_body``,
+        where a configuration gives vendor fields), else the defaults."""
+        extra = options.get("extra_body") or {}
+        size = self.size or options.get("size") or extra.get("size") or DEFAULT_SIZE
+        quality = self.quality or options.get("quality") or extra.get("quality") or DEFAULT_QUALITY
         return str(size), str(quality)
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,7 +132,12 @@ class ImageRequest:
         return len(self.prompt) // 4 + 1
 
     def most_output_tokens(self, options: Mapping[str, Any]) -> int | None:
-        return 0  # billed by the image (gpt-image-1's tokens are priced through its per-image units)
+        """gpt-image models report output tokens (priced at 0 in the bundled table: the units carry
+        the cost), in proportion to the pixels at high quality: ``n`` images at that rate, the
+        size unset or ``auto`` counted as the largest they make (1536x1024: 6,240 tokens)."""
+        given = _DIMENSIONS.fullmatch(self.resolved(options)[0])
+        pixels = int(given[1]) * int(given[2]) if given else 0
+        return self.n * max(MOST_IMAGE_TOKENS, math.ceil(pixels * MOST_IMAGE_TOKENS / _LARGEST_PIXELS))
 
     def most_units(self, options: Mapping[str, Any]) -> Mapping[str, float]:
         return {image_unit(*self.resolved(options)): float(self.n)}

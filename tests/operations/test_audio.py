@@ -99,11 +99,16 @@ def test_speech_is_never_deterministic_and_is_generated_media() -> None:
     assert not OPERATIONS[ProviderOperation.TRANSCRIPTION].generated
 
 
-def test_each_needs_its_own_capability_and_bills_no_output_tokens() -> None:
+def test_each_needs_its_own_capability_and_speech_bills_no_output_tokens() -> None:
     transcription, speech = TranscriptionRequest(b"x"), SpeechRequest("hi")
     assert transcription.needs(streaming=False) == frozenset({"transcription"})
     assert speech.needs(streaming=False) == frozenset({"speech"})
-    assert transcription.most_output_tokens({}) == speech.most_output_tokens({}) == 0
+    assert speech.most_output_tokens({}) == 0
+
+
+def test_a_transcripts_tokens_are_bounded_by_the_seconds_of_audio() -> None:
+    assert TranscriptionRequest(wav(1.0)).most_output_tokens({}) == 100
+    assert TranscriptionRequest(wav(60.0)).most_output_tokens({}) == 1200
 
 
 def test_the_canonical_form_holds_the_audios_digest_never_its_bytes() -> None:

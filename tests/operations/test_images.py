@@ -61,9 +61,20 @@ def test_unset_size_and_quality_come_from_the_options_else_the_defaults() -> Non
     assert ImageRequest("p", quality="low").most_units({"quality": "high"}) == {"image:1024x1024:low": 1.0}
 
 
-def test_images_bill_no_output_tokens_are_never_deterministic_and_are_generated_media() -> None:
+def test_unset_size_and_quality_come_from_a_configurations_extra_body() -> None:
+    options = {"extra_body": {"quality": "medium", "size": "1024x1536"}}
+    assert ImageRequest("p").most_units(options) == {"image:1024x1536:medium": 1.0}
+
+
+@pytest.mark.parametrize(("size", "n", "tokens"), [("1024x1024", 1, 6240), ("1536x1024", 2, 12_480),
+                                                   ("auto", 1, 6240), ("2048x2048", 1, 16_640)])
+def test_output_tokens_are_bounded_by_the_pixels_at_high_quality(size: str, n: int, tokens: int) -> None:
+    assert ImageRequest("p", size=size, n=n).most_output_tokens({}) == tokens
+
+
+def test_images_are_never_deterministic_and_are_generated_media() -> None:
     request = ImageRequest("p", options={"temperature": 0, "seed": 1})
-    assert request.most_output_tokens({}) == 0 and not request.deterministic({"temperature": 0})
+    assert not request.deterministic({"temperature": 0})
     assert OPERATIONS[ProviderOperation.IMAGE].generated and OPERATIONS[ProviderOperation.IMAGE_EDIT].generated
 
 
