@@ -8,7 +8,8 @@ headers, so the adapter stays one file of chat wire. Function tools travel flat
 automatic container unless told); a ``response_schema`` as ``text.format``. A call that keeps
 nothing (``store`` false) and may reason (a ``reasoning`` option, or reasoning items sent
 back) asks for ``reasoning.encrypted_content``, so that its reasoning can be sent back;
-a model that does not reason refuses that ``include``, so other calls do not ask.
+a model that does not reason refuses that ``include``, so other calls do not ask. Such a call
+sends its items without their ids (the API refuses ids it never stored), but a reasoning item's.
 
 The stream's text comes from ``response.output_text.delta`` events; each function call is
 taken whole from its ``response.output_item.done`` event (the argument deltas before it are
@@ -92,14 +93,29 @@ def _tool_options(value: object, name: str) -> Mapping[str, Any]:
     return value
 
 
+def _input(request: ResponsesRequest) -> list[dict[str, Any]]:
+    """The input items as sent: when nothing is stored server-side (no ``store``, no previous response),
+    the API refuses an item id it never kept, so ids go, but a reasoning item's (its encrypted content
+    carries it), and reasoning without encrypted content, which nothing could resolve, is left out."""
+    if request.store or request.previous_response_id is not None:
+        return [i.to_dict() for i in request.input]
+    sent = []
+    for item in request.input:
+        if isinstance(item, ReasoningItem):
+            if item.encrypted_content is not None:
+                sent.append(item.to_dict())
+            continue
+        sent.append({k: v for k, v in item.to_dict().items() if k != "id"})
+    return sent
+
+
 def responses_body(config: ProviderConfig, request: ResponsesRequest) -> dict[str, Any]:
     """The JSON body of a Responses call, as the OpenAI API documents it."""
     options = merged_options(config, request.options)
     tools = [_function_tool(t) for t in request.tools]
     tools += [{"type": name, **_BUILTIN_DEFAULTS.get(name, {}), **_tool_options(options.pop(name, {}), name)}
               for name in request.builtin_tools]
-    body: dict[str, Any] = {"model": config.model, "input": [i.to_dict() for i in request.input],
-                            "store": request.store}
+    body: dict[str, Any] = {"model": config.model, "input": _input(request), "store": request.store}
     for key, value in (("instructions", request.instructions), ("previous_response_id", request.previous_response_id),
                        ("tools", tools or None)):
         if value is not None:

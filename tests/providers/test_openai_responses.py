@@ -17,7 +17,7 @@ from provmw.errors import (
 )
 from provmw.http import HttpClient
 from provmw.messages import ToolSpec
-from provmw.operations.responses_api import FunctionCallOutput, ReasoningItem, ResponsesRequest
+from provmw.operations.responses_api import FunctionCallOutput, MessageItem, ReasoningItem, ResponsesRequest
 from provmw.providers.openai import OpenAIAdapter
 from provmw.responses import ChatChunk
 from provmw.testing import FakeProvider, Fault
@@ -65,6 +65,20 @@ async def test_a_call_that_may_reason_asks_for_its_reasoning_encrypted(fake: Fak
     reasoning = response.output[0]
     assert isinstance(reasoning, ReasoningItem) and reasoning.encrypted_content
     assert (response.usage.reasoning_tokens, response.text) == (1, "echo: hi")
+
+
+async def test_items_sent_back_without_a_store_lose_the_ids_the_api_never_kept(fake: FakeProvider,
+                                                                                http: HttpClient) -> None:
+    first = await ADAPTER.respond(http, openai_config(fake), ResponsesRequest("hi", options={
+        "reasoning": {"effort": "low"}}))
+    items = [*first.output, ReasoningItem("rs_old", ["an old thought"]), MessageItem("user", "and then?")]
+    second = ResponsesRequest(items, options={"reasoning": {"effort": "low"}})
+    assert second.needs(streaming=False) >= {"responses"}  # the encrypted reasoning goes back on this wire only
+    await ADAPTER.respond(http, openai_config(fake), second)
+    sent = fake.received[-1].body["input"]
+    assert [(i["type"], i.get("id")) for i in sent] == [("reasoning", "rs_fake"), ("message", None),
+                                                        ("message", None)]
+    assert sent[0]["encrypted_content"] == first.output[0].to_dict()["encrypted_content"]
 
 
 async def test_an_option_may_not_replace_what_the_call_writes(fake: FakeProvider, http: HttpClient) -> None:
