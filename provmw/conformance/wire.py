@@ -21,6 +21,7 @@ __all__ = ["WireTests"]
 
 _OPTIONS = {"temperature": 0.37, "max_tokens": 417, "stop": ["STOP-7f3a"]}
 _SYSTEM = "be brief 7f3a"
+_VENDOR = {"vendor_field_7f3a": {"mode": "conformance"}}  # a field of the provider's that provmw does not know
 _TEXT = "echo: hello world"  # the answer's text to HELLO, wherever a wire puts it
 _MODES = pytest.mark.parametrize("streaming", [False, True], ids=["chat", "stream"])
 
@@ -68,6 +69,15 @@ class WireTests(ConformanceBase):
         response = await self.adapter.chat(http, self.config(fake), ChatRequest(HELLO.messages,
                                                                                   options={"max_tokens": 2}))
         assert (response.text.split(), response.finish_reason) == (["echo:", "hello"], "length")
+
+    @_MODES
+    async def test_extra_body_fields_reach_the_wire(self, fake: FakeProvider, http: HttpClient,
+                                                    streaming: bool) -> None:
+        """A vendor field goes into the body as it is: the test below is not passed by dropping extra_body."""
+        if streaming:
+            self.needs("streaming")
+        await self.answer(fake, http, ChatRequest(HELLO.messages, options={"extra_body": _VENDOR}), streaming)
+        assert {key: fake.received[-1].body.get(key) for key in _VENDOR} == _VENDOR
 
     @_MODES
     async def test_extra_body_cannot_replace_what_the_call_was_priced_on(

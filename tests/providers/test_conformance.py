@@ -26,6 +26,7 @@ class TestThirdPartyAdapter(AdapterConformance):
             ["test_a_number_where_the_text_is_is_a_malformed_response",
              "test_a_token_count_as_text_is_a_malformed_response"],
             "the example adapter reads the answer's fields without checking their types"),
+        "test_extra_body_fields_reach_the_wire": "the example adapter sends extra_body as a field of that name",
     }
 
     def config(self, fake: FakeProvider, **fields: Any) -> ProviderConfig:

@@ -178,6 +178,12 @@ class GuardReadsTheConfigOnly(OpenAIKeepsPricedFields):
         return OpenAIAdapter.chat_body(self, config, request)  # the call's own extra_body goes unchecked
 
 
+class OpenAIWithoutExtraBody(OpenAIKeepsPricedFields):
+    def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
+        options = {name: value for name, value in request.options.items() if name != "extra_body"}
+        return super().chat_body(config, attrs.evolve(request, options=options))  # safe by sending none of it
+
+
 # 6. Framing split across reads.
 class WholeEventsPerRead:
     """An ``HttpClient`` whose SSE reading takes each read for whole events: the bug of the copies below."""
@@ -271,6 +277,7 @@ CASES = {case.broken.__name__: case for case in (
          sound=OpenAIKeepsPricedFields()),
     Case(GuardReadsTheConfigOnly, 5, OPENAI, _EXTRA, {"owned": ("model", _OWNED["model"]), "streaming": False},
          sound=OpenAIKeepsPricedFields()),
+    Case(OpenAIWithoutExtraBody, 5, OPENAI, "test_extra_body_fields_reach_the_wire", {"streaming": False}),
     Case(OpenAIEventPerRead, 6, OPENAI, "test_events_split_across_reads_still_parse"),
     Case(AnthropicEventPerRead, 6, ANTHROPIC, "test_events_split_across_reads_still_parse"),
     Case(BytesOnlySendsURLs, 7, OPENAI, "test_an_image_it_does_not_take_is_refused_before_any_request",
