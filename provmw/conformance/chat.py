@@ -74,14 +74,17 @@ class AnswerTests(ConformanceBase):
         response = await self.adapter.chat(http, self.config(fake), ChatRequest((Message.user(parts),)))
         assert response.text == "I see 2 images. echo: what?"
 
+    @pytest.mark.parametrize("streaming", [False, True], ids=["chat", "stream"])
     @pytest.mark.parametrize("kind", ["url", "bytes"])
-    async def test_an_image_reaches_the_wire_whole(self, fake: FakeProvider, http: HttpClient, kind: str) -> None:
+    async def test_an_image_reaches_the_wire_whole(self, fake: FakeProvider, http: HttpClient, kind: str,
+                                                   streaming: bool) -> None:
         if not self.takes_images(kind):
             pytest.skip(f"{self.adapter.name} takes no image by {kind}: it must refuse one")
+        if streaming:
+            self.needs("streaming")
         image, sent = self._image(kind)
-        response = await self.adapter.chat(http, self.config(fake), ChatRequest((Message.user((TextPart("what?"),
-                                                                                               image)),)))
-        assert response.text == "I see 1 image. echo: what?"
+        answer = await self.answer(fake, http, ChatRequest((Message.user((TextPart("what?"), image)),)), streaming)
+        assert answer.text.strip() == "I see 1 image. echo: what?"
         assert any(isinstance(leaf, str) and sent in leaf for leaf in leaves(fake.received[-1].body)), \
             f"the image's {kind} is nowhere in the body sent"
 

@@ -155,6 +155,12 @@ class OpenAIEmptyImageData(OpenAIAdapter):
         return body
 
 
+class OpenAIStreamsWithoutImages(OpenAIAdapter):
+    def stream_chat(self, http: HttpClient, config: ProviderConfig, request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        texts = tuple(attrs.evolve(message, content=message.text) for message in request.messages)
+        return super().stream_chat(http, config, attrs.evolve(request, messages=texts))  # a text-only stream path
+
+
 # 5. extra_body and what the call was priced on. The real adapters merge it over their own fields
 # (their suites mark those cases xfail): the sound copy refuses, the broken ones guard too little.
 class OpenAIKeepsPricedFields(OpenAIAdapter):
@@ -272,7 +278,10 @@ CASES = {case.broken.__name__: case for case in (
     Case(OpenAIWithoutTemperature, 4, OPENAI, "test_generation_options_reach_the_wire", {"streaming": False}),
     Case(AnthropicWithoutSystem, 4, ANTHROPIC, "test_the_system_prompt_reaches_the_wire", {"streaming": True}),
     Case(AnthropicWithoutStop, 4, ANTHROPIC, "test_generation_options_reach_the_wire", {"streaming": False}),
-    Case(OpenAIEmptyImageData, 4, OPENAI, "test_an_image_reaches_the_wire_whole", {"kind": "bytes"}),
+    Case(OpenAIEmptyImageData, 4, OPENAI, "test_an_image_reaches_the_wire_whole",
+         {"kind": "bytes", "streaming": False}),
+    Case(OpenAIStreamsWithoutImages, 4, OPENAI, "test_an_image_reaches_the_wire_whole",
+         {"kind": "url", "streaming": True}),
     Case(GuardForgetsStream, 5, OPENAI, _EXTRA, {"owned": ("stream", _OWNED["stream"]), "streaming": False},
          sound=OpenAIKeepsPricedFields()),
     Case(GuardReadsTheConfigOnly, 5, OPENAI, _EXTRA, {"owned": ("model", _OWNED["model"]), "streaming": False},
@@ -282,7 +291,8 @@ CASES = {case.broken.__name__: case for case in (
     Case(AnthropicEventPerRead, 6, ANTHROPIC, "test_events_split_across_reads_still_parse"),
     Case(BytesOnlySendsURLs, 7, OPENAI, "test_an_image_it_does_not_take_is_refused_before_any_request",
          {"kind": "url"}, sound=BytesOnly()),
-    Case(BytesOnlyRefusesEveryImage, 7, OPENAI, "test_an_image_reaches_the_wire_whole", {"kind": "bytes"},
+    Case(BytesOnlyRefusesEveryImage, 7, OPENAI, "test_an_image_reaches_the_wire_whole",
+         {"kind": "bytes", "streaming": False},
          sound=BytesOnly()),
     Case(BytesOnlyRefusesAsInvalid, 7, OPENAI, "test_an_image_it_does_not_take_is_refused_before_any_request",
          {"kind": "url"}, sound=BytesOnly()),
