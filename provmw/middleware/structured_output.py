@@ -12,7 +12,7 @@ and the adapter see the longer conversation, and a strict budget reserves for it
 from __future__ import annotations
 
 from provmw.config import ProviderConfig
-from provmw.context import ProviderCallContext
+from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.errors import StructuredOutputError
 from provmw.pipeline import Next, R
 from provmw.requests import ChatRequest
@@ -32,6 +32,10 @@ class StructuredOutputMiddleware:
         schema = ctx.facts.response_schema
         response = await next(config)
         if schema is None or not isinstance(response, CompletionResponse):
+            # A Responses answer is judged alike; its adapter set ``parsed`` if it follows (no repair turn).
+            if schema is not None and ctx.operation is ProviderOperation.RESPONSES and \
+                    getattr(response, "parsed", None) is None:
+                return parsed_answer(response, schema)  # type: ignore[type-var]
             return response
         try:
             return parsed_answer(response, schema)

@@ -31,7 +31,8 @@ with ``encrypted_content``. Any other call is served by any chat adapter, transl
 message item and each tool call a function call item (``call_id`` is the tool call's id), in
 that order; ``finish_reason`` is kept; ``status`` is ``incomplete`` when the answer was cut
 (``length``, ``content_filter``), else ``completed``; ``response_id`` is the chat answer's own
-id; ``parsed`` is the completion's, or the text validated here against ``response_schema``.
+id; ``parsed`` is the completion's, or the text validated here against ``response_schema`` (left
+None when it does not follow it: the ``structured_output`` layer raises, as for chat).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import attrs
 
 from provmw._base import serde
 from provmw.context import FrozenMap
-from provmw.errors import ConfigurationError, UnsupportedOperationError
+from provmw.errors import ConfigurationError, StructuredOutputError, UnsupportedOperationError
 from provmw.messages import ImagePart, Message, ToolCall, ToolSpec, tools_from
 from provmw.operations._responses_items import (
     FunctionCall,
@@ -236,13 +237,17 @@ def finish_reason(status: str | None, incomplete_reason: str | None, calls: bool
     return "tool_calls" if calls else "stop"
 
 
-def with_parsed(response: ResponsesResponse, request: ResponsesRequest, *, tries: int = 1) -> ResponsesResponse:
-    """``response`` with ``parsed`` set when ``request`` gave a schema (``StructuredOutputError`` if it does
-    not follow it); an answer that calls tools is let through, as ``parsed_answer`` does."""
+def with_parsed(response: ResponsesResponse, request: ResponsesRequest) -> ResponsesResponse:
+    """``response`` with ``parsed`` set when ``request`` gave a schema and the text follows it. An answer
+    that does not is returned as it is: the ``structured_output`` layer judges it, outside the usage layer,
+    so that the ledger records what the answer cost before the call fails."""
     if request.response_schema is None or response.tool_calls:
         return response
     proxy = CompletionResponse(provider=response.provider, model=response.model, text=response.text)
-    return attrs.evolve(response, parsed=parsed_answer(proxy, request.response_schema, tries=tries).parsed)
+    try:
+        return attrs.evolve(response, parsed=parsed_answer(proxy, request.response_schema).parsed)
+    except StructuredOutputError:
+        return response
 
 
 def to_chat(request: ResponsesRequest) -> ChatRequest:

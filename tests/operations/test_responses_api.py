@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from provmw.errors import ConfigurationError, StructuredOutputError, UnsupportedOperationError
+from provmw.errors import ConfigurationError, UnsupportedOperationError
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
 from provmw.operations import response_types
 from provmw.operations.responses_api import (
@@ -197,9 +197,9 @@ def test_a_cut_completion_is_an_incomplete_response() -> None:
     assert from_completion(completion, ResponsesRequest("hi")).status == "incomplete"
 
 
-def test_from_completion_validates_the_answer_against_the_schema() -> None:
+def test_from_completion_parses_an_answer_that_follows_the_schema_only() -> None:
     request = ResponsesRequest("hi", response_schema=PERSON)
     valid = CompletionResponse(provider="p", model="m", text='{"name": "Ada"}')
     assert from_completion(valid, request).parsed == {"name": "Ada"}
-    with pytest.raises(StructuredOutputError, match="name"):
-        from_completion(CompletionResponse(provider="p", model="m", text='{"age": 3}'), request)
+    # The structured_output layer judges it, outside the ledger (tests/operations/test_responses_calls.py).
+    assert from_completion(CompletionResponse(provider="p", model="m", text='{"age": 3}'), request).parsed is None

@@ -3,10 +3,12 @@ rule for calls that continue or keep a stored response."""
 
 from __future__ import annotations
 
+import json
+
 import jsonschema
 import pytest
 
-from provmw.errors import FallbackExhaustedError
+from provmw.errors import FallbackExhaustedError, StructuredOutputError
 from provmw.manager import ServiceManager
 from provmw.messages import ToolSpec
 from provmw.operations.responses_api import FunctionCallOutput, MessageItem
@@ -14,10 +16,12 @@ from provmw.plugins import PluginHost
 from provmw.settings import Settings
 from provmw.testing import FakeProvider, Fault
 from tests.conftest import BUILTIN_MIDDLEWARE_OFF, anthropic_config, openai_config
+from tests.hostile import HostileProvider
 
 FORECAST = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
             "required": ["city", "days"], "additionalProperties": False}
 WEATHER = ToolSpec("weather", "Weather by city", {"type": "object", "properties": {"city": {"type": "string"}}})
+PRICE = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
 QUICK = {"retry": {"base_s": 0.001, "max_wait_s": 0.01}, "circuit_breaker": {"enabled": False}}
 
 
@@ -77,3 +81,19 @@ async def test_a_call_continuing_a_stored_response_is_never_cached(fake: FakePro
                                        options={"temperature": 0}) for _ in range(3)]
     assert not first.cached and not any(a.cached for a in later)
     assert fake.count(route="responses") == 4
+
+
+async def test_an_answer_off_the_schema_fails_after_the_ledger_records_what_it_cost(
+        hostile: HostileProvider, builtin_only: PluginHost) -> None:
+    off = {"id": "resp_1", "status": "completed", "model": "gpt-test", "usage": {"input_tokens": 5, "output_tokens": 3},
+           "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "nope"}]}]}
+    hostile.answer(json.dumps(off))
+    settings = Settings(configurations={"oa": openai_config(hostile, price=PRICE)},  # type: ignore[arg-type]
+                        middleware={**BUILTIN_MIDDLEWARE_OFF, "structured_output": {}, "usage": {"store": "memory"}})
+    async with ServiceManager(settings, host=builtin_only) as manager:
+        with pytest.raises(StructuredOutputError, match="not JSON"):
+            await manager.respond("hi", response_schema=FORECAST)
+        journal = manager.state.usage_journal()
+        await journal.flush()
+        records = await journal.store.records()
+    assert [(r.billed, r.input_tokens, r.output_tokens) for r in records] == [("yes", 5, 3)]
