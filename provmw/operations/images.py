@@ -111,12 +111,11 @@ class ImageRequest:
     options: FrozenMap = attrs.field(factory=FrozenMap, converter=_frozen)
 
     def resolved(self, options: Mapping[str, Any]) -> tuple[str, str]:
-        """The size and quality billed: the request's, else the options' (their ``extra_body``,
-        where a configuration gives vendor fields), else the defaults."""
+        """The size and quality billed: the request's, else the options' ``extra_body`` (where a
+        configuration gives vendor fields), else the defaults."""
         extra = options.get("extra_body") or {}
-        size = self.size or options.get("size") or extra.get("size") or DEFAULT_SIZE
-        quality = self.quality or options.get("quality") or extra.get("quality") or DEFAULT_QUALITY
-        return str(size), str(quality)
+        return str(self.size or extra.get("size") or DEFAULT_SIZE), str(self.quality or extra.get("quality")
+                                                                         or DEFAULT_QUALITY)
 
     def to_dict(self) -> dict[str, Any]:
         return {"prompt": self.prompt, "size": self.size, "quality": self.quality, "n": self.n,

@@ -19,14 +19,13 @@ import math
 import mimetypes
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
 from provmw._base import serde
-from provmw.config import ProviderConfig
 from provmw.errors import ConfigurationError, InvalidDataError, MalformedResponseError
-from provmw.http import FormFile, HttpClient, malformed, openai_rate_limit, wire_errors
+from provmw.http import FormFile, malformed, plain_json
 from provmw.operations.audio import (
     MEDIA_TYPES,
     SpeechRequest,
@@ -37,9 +36,13 @@ from provmw.operations.audio import (
 )
 from provmw.operations.images import GeneratedImage, ImageEditRequest, ImageRequest, ImageResponse, image_unit
 from provmw.providers._usage import UsageBody
-from provmw.providers.openai import ERROR_CODES, _headers, _url, _with_options
 from provmw.requests import merged_options
 from provmw.responses import RateLimitHint, Usage
+
+if TYPE_CHECKING:
+    from provmw.config import ProviderConfig
+    from provmw.http import HttpClient
+    from provmw.providers.openai import OpenAIAdapter
 
 __all__ = ["edit_image", "generate_image", "speak", "transcribe"]
 
@@ -50,57 +53,55 @@ _TRANSCRIPT_FORMATS = ("json", "verbose_json")  # the answers that are JSON
 T = TypeVar("T")
 
 
-async def generate_image(http: HttpClient, config: ProviderConfig, request: ImageRequest) -> ImageResponse:
+async def generate_image(adapter: OpenAIAdapter, http: HttpClient, config: ProviderConfig,
+                         request: ImageRequest) -> ImageResponse:
     """POST /images/generations."""
     body, size, quality = _image_body(config, request)
-    with wire_errors(ERROR_CODES, provider=NAME, model=config.model):
-        data, headers = await http.post_json_with_headers(_url(config, "/images/generations"), body,
-                                                          _headers(config))
-    return _read(config, lambda: _images(config, data, request.n, size, quality, openai_rate_limit(headers)))
+    data, hint = await adapter._post(http, config, "/images/generations", body)
+    return _read(config, lambda: _images(config, data, request.n, size, quality, hint))
 
 
-async def edit_image(http: HttpClient, config: ProviderConfig, request: ImageEditRequest) -> ImageResponse:
+async def edit_image(adapter: OpenAIAdapter, http: HttpClient, config: ProviderConfig,
+                     request: ImageEditRequest) -> ImageResponse:
     """POST /images/edits, the image (and mask) uploaded as files of a form."""
     body, size, quality = _image_body(config, request)
     files = {"image": _image_file("image", request.image.data, request.image.media_type)}
     if request.mask is not None:
         files["mask"] = _image_file("mask", request.mask.data, request.mask.media_type)
-    with wire_errors(ERROR_CODES, provider=NAME, model=config.model):
-        data, headers = await http.post_form(_url(config, "/images/edits"), _form_fields(body), files,
-                                             _headers(config))
-    return _read(config, lambda: _images(config, data, request.n, size, quality, openai_rate_limit(headers)))
+    data, hint = await adapter._post_form(http, config, "/images/edits", _form_fields(body), files)
+    return _read(config, lambda: _images(config, data, request.n, size, quality, hint))
 
 
-async def transcribe(http: HttpClient, config: ProviderConfig,
+async def transcribe(adapter: OpenAIAdapter, http: HttpClient, config: ProviderConfig,
                      request: TranscriptionRequest) -> TranscriptionResponse:
     """POST /audio/transcriptions, the audio uploaded as a file; the answer as JSON."""
-    body, form = _wire_body(config, request.options)
-    if form not in (None, *_TRANSCRIPT_FORMATS):
+    options = merged_options(config, request.options)
+    form = options.get("response_format") or "json"
+    if form not in _TRANSCRIPT_FORMATS:
         raise ConfigurationError(f"options.response_format must be one of {', '.join(_TRANSCRIPT_FORMATS)} "
                                  f"(a transcription is read as JSON), got {form!r:.40}")
-    body["response_format"] = form or "json"
-    body.update({k: v for k, v in (("language", request.language), ("prompt", request.prompt)) if v is not None})
+    body = {**_extra(options), "model": config.model, "response_format": form}
+    given = (("temperature", options.get("temperature")), ("language", request.language), ("prompt", request.prompt))
+    body.update({name: value for name, value in given if value is not None})
     media_type = mimetypes.guess_type(request.filename)[0] or "application/octet-stream"
     files = {"file": (request.filename, request.audio, media_type)}
-    with wire_errors(ERROR_CODES, provider=NAME, model=config.model):
-        data, headers = await http.post_form(_url(config, "/audio/transcriptions"), _form_fields(body), files,
-                                             _headers(config))
-    return _read(config, lambda: _transcription(config, data, request, openai_rate_limit(headers)))
+    data, hint = await adapter._post_form(http, config, "/audio/transcriptions", _form_fields(body), files)
+    return _read(config, lambda: _transcription(config, data, request, hint))
 
 
-async def speak(http: HttpClient, config: ProviderConfig, request: SpeechRequest) -> SpeechResponse:
+async def speak(adapter: OpenAIAdapter, http: HttpClient, config: ProviderConfig,
+                request: SpeechRequest) -> SpeechResponse:
     """POST /audio/speech; the answer is the audio's bytes."""
-    body, _ = _wire_body(config, request.options)  # the format is the request's
-    body.update(input=request.text, voice=request.voice, response_format=request.audio_format)
-    with wire_errors(ERROR_CODES, provider=NAME, model=config.model):
-        audio, content_type, headers = await http.post_bytes(_url(config, "/audio/speech"), body, _headers(config))
+    body = {**_extra(merged_options(config, request.options)), "model": config.model, "input": request.text,
+            "voice": request.voice, "response_format": request.audio_format}
+    audio, content_type, hint = await adapter._post_bytes(http, config, "/audio/speech", body)
     media_type = content_type.split(";")[0].strip().lower() or MEDIA_TYPES[request.audio_format]
     if not audio or media_type == "application/json" or media_type.startswith("text/"):
         raise MalformedResponseError(f"speech answer is not audio ({len(audio)} bytes of {media_type})",
                                      provider=NAME, model=config.model)
     return SpeechResponse(provider=NAME, model=config.model, served_by=config.identifier, audio=audio,
                           media_type=media_type, usage=Usage(units={"character": len(request.text)}),
-                          rate_limit=openai_rate_limit(headers))
+                          rate_limit=hint)
 
 
 def _read(config: ProviderConfig, parse: Callable[[], T]) -> T:
@@ -111,25 +112,23 @@ def _read(config: ProviderConfig, parse: Callable[[], T]) -> T:
         raise malformed(NAME, config.model, exc) from None
 
 
+def _extra(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The provider's own fields (``extra_body``): generation options (max_tokens, top_p...) are no
+    fields of these endpoints, so only the ones each takes are sent, by name."""
+    return dict(plain_json(options.get("extra_body") or {}))
+
+
 def _image_body(config: ProviderConfig, request: ImageRequest) -> tuple[dict[str, Any], str, str]:
     """The body, and the size and quality billed: the size is always sent (the bill is what was
-    asked for), the quality only when given (gpt-image-1 refuses dall-e's ``standard``)."""
-    size, quality = request.resolved(merged_options(config, request.options))
-    body, form = _wire_body(config, request.options)
-    body.update(prompt=request.prompt, n=request.n, size=size)
-    if form is not None:
-        body["response_format"] = form  # url or b64_json, as the call asked
+    asked for), the quality when given (gpt-image-1 refuses dall-e's ``standard``)."""
+    options = merged_options(config, request.options)
+    size, quality = request.resolved(options)
+    body = {**_extra(options), "model": config.model, "prompt": request.prompt, "n": request.n, "size": size}
     if request.quality is not None:
         body["quality"] = request.quality
+    if options.get("response_format") is not None:
+        body["response_format"] = options["response_format"]  # url or b64_json, as the call asked
     return body, size, quality
-
-
-def _wire_body(config: ProviderConfig, own: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
-    """The body's options, and ``response_format`` apart: these wires name a format where chat's
-    takes an object, which ``_with_options`` would make of it."""
-    options = merged_options(config, own)
-    form = options.pop("response_format", None)
-    return _with_options({"model": config.model}, options), form
 
 
 def _image_file(name: str, data: bytes | None, media_type: str) -> FormFile:

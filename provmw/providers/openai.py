@@ -21,6 +21,7 @@ from provmw.config import ProviderConfig
 from provmw.errors import InvalidDataError, MalformedResponseError
 from provmw.http import (
     ErrorCodes,
+    FormFile,
     HttpClient,
     InBandError,
     decode_json,
@@ -305,26 +306,26 @@ class OpenAIAdapter:
         """Images made from a prompt (``/images/generations``)."""
         from provmw.providers import _openai_media
 
-        return await _openai_media.generate_image(http, config, request)
+        return await _openai_media.generate_image(self, http, config, request)
 
     async def edit_image(self, http: HttpClient, config: ProviderConfig, request: ImageEditRequest) -> ImageResponse:
         """An image edited by a prompt (``/images/edits``, uploaded)."""
         from provmw.providers import _openai_media
 
-        return await _openai_media.edit_image(http, config, request)
+        return await _openai_media.edit_image(self, http, config, request)
 
     async def transcribe(self, http: HttpClient, config: ProviderConfig,
                          request: TranscriptionRequest) -> TranscriptionResponse:
         """Audio's text (``/audio/transcriptions``, uploaded)."""
         from provmw.providers import _openai_media
 
-        return await _openai_media.transcribe(http, config, request)
+        return await _openai_media.transcribe(self, http, config, request)
 
     async def speak(self, http: HttpClient, config: ProviderConfig, request: SpeechRequest) -> SpeechResponse:
         """Text spoken (``/audio/speech``): the audio's bytes."""
         from provmw.providers import _openai_media
 
-        return await _openai_media.speak(http, config, request)
+        return await _openai_media.speak(self, http, config, request)
 
     def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
         """The JSON body of a chat completion, as the OpenAI API documents it."""
@@ -344,6 +345,20 @@ class OpenAIAdapter:
         with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
             data, headers = await http.post_json_with_headers(_url(config, path), body, _headers(config))
         return data, openai_rate_limit(headers)
+
+    async def _post_form(self, http: HttpClient, config: ProviderConfig, path: str, fields: Mapping[str, str],
+                         files: Mapping[str, FormFile]) -> tuple[Any, RateLimitHint | None]:
+        """As ``_post``, the body a multipart form (an upload)."""
+        with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
+            data, headers = await http.post_form(_url(config, path), fields, files, _headers(config))
+        return data, openai_rate_limit(headers)
+
+    async def _post_bytes(self, http: HttpClient, config: ProviderConfig, path: str,
+                          body: Mapping[str, Any]) -> tuple[bytes, str, RateLimitHint | None]:
+        """As ``_post``, the answer's bytes and their content type (audio)."""
+        with wire_errors(ERROR_CODES, provider=self.name, model=config.model):
+            data, content_type, headers = await http.post_bytes(_url(config, path), body, _headers(config))
+        return data, content_type, openai_rate_limit(headers)
 
 
 def _json_schema_format(schema: Mapping[str, Any]) -> dict[str, Any]:

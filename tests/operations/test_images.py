@@ -54,16 +54,11 @@ def test_the_worst_case_is_n_images_of_the_size_and_quality_asked() -> None:
     assert ImageRequest("p", size="1792x1024", quality="hd", n=3).most_units({}) == {"image:1792x1024:hd": 3.0}
 
 
-def test_unset_size_and_quality_come_from_the_options_else_the_defaults() -> None:
-    request = ImageRequest("p", n=2)
+def test_unset_size_and_quality_come_from_a_configurations_extra_body_else_the_defaults() -> None:
+    request, extra = ImageRequest("p", n=2), {"extra_body": {"quality": "medium", "size": "1024x1536"}}
     assert request.most_units({}) == {"image:1024x1024:standard": 2.0}
-    assert request.most_units({"quality": "high", "size": "1536x1024"}) == {"image:1536x1024:high": 2.0}
-    assert ImageRequest("p", quality="low").most_units({"quality": "high"}) == {"image:1024x1024:low": 1.0}
-
-
-def test_unset_size_and_quality_come_from_a_configurations_extra_body() -> None:
-    options = {"extra_body": {"quality": "medium", "size": "1024x1536"}}
-    assert ImageRequest("p").most_units(options) == {"image:1024x1536:medium": 1.0}
+    assert request.most_units(extra) == {"image:1024x1536:medium": 2.0}
+    assert ImageRequest("p", quality="low").most_units(extra) == {"image:1024x1536:low": 1.0}
 
 
 @pytest.mark.parametrize(("size", "n", "tokens"), [("1024x1024", 1, 6240), ("1536x1024", 2, 12_480),

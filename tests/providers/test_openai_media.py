@@ -136,6 +136,22 @@ async def test_speech_is_the_audio_bytes_billed_by_the_character(fake: FakeProvi
                                       "response_format": "wav"}
 
 
+async def test_generation_options_are_not_sent_and_extra_body_fields_are(fake: FakeProvider,
+                                                                          http: HttpClient) -> None:
+    config = openai_config(fake, model="tts-1", options={"max_tokens": 50, "top_p": 0.5,
+                                                         "extra_body": {"speed": 1.5}})
+    await ADAPTER.speak(http, config, SpeechRequest("hi"))
+    assert fake.received[-1].body == {"model": "tts-1", "input": "hi", "voice": "alloy", "response_format": "mp3",
+                                      "speed": 1.5}
+
+
+async def test_a_transcription_sends_its_temperature(fake: FakeProvider, http: HttpClient) -> None:
+    config = openai_config(fake, model="whisper-1", options={"max_tokens": 50})
+    await ADAPTER.transcribe(http, config, TranscriptionRequest(wav(1.0), options={"temperature": 0.3}))
+    body = fake.received[-1].body
+    assert (body["temperature"], "max_tokens" in body) == ("0.3", False)
+
+
 def test_the_adapter_offers_the_four_media_operations() -> None:
     offered = capabilities_of(ADAPTER)
     assert offered.images and offered.image_edits and offered.transcription and offered.speech
