@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import attrs
@@ -11,15 +11,22 @@ import pytest
 
 from provmw.config import ProviderConfig
 from provmw.context import AttemptMeter, attempt_meters
-from provmw.errors import BudgetExceededError, ConfigurationError
-from provmw.middleware.budget import BudgetMiddleware, BudgetOptions
+from provmw.errors import BudgetExceededError, ConfigurationError, StructuredOutputError
+from provmw.manager import ServiceManager
+from provmw.middleware.budget import BudgetLimit, BudgetMiddleware, BudgetOptions
+from provmw.plugins import PluginHost
 from provmw.responses import ChatChunk, CompletionResponse, Usage
-from provmw.stores.budgets import Amounts, BucketState, MemoryBudgetStore
+from provmw.settings import Settings
+from provmw.stores.budgets import Amounts, BucketState, Charge, MemoryBudgetStore, Refusal
 from provmw.streams import OpenedStream, open_stream
-from provmw.testing import FakeClock, ScriptedNext, call_context
+from provmw.testing import FakeClock, FakeProvider, ScriptedNext, call_context
+from tests.conftest import openai_config
 
 CONFIG = ProviderConfig(identifier="oa", provider="openai", model="gpt-test")
 GLOBAL = {"scope": "global", "period": "total", "max_cost_usd": 1.0}
+# The fake answers "echo: ...", which this pattern refuses: the call gets its one repair turn.
+UNANSWERABLE = {"type": "object", "properties": {"city": {"type": "string", "pattern": "^[A-Z]+$"}},
+                "required": ["city"]}
 
 
 def budget(*limits: dict[str, Any], **options: Any) -> BudgetMiddleware:
@@ -219,3 +226,45 @@ async def test_a_further_attempt_is_not_counted_as_another_request() -> None:
 
     await middleware.handle(strict_call(), CONFIG, retried)
     assert (await bucket(middleware)).spent.requests == 1
+
+
+def test_limits_that_are_not_a_list_are_refused_naming_the_table() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        BudgetOptions(limits="global")  # type: ignore[arg-type]
+    assert str(refused.value) == "limits must be a list of tables ([[middleware.budget.limits]]), got 'global'"
+
+
+def test_a_budget_layer_given_no_store_keeps_its_own_in_memory() -> None:
+    assert isinstance(BudgetMiddleware(BudgetOptions()).store, MemoryBudgetStore)
+
+
+def test_a_worst_case_asked_without_limits_checks_the_layers_own() -> None:
+    with pytest.raises(ConfigurationError, match="strict cost limits need it"):
+        budget(GLOBAL).worst_case(call_context(planned_cost_usd=None, max_output_tokens=20), CONFIG)
+
+
+class TokensAsked(MemoryBudgetStore):
+    """A memory store that notes the tokens each reservation asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[int] = []
+
+    async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
+                      lease_s: float) -> Refusal | None:
+        self.asked.append(charges[0].amount.tokens)
+        return await super().reserve(reservation_id, charges, now=now, lease_s=lease_s)
+
+
+async def test_a_repair_turn_reserves_its_larger_token_worst_case_under_a_configuration_limit(
+        fake: FakeProvider, builtin_only: PluginHost) -> None:
+    store = TokensAsked()
+    limit = BudgetLimit(scope="configuration", max_tokens=100_000)
+    budget_layer = BudgetMiddleware(BudgetOptions(mode="strict", limits=(limit,)), store=store)
+    budget_layer.name = "probe"  # beside the built-in one, which has no limits here
+    settings = Settings(configurations={"oa": openai_config(fake)}, default="oa")
+    async with ServiceManager(settings, host=builtin_only, middleware=[budget_layer]) as manager:
+        with pytest.raises(StructuredOutputError):  # the repaired answer still breaks the schema
+            await manager.chat("Paris " * 50, response_schema=UNANSWERABLE, max_tokens=100)
+    first, repair = store.asked
+    assert repair > first
