@@ -136,3 +136,27 @@ async def test_gpt_4o_transcribe_keeps_its_tokens_within_the_calls_bound(fake: F
         response = await m.transcribe(wav(2.0))
     assert response.usage.output_tokens > 0 and response.usage.units == {"audio_second": 2.0}
     assert response.usage.cost_usd == pytest.approx(0.0002)
+
+
+def cached(config: ProviderConfig, *operations: str) -> Settings:
+    return Settings(configurations={"oa": config}, middleware={"cache": {"operations": list(operations)}})
+
+
+async def test_a_transcription_listed_for_the_cache_is_served_from_it_the_second_time(
+        fake: FakeProvider, builtin_only: PluginHost) -> None:
+    async with ServiceManager(cached(openai_config(fake, model="whisper-1"), "transcription"),
+                              host=builtin_only) as manager:
+        first = await manager.transcribe(wav(1.0))
+        second = await manager.transcribe(wav(1.0))
+        await manager.transcribe(wav(1.0), options={"temperature": 0.5})  # not deterministic: sent
+    assert (first.text, second.cached, fake.count(route="transcriptions")) == (second.text, True, 2)
+
+
+async def test_images_are_made_anew_unless_listed_for_the_cache(fake: FakeProvider, builtin_only: PluginHost) -> None:
+    async with ServiceManager(cached(openai_config(fake, model="dall-e-2")), host=builtin_only) as manager:
+        await manager.generate_image("a cat")
+        await manager.generate_image("a cat")
+    async with ServiceManager(cached(openai_config(fake, model="dall-e-2"), "image"), host=builtin_only) as manager:
+        await manager.generate_image("a cat")
+        hit = await manager.generate_image("a cat")
+    assert hit.cached and hit.images[0].data and fake.count(route="images") == 3
