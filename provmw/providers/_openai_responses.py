@@ -25,6 +25,8 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import attrs
+
 from provmw._base import serde
 from provmw.config import ProviderConfig
 from provmw.errors import ConfigurationError, InvalidDataError, MalformedResponseError
@@ -142,21 +144,23 @@ async def respond(http: HttpClient, config: ProviderConfig, request: ResponsesRe
     with wire_errors(RESPONSES_ERROR_CODES, provider=provider, model=config.model):
         data, answered = await http.post_json_with_headers(url, responses_body(config, request), headers)
         if isinstance(data, Mapping) and data.get("status") == "failed":
-            raise InBandError(json.dumps({"error": data.get("error") or {"message": "the response failed"}}))
+            raise _failed(data)
     try:
-        body = serde.mapping(data, "response")
-        output = _output(body, "response")
-        status = serde.get(body, "status", str, "response", default=None)
-        answer = ResponsesResponse(
-            provider=provider, model=serde.get(body, "model", str, "response", default=None) or config.model,
-            response_id=serde.get(body, "id", str, "response", default=None), usage=_usage(body, provider, config),
-            served_by=config.identifier, rate_limit=openai_rate_limit(answered), status=status,
-            finish_reason=finish_reason(status, _incomplete_reason(body), any(isinstance(i, FunctionCall)
-                                                                             for i in output)),
-            **output_fields(output))
+        answer = _answer(serde.mapping(data, "response"), provider, config)
+        answer = attrs.evolve(answer, rate_limit=openai_rate_limit(answered))
     except _SHAPE_ERRORS as exc:
         raise malformed(provider, config.model, exc) from None
     return with_parsed(answer, request)
+
+
+def _answer(body: Mapping[str, Any], provider: str, config: ProviderConfig) -> ResponsesResponse:
+    output = _output(body, "response")
+    status = serde.get(body, "status", str, "response", default=None)
+    finish = finish_reason(status, _incomplete_reason(body), any(isinstance(i, FunctionCall) for i in output))
+    return ResponsesResponse(
+        provider=provider, model=serde.get(body, "model", str, "response", default=None) or config.model,
+        response_id=serde.get(body, "id", str, "response", default=None), usage=_usage(body, provider, config),
+        served_by=config.identifier, status=status, finish_reason=finish, **output_fields(output))
 
 
 async def stream_respond(http: HttpClient, config: ProviderConfig, request: ResponsesRequest, *, provider: str,
@@ -171,23 +175,42 @@ async def stream_respond(http: HttpClient, config: ProviderConfig, request: Resp
         async for event in events:
             data = _event(event.data, provider, config)
             kind = data.get("type") or event.event
-            if kind == "error" or (kind is None and data.get("error") is not None):
-                raise InBandError(event.data)
-            if kind == "response.failed":
-                failed = data.get("response")
-                error = failed.get("error") if isinstance(failed, Mapping) else None
-                raise InBandError(json.dumps({"error": error or {"message": "the response failed"}}))
+            if (failure := _failure(kind, data, event.data)) is not None:
+                raise failure
             try:
-                if kind == "response.output_text.delta" and (delta := serde.get(data, "delta", str, "event")):
-                    yield opening.first(ChatChunk(text=delta))
-                elif kind == "response.output_item.done":
-                    _take_call(data, calls)
-                elif kind in _LAST_EVENTS:
-                    yield opening.first(_last(data, calls, provider, config))
-                    return
+                chunk = _chunk(kind, data, calls, provider, config)
             except _SHAPE_ERRORS as exc:
                 raise malformed(provider, config.model, exc) from None
+            if chunk is not None:
+                yield opening.first(chunk)
+                if chunk.finish_reason is not None:
+                    return
     raise MalformedResponseError("stream ended before response.completed", provider=provider, model=config.model)
+
+
+def _failure(kind: str | None, data: Mapping[str, Any], raw: str) -> InBandError | None:
+    """The in-band error an event is: an ``error`` event (or one that only carries an error), a failed response."""
+    if kind == "error" or (kind is None and data.get("error") is not None):
+        return InBandError(raw)
+    return _failed(data.get("response")) if kind == "response.failed" else None
+
+
+def _failed(response: object) -> InBandError:
+    error = response.get("error") if isinstance(response, Mapping) else None
+    return InBandError(json.dumps({"error": error or {"message": "the response failed"}}))
+
+
+def _chunk(kind: str | None, data: Mapping[str, Any], calls: dict[int, FunctionCall], provider: str,
+           config: ProviderConfig) -> ChatChunk | None:
+    """The chunk an event makes, if any: text, or the last one; a whole function call is kept for the last."""
+    if kind == "response.output_text.delta":
+        delta = serde.get(data, "delta", str, "event")
+        return ChatChunk(text=delta) if delta else None
+    if kind == "response.output_item.done":
+        _take_call(data, calls)
+    elif kind in _LAST_EVENTS:
+        return _last(data, calls, provider, config)
+    return None
 
 
 def _event(text: str, provider: str, config: ProviderConfig) -> Mapping[str, Any]:

@@ -172,6 +172,13 @@ async def test_a_failed_response_event_is_raised(hostile: HostileProvider, http:
         await streamed(hostile, http, ResponsesRequest("hi"))
 
 
+async def test_a_failed_unary_response_is_raised(hostile: HostileProvider, http: HttpClient) -> None:
+    hostile.answer(json.dumps({"id": "resp_1", "status": "failed", "output": [],
+                               "error": {"code": "server_error", "message": "the model fell over"}}))
+    with pytest.raises(ProviderUnavailableError, match="fell over"):
+        await ADAPTER.respond(http, openai_config(hostile), ResponsesRequest("hi"))  # type: ignore[arg-type]
+
+
 async def test_a_stream_ending_without_response_completed_raises(hostile: HostileProvider, http: HttpClient) -> None:
     hostile.sse(json.dumps({"type": "response.output_text.delta", "delta": "echo"}))
     with pytest.raises(MalformedResponseError, match=r"ended before response\.completed"):
