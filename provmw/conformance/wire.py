@@ -99,13 +99,14 @@ class WireTests(ConformanceBase):
         assert {key: sent.body.get(key) for key in first.body} == first.body
         assert answer == plain
 
-    async def test_a_number_where_the_text_is_is_a_malformed_response(
+    async def test_a_number_in_place_of_the_text_is_a_malformed_response(
             self, fake: FakeProvider, http: HttpClient) -> None:
         fake.script(Fault(replace={_TEXT: 42}))
         with pytest.raises(MalformedResponseError):
             await self.adapter.chat(http, self.config(fake), HELLO)
 
-    async def test_a_null_where_the_text_is_is_malformed_or_no_text(self, fake: FakeProvider, http: HttpClient) -> None:
+    async def test_a_null_in_place_of_the_text_is_malformed_or_no_text(
+            self, fake: FakeProvider, http: HttpClient) -> None:
         """Some wires document a null content (no text); none means the text "None"."""
         fake.script(Fault(replace={_TEXT: None}))
         try:

@@ -23,7 +23,7 @@ class TestThirdPartyAdapter(AdapterConformance):
              "test_an_error_event_before_any_content_raises_its_mapped_error"],
             "the example adapter streams text only: it joins no tool calls and reads no error events"),
         **dict.fromkeys(
-            ["test_a_number_where_the_text_is_is_a_malformed_response",
+            ["test_a_number_in_place_of_the_text_is_a_malformed_response",
              "test_a_token_count_as_text_is_a_malformed_response"],
             "the example adapter reads the answer's fields without checking their types"),
         "test_extra_body_fields_reach_the_wire": "the example adapter sends extra_body as a field of that name",
