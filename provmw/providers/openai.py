@@ -304,27 +304,23 @@ class OpenAIAdapter:
 
     async def generate_image(self, http: HttpClient, config: ProviderConfig, request: ImageRequest) -> ImageResponse:
         """Images made from a prompt (``/images/generations``)."""
-        from provmw.providers import _openai_media
-
+        from provmw.providers import _openai_media  # loaded by the first media call
         return await _openai_media.generate_image(self, http, config, request)
 
     async def edit_image(self, http: HttpClient, config: ProviderConfig, request: ImageEditRequest) -> ImageResponse:
         """An image edited by a prompt (``/images/edits``, uploaded)."""
-        from provmw.providers import _openai_media
-
+        from provmw.providers import _openai_media  # loaded by the first media call
         return await _openai_media.edit_image(self, http, config, request)
 
     async def transcribe(self, http: HttpClient, config: ProviderConfig,
                          request: TranscriptionRequest) -> TranscriptionResponse:
         """Audio's text (``/audio/transcriptions``, uploaded)."""
-        from provmw.providers import _openai_media
-
+        from provmw.providers import _openai_media  # loaded by the first media call
         return await _openai_media.transcribe(self, http, config, request)
 
     async def speak(self, http: HttpClient, config: ProviderConfig, request: SpeechRequest) -> SpeechResponse:
         """Text spoken (``/audio/speech``): the audio's bytes."""
-        from provmw.providers import _openai_media
-
+        from provmw.providers import _openai_media  # loaded by the first media call
         return await _openai_media.speak(self, http, config, request)
 
     def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
