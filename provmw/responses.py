@@ -352,13 +352,10 @@ _TYPES: dict[str, Callable[[object], ProviderResponse]] = {
 
 
 def response_from_dict(value: object) -> ProviderResponse:
-    """Rebuild any response from its ``to_dict`` output, choosing the class by ``type``."""
+    """Rebuild a chat, vision, completion or embedding response from its ``to_dict`` output, choosing the
+    class by ``type`` (``provmw.operations.any_response_from_dict`` also rebuilds the other operations')."""
     data = serde.mapping(value, "response")
     decode = _TYPES.get(data.get("type"))  # type: ignore[arg-type]
-    if decode is None:  # an operation beyond chat's (provmw.operations imports this module)
-        from provmw.operations import response_types
-
-        decode = getattr(response_types().get(data.get("type")), "from_dict", None)  # type: ignore[arg-type]
     if decode is None:
         raise InvalidDataError(f"response: unknown type {data.get('type')!r}")
     return decode(data)

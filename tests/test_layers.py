@@ -15,7 +15,7 @@ ROOT = Path(provmw.__file__).parent
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", ("provmw.errors", "provmw._base", "provmw.options", "provmw.redaction")),
     ("values", ("provmw.context", "provmw.config", "provmw.messages", "provmw.requests", "provmw.responses",
-                "provmw.pricing", "provmw._base.periods", "provmw.scrubbing", "provmw.pools")),
+                "provmw.pricing", "provmw._base.periods", "provmw.scrubbing", "provmw.pools", "provmw.operations")),
     ("transport", ("provmw._transport", "provmw.http")),
     ("providers", ("provmw.streams", "provmw.providers", "provmw.wire")),
     ("stores", ("provmw.stores",)),

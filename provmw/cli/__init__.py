@@ -9,7 +9,6 @@ import contextlib
 import datetime as dt
 import errno
 import functools
-import json
 import logging
 import os
 import re
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from zoneinfo import ZoneInfo
 
+from provmw.cli._calls import cost_text, option_pairs, target, usage_line
 from provmw.cli.operations import OPERATION_COMMANDS, add_operation_commands
 from provmw.errors import ConfigurationError, InvalidDataError, PluginError, ProvmwError
 
@@ -33,22 +33,18 @@ T = TypeVar("T")
 __all__ = ["main"]
 
 
-def _target(args: argparse.Namespace) -> dict[str, Any]:
-    target = {"configuration": args.configuration, "provider": args.provider, "model": args.model,
-              "base_url": args.base_url}
-    return {k: v for k, v in target.items() if v is not None}
 
 
 async def _chat(args: argparse.Namespace, out: TextIO) -> int:
     from provmw.manager import ServiceManager
 
-    call = {**_target(args), "user": args.user, "tenant": args.tenant, "options": _options(args.option)}
+    call = {**target(args), "user": args.user, "tenant": args.tenant, "options": option_pairs(args.option)}
     async with ServiceManager.from_file(args.config) as manager:
         if args.stream:
             return await _stream(manager.stream_chat(args.prompt, **call), out)
         response = await manager.chat(args.prompt, **call)
     out.write(f"{response.text}\n")
-    _usage_line(response, out)
+    usage_line(response, out)
     return 0
 
 
@@ -61,51 +57,26 @@ async def _stream(chunks: AsyncIterator[Any], out: TextIO) -> int:
     out.write("\n")
     if usage is not None:
         out.write(f"-- served_by={served_by} tokens in={usage.input_tokens} out={usage.output_tokens} "
-                  f"cost={_cost(usage)} streamed\n")
+                  f"cost={cost_text(usage)} streamed\n")
     return 0
 
 
-def _options(pairs: Sequence[str]) -> dict[str, Any] | None:
-    """``--option KEY=VALUE`` pairs; a value is JSON when it parses (0.2, true, ["a"]), else a string."""
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        if not sep or not key:
-            raise ConfigurationError(f"--option: expected KEY=VALUE, got {pair!r}")
-        if key in options:
-            raise ConfigurationError(f"--option: {key!r} is given twice")
-        try:
-            options[key] = json.loads(text)
-        except ValueError:
-            options[key] = text
-    return options or None
 
 
 async def _embed(args: argparse.Namespace, out: TextIO) -> int:
     from provmw.manager import ServiceManager
 
     async with ServiceManager.from_file(args.config) as manager:
-        response = await manager.embed(args.texts, dimensions=args.dimensions, **_target(args))
+        response = await manager.embed(args.texts, dimensions=args.dimensions, **target(args))
     for text, vector in zip(args.texts, response.vectors, strict=True):
         head = ", ".join(f"{x:.4f}" for x in vector[:4])
         out.write(f"{text!r}: [{head}{', ...' if len(vector) > 4 else ''}] ({len(vector)} dims)\n")
-    _usage_line(response, out)
+    usage_line(response, out)
     return 0
 
 
-def _usage_line(response: Any, out: TextIO) -> None:
-    usage = response.usage
-    out.write(f"-- served_by={response.served_by} model={response.model} tokens in={usage.input_tokens} "
-              f"out={usage.output_tokens} cost={_cost(usage)} cached={response.cached}\n")
 
 
-def _cost(usage: Any) -> str:
-    from provmw.cli.reports import usd
-
-    cost = "unpriced" if usage.cost_usd is None else usd(usage.cost_usd)
-    if usage.saved_cost_usd is not None:
-        cost += f" (saved {usd(usage.saved_cost_usd)})"
-    return cost
 
 
 def _stack(args: argparse.Namespace, out: TextIO) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from provmw.cli._calls import option_pairs, target, usage_line
 from provmw.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -26,15 +27,11 @@ Command = Callable[[Any, str, str], argparse.ArgumentParser]
 
 def _call(args: argparse.Namespace) -> dict[str, Any]:
     """The call keywords ``provmw chat`` passes too: where to send it, and for whom."""
-    from provmw.cli import _target
-
-    return {**_target(args), "user": args.user, "tenant": args.tenant}
+    return {**target(args), "user": args.user, "tenant": args.tenant}
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any] | None:
-    from provmw.cli import _options as chat_options
-
-    return chat_options(args.option)
+    return option_pairs(args.option)
 
 
 def _manager(args: argparse.Namespace) -> ServiceManager:
@@ -43,15 +40,6 @@ def _manager(args: argparse.Namespace) -> ServiceManager:
     return ServiceManager.from_file(args.config)
 
 
-def usage_line(response: Any, out: TextIO) -> None:
-    """``provmw chat``'s last line, with the units billed (``units search_unit=1``) when there are any."""
-    from provmw.cli import _cost
-
-    usage = response.usage
-    units = "".join(f" {unit}={count:g}" for unit, count in usage.units.items())
-    billed = f" units{units}" if units else ""
-    out.write(f"-- served_by={response.served_by} model={response.model} tokens in={usage.input_tokens} "
-              f"out={usage.output_tokens}{billed} cost={_cost(usage)} cached={response.cached}\n")
 
 
 async def _respond(args: argparse.Namespace, out: TextIO) -> int:

@@ -21,7 +21,7 @@ from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, ProviderOperation
 from provmw.errors import ConfigurationError, InvalidDataError
 from provmw.middleware._common import Clock, as_hit, monotonic, seconds_control
-from provmw.operations import OPERATIONS
+from provmw.operations import OPERATIONS, any_response_from_dict
 from provmw.options import number
 from provmw.pipeline import Next, R
 from provmw.responses import (
@@ -29,7 +29,6 @@ from provmw.responses import (
     EmbeddingResponse,
     ProviderResponse,
     VisionResponse,
-    response_from_dict,
 )
 from provmw.stores.cache import CacheStore, MemoryCacheStore
 
@@ -205,7 +204,7 @@ class CacheMiddleware:
             # A miss keeps its answer as fetched: it becomes a hit (two evolves) when first read.
             return known[1] if known[1].cached else self._remember(key, text, known[1])
         try:
-            response = response_from_dict(json.loads(text))
+            response = any_response_from_dict(json.loads(text))
             if _TYPES.get(operation, CompletionResponse.TYPE) != response.TYPE:
                 raise InvalidDataError(f"a {type(response).__name__} under a {operation.value} key")
         except (ValueError, InvalidDataError) as exc:  # JSONDecodeError is a ValueError

@@ -30,9 +30,10 @@ from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext, scoped_key
 from provmw.errors import ConfigurationError, InvalidDataError
 from provmw.middleware._common import as_hit
+from provmw.operations import any_response_from_dict
 from provmw.options import number
 from provmw.pipeline import Next, R
-from provmw.responses import ProviderResponse, response_from_dict
+from provmw.responses import ProviderResponse
 from provmw.stores.cache import CacheStore, MemoryCacheStore
 
 __all__ = ["IdempotencyMiddleware", "IdempotencyOptions"]
@@ -139,7 +140,7 @@ class IdempotencyMiddleware:
             return None
         try:
             entry = json.loads(text)
-            first, response = entry["request"], response_from_dict(entry["response"])
+            first, response = entry["request"], any_response_from_dict(entry["response"])
         except (ValueError, LookupError, TypeError, InvalidDataError) as exc:
             log.warning("idempotency: dropping an unreadable entry %s (%s)", slot[:32], exc)
             await self.store.delete(slot)

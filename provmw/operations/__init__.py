@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import types
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import attrs
 
+from provmw._base import serde
 from provmw.context import FrozenMap, ProviderOperation
+from provmw.responses import ProviderResponse, response_from_dict
 
-if TYPE_CHECKING:
-    from provmw.responses import ProviderResponse
-
-__all__ = ["OPERATIONS", "OperationRequest", "OperationSpec", "response_types"]
+__all__ = ["OPERATIONS", "OperationRequest", "OperationSpec", "any_response_from_dict", "response_types"]
 
 
 class OperationRequest(Protocol):
@@ -89,8 +88,15 @@ OPERATIONS: Mapping[ProviderOperation, OperationSpec] = types.MappingProxyType({
 })
 
 
+def any_response_from_dict(value: object) -> ProviderResponse:
+    """Rebuild any operation's response from its ``to_dict`` output, choosing the class by ``type``."""
+    data = serde.mapping(value, "response")
+    kind = response_types().get(data.get("type"))  # type: ignore[arg-type]
+    return response_from_dict(data) if kind is None else kind.from_dict(data)
+
+
 def response_types() -> dict[str, type[ProviderResponse]]:
-    """Every operation's response class by its ``TYPE``, for ``provmw.responses.response_from_dict``."""
+    """The response class of each operation in :data:`OPERATIONS`, by its ``TYPE``."""
     from provmw.operations.audio import SpeechResponse, TranscriptionResponse
     from provmw.operations.images import ImageResponse
     from provmw.operations.moderation import ModerationResponse

@@ -1,7 +1,10 @@
 """A call's text, read and rewritten: the request's out (redacted), the answer's in (restored).
 
 Every piece of text a request sends is visited: each message's text parts, the arguments of the
-tool calls in its history, a completion's prompt, an embedding's inputs. A value nothing changed
+tool calls in its history, a completion's prompt, an embedding's inputs, and what an operation
+beyond chat names as its text (``OperationRequest.texts``: a Responses call's input, an image's
+prompt, the text to speak, a rerank's query and documents, what to moderate). Audio and images
+sent as bytes are not text: the guard neither reads nor rewrites them. A value nothing changed
 is kept as the same object, so an untouched request is the request it was.
 """
 
@@ -28,6 +31,8 @@ def request_texts(request: ProviderRequest) -> list[str]:
         return [request.prompt]
     if isinstance(request, EmbeddingRequest):
         return list(request.inputs)
+    if not isinstance(request, ChatRequest):  # an operation beyond chat says what text it sends
+        return list(request.texts())
     texts = []
     for message in request.messages:
         texts += [part.text for part in message.content if type(part) is TextPart]
@@ -41,10 +46,11 @@ def unredacted_texts(request: ProviderRequest) -> list[str]:
     parts: list[object] = []
     if not isinstance(request, EmbeddingRequest) and request.options:
         parts.append(dict(request.options))
-    if isinstance(request, ChatRequest):
-        parts += [tool.to_dict() for tool in request.tools]
-        if request.response_schema is not None:
-            parts.append(dict(request.response_schema))
+    if isinstance(request, ChatRequest) or hasattr(request, "tools"):  # a Responses call's too
+        parts += [tool.to_dict() for tool in getattr(request, "tools", ())]
+        schema = getattr(request, "response_schema", None)
+        if schema is not None:
+            parts.append(dict(schema))
     return [json.dumps(part, ensure_ascii=False, default=str) for part in parts]
 
 
@@ -62,6 +68,10 @@ def redacted_request(request: ProviderRequest, redaction: Redaction, find: Find)
     if isinstance(request, EmbeddingRequest):
         inputs = tuple(map(text, request.inputs))
         return request if inputs == request.inputs else attrs.evolve(request, inputs=inputs)
+    if not isinstance(request, ChatRequest):
+        texts = request.texts()
+        changed = tuple(map(text, texts))
+        return request if changed == texts else request.with_texts(changed)
     messages = tuple(_message(m, text, arguments) for m in request.messages)
     if all(new is old for new, old in zip(messages, request.messages, strict=True)):
         return request
