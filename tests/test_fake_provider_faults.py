@@ -19,7 +19,7 @@ from provmw.errors import ConfigurationError, RateLimitError
 from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost
 from provmw.settings import Settings
-from provmw.testing import FakeProvider
+from provmw.testing import ROUTES, FakeProvider
 
 STARTUP_LINES = 4
 
@@ -131,3 +131,7 @@ def test_a_stream_fault_at_event_0_from_the_command_line_is_kept(options: list[s
     add_fault_arguments(parser)
     [plan] = plans_from_arguments(parser.parse_args(options))
     assert {name: getattr(plan.fault, name) for name in fault} == fault
+
+
+def test_every_route_the_fake_serves_can_be_named_from_the_command_line() -> None:
+    assert set(FakeProvider().routes) == set(ROUTES)

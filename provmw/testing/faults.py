@@ -25,7 +25,8 @@ from provmw.errors import ConfigurationError
 __all__ = ["EXAMPLES", "ROUTES", "Fault", "FaultPlan", "RequestLimit", "add_fault_arguments", "admin_routes",
            "plans_from_arguments"]
 
-ROUTES = ("chat", "completion", "embedding", "messages")
+ROUTES = ("chat", "completion", "embedding", "messages", "responses", "images", "image_edits", "transcriptions",
+          "speech", "rerank", "moderations")
 
 
 @attrs.frozen
