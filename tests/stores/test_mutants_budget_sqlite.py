@@ -6,6 +6,8 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from provmw.stores.budgets import Amounts
 from provmw.stores.budgets.sqlite import SqliteBudgetStore
 from provmw.testing import FakeClock
@@ -115,3 +117,48 @@ async def test_a_settle_journal_past_64_kib_starts_over_once_every_line_is_commi
     [journal] = journals(tmp_path)
     assert journal.stat().st_size < 64 * 1024
     await store.aclose()
+
+
+def pragma(store: SqliteBudgetStore, name: str) -> int:
+    async def read() -> int:
+        return int(await store.db.run(lambda c: c.execute(f"PRAGMA {name}").fetchone()[0]))
+
+    return asyncio.run(read())
+
+
+def test_a_store_waits_five_seconds_for_a_locked_file_by_default(tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db")
+    assert pragma(store, "busy_timeout") == 5_000
+    asyncio.run(store.aclose())
+
+
+def test_a_store_syncs_every_step_by_default(tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db")
+    assert pragma(store, "synchronous") == 2  # FULL
+    asyncio.run(store.aclose())
+
+
+def test_a_journaled_settle_is_committed_a_fiftieth_of_a_second_later_by_default(tmp_path: Path) -> None:
+    async def settled() -> tuple[int, int]:
+        store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL")
+        await store.reserve("r", [CHARGE], now=0, lease_s=60)
+        await store.settle("r", Amounts(1_000, 0, 1))
+        await asyncio.sleep(0.05)  # (the loop's seconds) past the default delay of 0.02 s
+        spent = committed(tmp_path / "b.db")
+        await store.aclose()
+        return spent
+
+    assert run_virtual(settled()) == (1_000, 0)
+
+
+async def test_a_settle_that_close_cannot_commit_keeps_its_journal_for_the_next_replay(tmp_path: Path) -> None:
+    store = SqliteBudgetStore(tmp_path / "b.db", synchronous="NORMAL", settle_delay_s=60, busy_timeout_s=0.01)
+    await store.reserve("r", [CHARGE], now=0, lease_s=60)
+    holder = sqlite3.connect(tmp_path / "b.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    await store.settle("r", Amounts(1_000, 0, 1))  # journaled; its commit finds the file locked
+    with pytest.raises(sqlite3.OperationalError):
+        await store.aclose()
+    holder.close()
+    [journal] = journals(tmp_path)
+    assert journal.read_bytes() == b"r 1000 0 1\n"
