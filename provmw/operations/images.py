@@ -182,7 +182,7 @@ class GeneratedImage:
     the model drew from when it revised the one given."""
 
     url: str | None = None
-    data: bytes | None = None
+    data: bytes | None = attrs.field(default=None, repr=lambda data: "None" if data is None else f"<{len(data)} bytes>")
     revised_prompt: str | None = None
 
     def __attrs_post_init__(self) -> None:
