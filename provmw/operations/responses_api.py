@@ -68,7 +68,7 @@ from provmw.structured import parsed_answer, schema_of
 
 __all__ = ["BUILTIN_TOOLS", "FunctionCall", "FunctionCallOutput", "InputItem", "MessageItem", "OutputItem",
            "ReasoningItem", "ResponsesRequest", "ResponsesResponse", "finish_reason", "from_completion",
-           "input_items", "item_from_dict", "output_fields", "to_chat", "with_parsed"]
+           "input_items", "item_from_dict", "output_bound", "output_fields", "to_chat", "with_parsed"]
 
 BUILTIN_TOOLS = ("web_search", "file_search", "code_interpreter")
 # Options only the Responses wire reads; a translated call leaves them out (see the docstring).
@@ -154,8 +154,7 @@ class ResponsesRequest:
         return chars // 4 + 340 * len(self._images()) // 4 + 1
 
     def most_output_tokens(self, options: Mapping[str, Any]) -> int | None:
-        value = options.get("max_output_tokens")
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return output_bound(options)
 
     def most_units(self, options: Mapping[str, Any]) -> Mapping[str, float]:
         return {}
@@ -237,6 +236,19 @@ def finish_reason(status: str | None, incomplete_reason: str | None, calls: bool
     return "tool_calls" if calls else "stop"
 
 
+def output_bound(options: Mapping[str, Any]) -> int | None:
+    """The most output tokens ``options`` allow: ``max_output_tokens``, else chat's names for it (the larger),
+    which a configuration's options carry; both wires send this bound."""
+    def count(name: str) -> int | None:
+        value = options.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    if (own := count("max_output_tokens")) is not None:
+        return own
+    bounds = [b for b in (count("max_tokens"), count("max_completion_tokens")) if b is not None]
+    return max(bounds) if bounds else None
+
+
 def with_parsed(response: ResponsesResponse, request: ResponsesRequest) -> ResponsesResponse:
     """``response`` with ``parsed`` set when ``request`` gave a schema and the text follows it. An answer
     that does not is returned as it is: the ``structured_output`` layer judges it, outside the usage layer,
@@ -275,6 +287,7 @@ def _chat_options(options: FrozenMap) -> dict[str, Any]:
     out = {k: v for k, v in options.items() if k not in _RESPONSES_ONLY}
     if "max_output_tokens" in options:
         out["max_tokens"] = options["max_output_tokens"]
+        out.pop("max_completion_tokens", None)
     reasoning = options.get("reasoning")
     if isinstance(reasoning, Mapping) and reasoning.get("effort") is not None:
         out["reasoning_effort"] = reasoning["effort"]

@@ -8,7 +8,11 @@ headers, so the adapter stays one file of chat wire. Function tools travel flat
 automatic container unless told); a ``response_schema`` as ``text.format``. A call that keeps
 nothing (``store`` false) and may reason (a ``reasoning`` option, or reasoning items sent
 back) asks for ``reasoning.encrypted_content``, so that its reasoning can be sent back;
-a model that does not reason refuses that ``include``, so other calls do not ask. Such a call
+a model that does not reason refuses that ``include``, so other calls do not ask.
+Options are sent in the wire's own names: chat's output bound (``max_tokens``, which a
+configuration's options carry) as ``max_output_tokens``, ``reasoning_effort`` as
+``reasoning.effort``, ``response_format`` as ``text.format``; chat options the wire does not
+take (``seed``, ``stop``, the penalties, ``logprobs``, ``top_k``, ``thinking``) are left out. Such a call
 sends its items without their ids (the API refuses ids it never stored), but a reasoning item's.
 
 The stream's text comes from ``response.output_text.delta`` events; each function call is
@@ -21,6 +25,7 @@ are in-band errors; a stream that ends without a last event is malformed.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -49,6 +54,7 @@ from provmw.operations.responses_api import (
     ResponsesRequest,
     ResponsesResponse,
     finish_reason,
+    output_bound,
     output_fields,
     with_parsed,
 )
@@ -63,6 +69,12 @@ _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError, ConfigurationError)
 _LAST_EVENTS = frozenset({"response.completed", "response.incomplete"})
 _BUILTIN_DEFAULTS: Mapping[str, Mapping[str, Any]] = {"code_interpreter": {"container": {"type": "auto"}}}
+# Chat's names for what the Responses wire names otherwise (renamed by _wire_options), and chat options it
+# does not take at all (left out: the API refuses unknown parameters).
+_RENAMED = frozenset({"max_tokens", "max_completion_tokens", "reasoning_effort", "response_format"})
+_NOT_TAKEN = frozenset({"seed", "stop", "presence_penalty", "frequency_penalty", "logprobs", "top_k", "thinking"})
+
+log = logging.getLogger(__name__)
 
 
 def _extract_error(body: Any) -> tuple[str | None, str | None]:
@@ -111,9 +123,33 @@ def _input(request: ResponsesRequest) -> list[dict[str, Any]]:
     return sent
 
 
+def _wire_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` in the Responses wire's names: the output bound as ``max_output_tokens``,
+    ``reasoning_effort`` as ``reasoning.effort``, ``response_format`` as ``text.format``."""
+    if dropped := sorted(_NOT_TAKEN.intersection(options)):
+        log.debug("the Responses wire takes no %s: left out", ", ".join(dropped))
+    out = {k: v for k, v in options.items() if k not in _RENAMED | _NOT_TAKEN}
+    if (bound := output_bound(options)) is not None:
+        out["max_output_tokens"] = bound
+    if "reasoning_effort" in options:
+        out["reasoning"] = {"effort": options["reasoning_effort"], **out.get("reasoning", {})}
+    if (form := options.get("response_format")) is not None:
+        out["text"] = {"format": _format_of(form), **out.get("text", {})}
+    return out
+
+
+def _format_of(form: object) -> Any:
+    """Chat's ``response_format`` as ``text.format``: its json_schema unwrapped, a bare name as its type."""
+    if isinstance(form, str):
+        return {"type": form}
+    if isinstance(form, Mapping) and isinstance(form.get("json_schema"), Mapping):
+        return {"type": "json_schema", **form["json_schema"]}
+    return form
+
+
 def responses_body(config: ProviderConfig, request: ResponsesRequest) -> dict[str, Any]:
     """The JSON body of a Responses call, as the OpenAI API documents it."""
-    options = merged_options(config, request.options)
+    options = _wire_options(merged_options(config, request.options))
     tools = [_function_tool(t) for t in request.tools]
     tools += [{"type": name, **_BUILTIN_DEFAULTS.get(name, {}), **_tool_options(options.pop(name, {}), name)}
               for name in request.builtin_tools]

@@ -100,6 +100,15 @@ def test_a_call_continuing_or_keeping_a_stored_response_is_never_deterministic(
     assert ResponsesRequest("hi", **fields).deterministic(options) is deterministic
 
 
+@pytest.mark.parametrize(("options", "bound"), [
+    ({}, None), ({"max_output_tokens": 5, "max_tokens": 50}, 5), ({"max_tokens": 50}, 50),
+    ({"max_tokens": 50, "max_completion_tokens": 80}, 80), ({"max_output_tokens": True}, None),
+])
+def test_the_output_bound_is_max_output_tokens_else_chat_s_names_for_it(options: dict[str, Any],
+                                                                        bound: int | None) -> None:
+    assert ResponsesRequest("hi").most_output_tokens(options) == bound
+
+
 @given(st.lists(items, min_size=1, max_size=4))
 def test_every_item_reads_back_from_its_dict(given_items: list[Any]) -> None:
     for item in given_items:

@@ -58,6 +58,16 @@ async def test_the_body_is_the_responses_wire_s(fake: FakeProvider, http: HttpCl
     assert "include" not in body  # a model that does not reason refuses the encrypted reasoning
 
 
+async def test_chat_s_options_are_sent_in_the_wire_s_names(fake: FakeProvider, http: HttpClient) -> None:
+    config = openai_config(fake, options={"max_tokens": 20, "reasoning_effort": "low", "seed": 3,
+                                          "response_format": "json_object"})
+    await ADAPTER.respond(http, config, ResponsesRequest("hi"))
+    body = fake.received[-1].body
+    assert (body["max_output_tokens"], body["reasoning"], body["text"]) == (20, {"effort": "low"},
+                                                                            {"format": {"type": "json_object"}})
+    assert not {"max_tokens", "reasoning_effort", "seed", "response_format"} & set(body)
+
+
 async def test_a_call_that_may_reason_asks_for_its_reasoning_encrypted(fake: FakeProvider, http: HttpClient) -> None:
     response = await ADAPTER.respond(http, openai_config(fake), ResponsesRequest("hi", options={
         "reasoning": {"effort": "low"}}))
