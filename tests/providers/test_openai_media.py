@@ -254,3 +254,18 @@ async def test_an_upload_goes_with_the_bearer_key_and_a_multipart_content_type(f
     headers = fake.received[-1].headers
     assert headers["Content-Type"].startswith("multipart/form-data; boundary=")
     assert headers["Authorization"].startswith("Bearer sk-SENTINEL")
+
+
+async def test_a_faults_usage_replaces_the_images_and_is_bounded(fake: FakeProvider, http: HttpClient) -> None:
+    fake.script(Fault(usage={"input_tokens": 7, "output_tokens": -2}), route="images")
+    with pytest.raises(MalformedResponseError, match="output_tokens"):
+        await ADAPTER.generate_image(http, openai_config(fake, model="gpt-image-1"), ImageRequest("a", quality="low"))
+
+
+@pytest.mark.parametrize("route", list(CALLS))
+async def test_a_limited_route_tells_each_answer_the_requests_left(fake: FakeProvider, http: HttpClient,
+                                                                   route: str) -> None:
+    fake.limit(10, route=route)
+    method, request = CALLS[route]
+    response = await getattr(ADAPTER, method)(http, openai_config(fake), request)
+    assert response.rate_limit is not None and response.rate_limit.remaining_requests == 9
