@@ -44,6 +44,7 @@ from provmw.providers._usage import UsageBody
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
 from provmw.streams import ToolCallAssembler
+from provmw.wire import with_extra_body
 
 __all__ = ["AnthropicAdapter"]
 
@@ -237,8 +238,7 @@ class AnthropicAdapter:
         ignored = set(options) - {*_PASSED_OPTIONS, *_OUTPUT_BOUNDS, "tool_choice", "extra_body"}
         if ignored:
             log.debug("anthropic ignores options %s", sorted(ignored))
-        body.update(plain_json(options.get("extra_body", {})))
-        return body
+        return with_extra_body(body, options)
 
     async def chat(self, http: HttpClient, config: ProviderConfig,
                    request: ChatRequest) -> CompletionResponse:

@@ -37,6 +37,7 @@ from provmw.providers._usage import UsageBody
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, RateLimitHint, Usage
 from provmw.streams import ToolCallAssembler
+from provmw.wire import with_extra_body
 
 if TYPE_CHECKING:
     from provmw.operations.audio import SpeechRequest, SpeechResponse, TranscriptionRequest, TranscriptionResponse
@@ -103,7 +104,6 @@ def _tool(tool: ToolSpec) -> dict[str, Any]:
 
 
 def _with_options(body: dict[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
-    extra = options.get("extra_body", {})
     if ignored := _IGNORED_OPTIONS.intersection(options):
         log.debug("openai ignores options %s", sorted(ignored))
     for name, value in options.items():
@@ -111,8 +111,7 @@ def _with_options(body: dict[str, Any], options: Mapping[str, Any]) -> dict[str,
             value = {"type": value}
         if name != "extra_body" and name not in _IGNORED_OPTIONS:
             body[name] = plain_json(value)
-    body.update(plain_json(extra))
-    return body
+    return with_extra_body(body, options)
 
 
 # What a malformed answer raises while it is read; ``malformed`` turns each into one error.

@@ -95,13 +95,6 @@ class TestAnthropicConformance(AdapterConformance):
                            ContextLengthExceededError),
         "overloaded": (Fault(status=529, code="overloaded_error"), ProviderUnavailableError),
     }
-    expected_failures: ClassVar[Mapping[str, str]] = dict.fromkeys(
-        [f"test_extra_body_cannot_replace_what_the_call_was_priced_on[{case}]" for case in (
-            "model-chat", "model-stream", "max_tokens-chat", "max_tokens-stream", "messages-chat", "messages-stream",
-            "stream-chat")],
-        "chat_body merges extra_body over the fields it writes: a direct call's extra_body replaces the model, "
-        "max_tokens and messages (the manager refuses those keys; the adapter does not)")
-
     def config(self, fake: FakeProvider, **fields: Any) -> ProviderConfig:
         return ProviderConfig(identifier="an", provider="anthropic", model="claude-test",
                               base_url=fake.anthropic_base_url, **fields)

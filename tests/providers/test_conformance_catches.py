@@ -9,7 +9,7 @@ itself), where it must pass, so a failure is the bug's and not the harness's.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import attrs
 import pytest
@@ -161,33 +161,41 @@ class OpenAIStreamsWithoutImages(OpenAIAdapter):
         return super().stream_chat(http, config, attrs.evolve(request, messages=texts))  # a text-only stream path
 
 
-# 5. extra_body and what the call was priced on. The real adapters merge it over their own fields
-# (their suites mark those cases xfail): the sound copy refuses, the broken ones guard too little.
-class OpenAIKeepsPricedFields(OpenAIAdapter):
-    guarded: frozenset[str] = OWNED_BODY_KEYS
+# 5. extra_body and what the call was priced on. The real adapters refuse it (provmw.wire.with_extra_body);
+# the broken copies merge it over their own fields, as the adapters once did, guarding too little.
+class OpenAIMergesExtraBody(OpenAIAdapter):
+    guarded: frozenset[str] = frozenset()
 
     def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
-        extra = {**config.options, **request.options}.get("extra_body", {})
-        if owned := sorted(self.guarded.intersection(extra)):
+        extra = dict({**config.options, **request.options}.get("extra_body") or {})
+        if owned := sorted(self.guarded.intersection(self.checked(config, request))):
             raise ConfigurationError(f"options.extra_body may not set {', '.join(owned)}")
-        return super().chat_body(config, request)
+        body = super().chat_body(_without_extra(config), _without_extra(request))
+        body.update(extra)  # over what it wrote: the bug
+        return body
+
+    def checked(self, config: ProviderConfig, request: ChatRequest) -> Mapping[str, Any]:
+        return dict({**config.options, **request.options}.get("extra_body") or {})
 
 
-class GuardForgetsStream(OpenAIKeepsPricedFields):
+def _without_extra(value: Any) -> Any:
+    return attrs.evolve(value, options={k: v for k, v in value.options.items() if k != "extra_body"})
+
+
+class GuardForgetsStream(OpenAIMergesExtraBody):
     guarded = OWNED_BODY_KEYS - {"stream", "stream_options"}  # chat never writes them, so none were listed
 
 
-class GuardReadsTheConfigOnly(OpenAIKeepsPricedFields):
-    def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
-        if owned := sorted(self.guarded.intersection(config.options.get("extra_body", {}))):
-            raise ConfigurationError(f"options.extra_body may not set {', '.join(owned)}")
-        return OpenAIAdapter.chat_body(self, config, request)  # the call's own extra_body goes unchecked
+class GuardReadsTheConfigOnly(OpenAIMergesExtraBody):
+    guarded = OWNED_BODY_KEYS
+
+    def checked(self, config: ProviderConfig, request: ChatRequest) -> Mapping[str, Any]:
+        return dict(config.options.get("extra_body") or {})  # the call's own extra_body goes unchecked
 
 
-class OpenAIWithoutExtraBody(OpenAIKeepsPricedFields):
+class OpenAIWithoutExtraBody(OpenAIAdapter):
     def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
-        options = {name: value for name, value in request.options.items() if name != "extra_body"}
-        return super().chat_body(config, attrs.evolve(request, options=options))  # safe by sending none of it
+        return super().chat_body(config, _without_extra(request))  # safe by sending none of it
 
 
 # 6. Framing split across reads.
@@ -283,9 +291,9 @@ CASES = {case.broken.__name__: case for case in (
     Case(OpenAIStreamsWithoutImages, 4, OPENAI, "test_an_image_reaches_the_wire_whole",
          {"kind": "url", "streaming": True}),
     Case(GuardForgetsStream, 5, OPENAI, _EXTRA, {"owned": ("stream", _OWNED["stream"]), "streaming": False},
-         sound=OpenAIKeepsPricedFields()),
+         sound=OpenAIAdapter()),
     Case(GuardReadsTheConfigOnly, 5, OPENAI, _EXTRA, {"owned": ("model", _OWNED["model"]), "streaming": False},
-         sound=OpenAIKeepsPricedFields()),
+         sound=OpenAIAdapter()),
     Case(OpenAIWithoutExtraBody, 5, OPENAI, "test_extra_body_fields_reach_the_wire", {"streaming": False}),
     Case(OpenAIEventPerRead, 6, OPENAI, "test_events_split_across_reads_still_parse"),
     Case(AnthropicEventPerRead, 6, ANTHROPIC, "test_events_split_across_reads_still_parse"),
@@ -335,10 +343,3 @@ class TestABytesOnlyAdapterPassesTheWholeSuite(openai_tests.TestOpenAIConformanc
     """No test of images by bytes is skipped or marked for it: only the URL ones stand aside."""
 
     adapter = BytesOnly()
-
-
-class TestAnAdapterKeepingItsPricedFieldsPassesTheWholeSuite(openai_tests.TestOpenAIConformance):
-    """The extra_body cases the real OpenAI adapter fails (strict xfails) pass for it: the fix is this guard."""
-
-    adapter = OpenAIKeepsPricedFields()
-    expected_failures: ClassVar[Mapping[str, str]] = {}

@@ -110,13 +110,6 @@ class TestOpenAIConformance(AdapterConformance):
         **AdapterConformance.retry_hints,
         "retry-after-ms": (Fault(status=429, headers={"retry-after-ms": "1500"}), 1.5),
     }
-    expected_failures: ClassVar[Mapping[str, str]] = dict.fromkeys(
-        [f"test_extra_body_cannot_replace_what_the_call_was_priced_on[{case}]" for case in (
-            "model-chat", "model-stream", "max_tokens-chat", "max_tokens-stream", "messages-chat", "messages-stream",
-            "stream-chat")],
-        "_with_options merges extra_body over the fields it writes: a direct call's extra_body replaces the model, "
-        "max_tokens and messages (the manager refuses those keys; the adapter does not)")
-
     def config(self, fake: FakeProvider, **fields: Any) -> ProviderConfig:
         return ProviderConfig(identifier="oa", provider="openai", model="gpt-test",
                               base_url=fake.openai_base_url, **fields)

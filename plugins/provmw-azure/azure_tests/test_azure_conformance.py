@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from typing import Any, ClassVar
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from provmw_azure import AzureOpenAIAdapter
@@ -21,13 +21,6 @@ class TestAzureAdapter(AdapterConformance):
                          "prompt_tokens_details": {"cached_tokens": 1536},
                          "completion_tokens_details": {"reasoning_tokens": 640}},
                         Usage(input_tokens=2000, output_tokens=900, cached_input_tokens=1536, reasoning_tokens=640))
-    expected_failures: ClassVar[Mapping[str, str]] = dict.fromkeys(
-        [f"test_extra_body_cannot_replace_what_the_call_was_priced_on[{case}]" for case in (
-            "model-chat", "model-stream", "max_tokens-chat", "max_tokens-stream", "messages-chat", "messages-stream",
-            "stream-chat")],
-        "the OpenAI adapter's body, which Azure sends, merges extra_body over the fields it writes (the model, "
-        "max_tokens, messages; the manager refuses those keys, the adapter does not)")
-
     @pytest.fixture
     async def fake(self) -> AsyncIterator[FakeProvider]:
         async with FakeProvider(wires=[AzureWire()]) as server:

@@ -60,12 +60,6 @@ class TestBedrockConformance(AdapterConformance):
     }
     # Bedrock takes images as bytes or S3 locations, never a web URL (refused before sending).
     image_url = "s3://bucket/a.png"
-    expected_failures: ClassVar[Mapping[str, str]] = dict.fromkeys(
-        [f"test_extra_body_cannot_replace_what_the_call_was_priced_on[{case}]" for case in (
-            "messages-chat", "messages-stream", "inferenceConfig-chat", "inferenceConfig-stream")],
-        "request_body merges extra_body over the fields it writes: a direct call's extra_body replaces the "
-        "messages and inferenceConfig (maxTokens) the call was priced on")
-
     @pytest.fixture
     async def fake(self) -> AsyncIterator[FakeProvider]:
         async with FakeProvider(wires=[BedrockWire()]) as server:

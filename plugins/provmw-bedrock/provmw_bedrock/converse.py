@@ -18,6 +18,7 @@ from provmw.errors import InvalidRequestError
 from provmw.http import plain_json
 from provmw.messages import ImagePart, Message, TextPart, ToolSpec
 from provmw.requests import ChatRequest, merged_options
+from provmw.wire import with_extra_body
 
 __all__ = ["IMAGE_FORMATS", "SCHEMA_TOOL", "request_body"]
 
@@ -50,8 +51,7 @@ def request_body(config: ProviderConfig, request: ChatRequest) -> dict[str, Any]
         body["additionalModelRequestFields"] = fields
     if ignored := sorted(set(options) - _CONSUMED):
         log.debug("bedrock ignores options %s", ignored)
-    body.update(plain_json(options.get("extra_body", {})))
-    return body
+    return with_extra_body(body, options)
 
 
 def _inference(options: Mapping[str, Any]) -> dict[str, Any]:
