@@ -369,8 +369,9 @@ class ServiceManager(OperationCalls):
             await terminal.admit(config)
         response = await self.pipeline.run(ctx, config, terminal)
         schema = ctx.facts.response_schema
-        if schema is not None and isinstance(response, CompletionResponse) and response.parsed is None:
-            response = parsed_answer(response, schema)  # with the structured_output layer off: no repair
+        judged = isinstance(response, CompletionResponse) or operation is ProviderOperation.RESPONSES
+        if schema is not None and judged and getattr(response, "parsed", None) is None:
+            response = parsed_answer(response, schema)  # type: ignore[type-var]  # the layer off: no repair
         recorded = tuple(ctx.attempts.recorded)
         return attrs.evolve(response, attempts=recorded) if recorded and response.attempts != recorded else response
 

@@ -237,10 +237,10 @@ _STREAM_RESPOND = OPERATIONS[ProviderOperation.RESPONSES].stream_method or ""
 async def _by_chat(adapter: ProviderAdapter, http: HttpClient, config: ProviderConfig,
                    request: ProviderRequest) -> ProviderResponse:
     """A Responses call on an adapter without its wire: translated to a chat and back (ADR 0052)."""
-    from provmw.operations import responses_api  # imported by the first Responses call that needs it
+    from provmw.operations import responses_chat  # imported by the first Responses call that needs it
 
     asked: Any = request  # a ResponsesRequest: the operation says so
-    return responses_api.from_completion(await adapter.chat(http, config, responses_api.to_chat(asked)), asked)
+    return responses_chat.from_completion(await adapter.chat(http, config, responses_chat.to_chat(asked)), asked)
 
 
 def _chunks(adapter: ProviderAdapter, offered: Capabilities, http: HttpClient, config: ProviderConfig,
@@ -251,7 +251,7 @@ def _chunks(adapter: ProviderAdapter, offered: Capabilities, http: HttpClient, c
     if offered.responses:
         opens: Callable[..., AsyncIterator[ChatChunk]] = getattr(adapter, _STREAM_RESPOND)
         return opens(http, config, request)
-    from provmw.operations import responses_api
+    from provmw.operations import responses_chat
 
     asked: Any = request  # a ResponsesRequest: only a chat's and a Responses call's streams open
-    return adapter.stream_chat(http, config, responses_api.to_chat(asked))
+    return adapter.stream_chat(http, config, responses_chat.to_chat(asked))

@@ -12,27 +12,10 @@ An adapter with the native wire (``Capabilities.responses``) sends the request a
 call that only the native wire can serve needs ``responses``: one that names a
 ``previous_response_id``, asks the provider to ``store`` the answer, or sends back reasoning
 with ``encrypted_content``. Any other call is served by any chat adapter, translated:
-
-``to_chat`` (request to ``ChatRequest``):
-- ``instructions`` become the first message, a system message;
-- a message item becomes a message of its role (``developer`` is ``system``), parts as they are;
-- a function call becomes a tool call of the assistant message before it (a new assistant
-  message when the one before is not the assistant's); a function call output becomes a tool
-  message answering its ``call_id``;
-- reasoning items are dropped: a chat wire takes no reasoning back;
-- ``tools`` and ``response_schema`` are carried as they are; options are carried but for
-  ``max_output_tokens``, which becomes ``max_tokens``, ``reasoning.effort``, which becomes
-  ``reasoning_effort``, and the Responses-only ones (``include``, ``truncation``, ``text``,
-  ``background``, ``reasoning``'s other fields), which are dropped;
-- what only the native wire does (``previous_response_id``, ``store``, encrypted reasoning,
-  built-in tools) raises ``UnsupportedOperationError``: its needs keep it from chat adapters.
-
-``from_completion`` (chat answer to ``ResponsesResponse``): the text becomes one assistant
-message item and each tool call a function call item (``call_id`` is the tool call's id), in
-that order; ``finish_reason`` is kept; ``status`` is ``incomplete`` when the answer was cut
-(``length``, ``content_filter``), else ``completed``; ``response_id`` is the chat answer's own
-id; ``parsed`` is the completion's, or the text validated here against ``response_schema`` (left
-None when it does not follow it: the ``structured_output`` layer raises, as for chat).
+``provmw.operations.responses_chat`` translates (its docstring holds the rules): it is kept
+apart so that this module, on the values floor with ``provmw.requests``, never imports it back.
+Whether an answer follows ``response_schema`` is judged above (the ``structured_output`` layer),
+which sets ``parsed``, as for chat.
 """
 
 from __future__ import annotations
@@ -45,8 +28,8 @@ import attrs
 
 from provmw._base import serde
 from provmw.context import FrozenMap
-from provmw.errors import ConfigurationError, StructuredOutputError, UnsupportedOperationError
-from provmw.messages import ImagePart, Message, ToolCall, ToolSpec, tools_from
+from provmw.errors import ConfigurationError
+from provmw.messages import ImagePart, ToolCall, ToolSpec, tools_from
 from provmw.operations._responses_items import (
     FunctionCall,
     FunctionCallOutput,
@@ -62,17 +45,13 @@ from provmw.operations._responses_items import (
     optional_text,
     with_item_texts,
 )
-from provmw.requests import ChatRequest
-from provmw.responses import CompletionResponse, ProviderResponse
-from provmw.structured import parsed_answer, schema_of
+from provmw.responses import ProviderResponse
 
 __all__ = ["BUILTIN_TOOLS", "FunctionCall", "FunctionCallOutput", "InputItem", "MessageItem", "OutputItem",
-           "ReasoningItem", "ResponsesRequest", "ResponsesResponse", "finish_reason", "from_completion",
-           "input_items", "item_from_dict", "output_bound", "output_fields", "to_chat", "with_parsed"]
+           "ReasoningItem", "ResponsesRequest", "ResponsesResponse", "finish_reason", "input_items", "item_from_dict",
+           "output_bound", "output_fields"]
 
 BUILTIN_TOOLS = ("web_search", "file_search", "code_interpreter")
-# Options only the Responses wire reads; a translated call leaves them out (see the docstring).
-_RESPONSES_ONLY = frozenset({"include", "truncation", "text", "background", "reasoning", "max_output_tokens"})
 # What a provider adds around a request's text, in the largest figures of provmw._call.facts.ALLOWANCES,
 # counted as bytes of text (a byte is at most a token): per item, per image, per tool, once with tools.
 _PER_ITEM, _PER_IMAGE, _PER_TOOL, _WITH_TOOLS, _PER_REQUEST = 8, 48_200, 64, 600, 16
@@ -97,6 +76,16 @@ def _options(value: Mapping[str, Any] | None) -> FrozenMap:
     return value if isinstance(value, FrozenMap) else FrozenMap(value)
 
 
+def _schema(value: object) -> FrozenMap | None:
+    """A JSON Schema of an object (the manager checks it further with ``provmw.structured.schema_of``)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or value.get("type") != "object":
+        raise ConfigurationError('response_schema must be a JSON Schema object describing an object at its root '
+                                 '("type": "object")')
+    return value if isinstance(value, FrozenMap) else FrozenMap(value)
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
@@ -115,7 +104,7 @@ class ResponsesRequest:
     builtin_tools: tuple[str, ...] = attrs.field(default=(), converter=_builtin)
     previous_response_id: str | None = attrs.field(default=None, validator=optional_text(empty=False))
     store: bool = attrs.field(default=False, validator=_store)
-    response_schema: FrozenMap | None = attrs.field(default=None, converter=schema_of)
+    response_schema: FrozenMap | None = attrs.field(default=None, converter=_schema)
     options: FrozenMap = attrs.field(factory=FrozenMap, converter=_options)
 
     @property
@@ -247,61 +236,3 @@ def output_bound(options: Mapping[str, Any]) -> int | None:
         return own
     bounds = [b for b in (count("max_tokens"), count("max_completion_tokens")) if b is not None]
     return max(bounds) if bounds else None
-
-
-def with_parsed(response: ResponsesResponse, request: ResponsesRequest) -> ResponsesResponse:
-    """``response`` with ``parsed`` set when ``request`` gave a schema and the text follows it. An answer
-    that does not is returned as it is: the ``structured_output`` layer judges it, outside the usage layer,
-    so that the ledger records what the answer cost before the call fails."""
-    if request.response_schema is None or response.tool_calls:
-        return response
-    proxy = CompletionResponse(provider=response.provider, model=response.model, text=response.text)
-    try:
-        return attrs.evolve(response, parsed=parsed_answer(proxy, request.response_schema).parsed)
-    except StructuredOutputError:
-        return response
-
-
-def to_chat(request: ResponsesRequest) -> ChatRequest:
-    """The chat request that asks what ``request`` asks (the rules: the module docstring)."""
-    if request.native_only or request.builtin_tools:
-        what = "builtin_tools" if request.builtin_tools else "responses"
-        raise UnsupportedOperationError("chat", what)
-    messages = [Message.system(request.instructions)] if request.instructions else []
-    for item in request.input:
-        if isinstance(item, FunctionCall):
-            call = ToolCall(item.call_id, item.name, item.arguments)
-            if messages and messages[-1].role == "assistant":
-                messages[-1] = attrs.evolve(messages[-1], tool_calls=(*messages[-1].tool_calls, call))
-            else:
-                messages.append(Message.assistant(tool_calls=(call,)))
-        elif isinstance(item, FunctionCallOutput):
-            messages.append(Message.tool(item.call_id, item.output))
-        elif isinstance(item, MessageItem):
-            role = "system" if item.role == "developer" else item.role
-            messages.append(Message(role, item.content))
-    return ChatRequest(tuple(messages), request.tools, _chat_options(request.options), request.response_schema)
-
-
-def _chat_options(options: FrozenMap) -> dict[str, Any]:
-    out = {k: v for k, v in options.items() if k not in _RESPONSES_ONLY}
-    if "max_output_tokens" in options:
-        out["max_tokens"] = options["max_output_tokens"]
-        out.pop("max_completion_tokens", None)
-    reasoning = options.get("reasoning")
-    if isinstance(reasoning, Mapping) and reasoning.get("effort") is not None:
-        out["reasoning_effort"] = reasoning["effort"]
-    return out
-
-
-def from_completion(response: CompletionResponse, request: ResponsesRequest) -> ResponsesResponse:
-    """The Responses answer a chat answer to ``to_chat(request)`` stands for (rules: the module docstring)."""
-    output: list[OutputItem] = [MessageItem("assistant", response.text)] if response.text else []
-    output += [FunctionCall(c.id, c.name, c.arguments) for c in response.tool_calls]
-    cut = response.finish_reason in ("length", "content_filter")
-    answer = ResponsesResponse(
-        provider=response.provider, model=response.model, response_id=response.response_id, usage=response.usage,
-        served_by=response.served_by, cached=response.cached, attempts=response.attempts,
-        rate_limit=response.rate_limit, finish_reason=response.finish_reason, parsed=response.parsed,
-        status="incomplete" if cut else "completed", **output_fields(tuple(output)))
-    return answer if response.parsed is not None else with_parsed(answer, request)

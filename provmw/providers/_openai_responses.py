@@ -56,7 +56,6 @@ from provmw.operations.responses_api import (
     finish_reason,
     output_bound,
     output_fields,
-    with_parsed,
 )
 from provmw.providers._opening import OpeningHint
 from provmw.providers._usage import UsageBody
@@ -186,7 +185,7 @@ async def respond(http: HttpClient, config: ProviderConfig, request: ResponsesRe
         answer = attrs.evolve(answer, rate_limit=openai_rate_limit(answered))
     except _SHAPE_ERRORS as exc:
         raise malformed(provider, config.model, exc) from None
-    return with_parsed(answer, request)
+    return answer
 
 
 def _answer(body: Mapping[str, Any], provider: str, config: ProviderConfig) -> ResponsesResponse:

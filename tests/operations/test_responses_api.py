@@ -20,10 +20,9 @@ from provmw.operations.responses_api import (
     ReasoningItem,
     ResponsesRequest,
     ResponsesResponse,
-    from_completion,
     item_from_dict,
-    to_chat,
 )
+from provmw.operations.responses_chat import from_completion, to_chat
 from provmw.responses import CompletionResponse, Usage
 
 PNG = b"\x89PNG fake bytes"
@@ -206,9 +205,6 @@ def test_a_cut_completion_is_an_incomplete_response() -> None:
     assert from_completion(completion, ResponsesRequest("hi")).status == "incomplete"
 
 
-def test_from_completion_parses_an_answer_that_follows_the_schema_only() -> None:
-    request = ResponsesRequest("hi", response_schema=PERSON)
-    valid = CompletionResponse(provider="p", model="m", text='{"name": "Ada"}')
-    assert from_completion(valid, request).parsed == {"name": "Ada"}
-    # The structured_output layer judges it, outside the ledger (tests/operations/test_responses_calls.py).
-    assert from_completion(CompletionResponse(provider="p", model="m", text='{"age": 3}'), request).parsed is None
+def test_from_completion_keeps_what_was_parsed() -> None:
+    completion = CompletionResponse(provider="p", model="m", text='{"name": "Ada"}', parsed={"name": "Ada"})
+    assert from_completion(completion, ResponsesRequest("hi", response_schema=PERSON)).parsed == {"name": "Ada"}

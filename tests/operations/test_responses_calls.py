@@ -97,3 +97,12 @@ async def test_an_answer_off_the_schema_fails_after_the_ledger_records_what_it_c
         await journal.flush()
         records = await journal.store.records()
     assert [(r.billed, r.input_tokens, r.output_tokens) for r in records] == [("yes", 5, 3)]
+
+
+@pytest.mark.parametrize("layer", [{}, {"enabled": False}])
+async def test_a_response_s_json_is_parsed_with_the_layer_on_or_off(fake: FakeProvider, builtin_only: PluginHost,
+                                                                    layer: dict[str, object]) -> None:
+    settings = Settings(configurations={"oa": openai_config(fake)}, middleware={"structured_output": layer})
+    async with ServiceManager(settings, host=builtin_only) as manager:
+        response = await manager.respond("Rome", response_schema=FORECAST)
+    assert response.parsed == {"city": "echo: Rome", "days": 1}
