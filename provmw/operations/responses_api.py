@@ -5,15 +5,16 @@ A request's ``input`` is a string (one user message) or a sequence of items: ``M
 ``FunctionCallOutput`` (what the tool answered) and ``ReasoningItem`` (a reasoning model's
 summary and ``encrypted_content``, sent back to a stateless conversation). Each item's
 ``to_dict`` is its wire form, and :func:`input_items` reads those dicts, provmw's image part
-and a ``ResponsesResponse``'s ``output`` back, so a caller continues a conversation with
-``[*answer.output, FunctionCallOutput(call_id, result)]``.
+and a ``ResponsesResponse``'s ``output`` back, so a caller continues a conversation that the
+provider keeps nothing of with ``[*request.input, *answer.output, FunctionCallOutput(call_id, result)]``.
 
 An adapter with the native wire (``Capabilities.responses``) sends the request as it is. A
 call that only the native wire can serve needs ``responses``: one that names a
 ``previous_response_id``, asks the provider to ``store`` the answer, or sends back reasoning
-with ``encrypted_content``. Any other call is served by any chat adapter, translated:
-``provmw.operations.responses_chat`` translates (its docstring holds the rules): it is kept
-apart so that this module, on the values floor with ``provmw.requests``, never imports it back.
+with ``encrypted_content``. Any other call is served by any chat adapter, translated by
+``provmw.operations.responses_chat`` (its docstring holds the rules), kept apart so that this
+module, which the operations table imports, never imports ``provmw.requests`` (which imports the
+table).
 Whether an answer follows ``response_schema`` is judged above (the ``structured_output`` layer),
 which sets ``parsed``, as for chat.
 """
@@ -132,6 +133,8 @@ class ResponsesRequest:
         return frozenset(["chat", *self.builtin_tools, *(need for need, yes in wanted.items() if yes)])
 
     def input_bytes(self) -> int:
+        """The bound of the input tokens of what is sent; a ``previous_response_id``'s stored conversation,
+        which the provider bills as input too, is not sent and not in it."""
         text = sum(len(item_text(i).encode()) + _PER_ITEM for i in self.input) + len((self.instructions or "").encode())
         tools = sum(len(json.dumps(t.to_dict()).encode()) + _PER_TOOL for t in self.tools)
         schema = 0 if self.response_schema is None else len(json.dumps(_plain(self.response_schema)).encode())
