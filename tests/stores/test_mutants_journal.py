@@ -204,3 +204,26 @@ async def test_a_full_write_ahead_segment_whose_records_went_nowhere_outlives_th
     assert sum(len(claim.records) for claim in claims) == 120
     for claim in claims:
         claim.release()
+
+
+def test_the_spill_file_beside_a_full_ledger_syncs_each_append(tmp_path: Path) -> None:
+    journal = UsageJournal(SqliteUsageStore(tmp_path / "ledger.db", synchronous="FULL"))
+    assert journal.spill is not None and journal.spill.fsync
+
+
+def test_the_spill_file_beside_a_normal_ledger_does_not_sync(tmp_path: Path) -> None:
+    journal = UsageJournal(SqliteUsageStore(tmp_path / "ledger.db"))
+    assert journal.spill is not None and not journal.spill.fsync
+
+
+class SpillOnly(MemoryUsageStore):
+    """A store that declares a spill file and no ``synchronous`` (a plugin's may not have one)."""
+
+    def __init__(self, spill_path: Path) -> None:
+        super().__init__()
+        self.spill_path = spill_path
+
+
+def test_a_store_that_names_no_synchronous_gets_a_spill_file_that_does_not_sync(tmp_path: Path) -> None:
+    journal = UsageJournal(SpillOnly(tmp_path / "ledger.spill"))
+    assert journal.spill is not None and not journal.spill.fsync
