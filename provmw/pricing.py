@@ -187,6 +187,22 @@ class Price:
         """Whether this price has a price for each of ``units``."""
         return all(unit in self.units for unit in units)
 
+    def most_units_usd(self, units: Mapping[str, float]) -> float | None:
+        """The most ``units`` may cost before the provider says what it billed: a part of a unit's
+        name that is ``auto`` (``image:1024x1024:auto``, the provider choosing the quality) may be
+        any this price names there, at the highest; None when a unit has no price at all."""
+        total = 0.0
+        for unit, count in units.items():
+            rate = self.units.get(unit)
+            if rate is None and ":auto" in unit:
+                parts = unit.split(":")
+                rates = [r for name, r in self.units.items() if _fits(name.split(":"), parts)]
+                rate = max(rates, default=None)
+            if rate is None:
+                return None
+            total += count * rate
+        return total
+
     def units_usd(self, units: Mapping[str, float]) -> float:
         """What ``units`` cost, each at its price (0 for one without: ``covers`` tells them apart)."""
         return sum(count * self.units.get(unit, 0.0) for unit, count in units.items())
@@ -207,6 +223,10 @@ class Price:
     def _reached(self, input_tokens: int) -> list[_Rates]:
         """The base rates, then each tier ``input_tokens`` exceeds: the last one applies."""
         return [self.rates(), *(t.rates() for t in self.tiers if input_tokens > t.above_input_tokens)]
+
+
+def _fits(name: list[str], pattern: list[str]) -> bool:
+    return len(name) == len(pattern) and all(p in ("auto", n) for n, p in zip(name, pattern, strict=True))
 
 
 def to_price(value: Price | Mapping[str, Any] | None) -> Price | None:

@@ -187,3 +187,12 @@ def test_the_bundled_sonnet_4_5_has_write_rates_and_a_long_context_tier() -> Non
     price = PriceTable().price_for(ProviderConfig(identifier="a", provider="anthropic", model="claude-sonnet-4-5"))
     assert price is not None and price.cache_write_1h_usd_per_mtok == 6.0
     assert [t.above_input_tokens for t in price.tiers] == [200_000]
+
+
+def test_a_unit_chosen_by_the_provider_is_bounded_by_the_dearest_it_may_be() -> None:
+    price = Price(input_usd_per_mtok=0, units={"image:1024x1024:low": 0.01, "image:1024x1024:high": 0.17,
+                                               "image:1536x1024:high": 0.25})
+    assert price.most_units_usd({"image:1024x1024:auto": 2}) == 0.34
+    assert price.most_units_usd({"image:auto:high": 1}) == 0.25
+    assert price.most_units_usd({"image:512x512:auto": 1}) is None
+    assert price.most_units_usd({"audio_second": 1}) is None

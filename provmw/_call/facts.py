@@ -281,7 +281,7 @@ def _operation_fixed(config: ProviderConfig, request: OperationRequest, prices: 
     options = merged_options(config, request.options)
     price = prices.price_for(config)
     units = request.most_units(options)
-    units_usd = None if price is None or not price.covers(units) else price.units_usd(units)
+    units_usd = None if price is None else price.most_units_usd(units)
     return _Fixed(_json_bytes(options), ALLOWANCES.get(config.provider, _UNKNOWN), price,
                   request.most_output_tokens(options), None, None, units_usd)
 

@@ -6,9 +6,8 @@ When a request leaves them unset, the configuration's ``options.extra_body`` (``
 dall-e-3 make when asked nothing, one square image at standard quality. The adapter sends the size
 it billed for, so the worst case is what the wire is asked for; it sends a quality only
 when one was given, since gpt-image-1 refuses ``standard`` (its own default, ``auto``,
-picks low, medium or high as it goes, and the bundled prices have no ``standard`` for it:
-a gpt-image-1 call without a quality has an unknown worst case, which a strict budget
-refuses; give the configuration ``extra_body = {quality = "high"}``). Generated images are not
+picks low, medium or high as it goes: a call without a quality is bounded at the dearest
+quality its price names for the size, and billed at the one the answer states). Generated images are not
 deterministic: the same prompt makes a new image each time, so they are never cached by default.
 """
 
@@ -139,7 +138,11 @@ class ImageRequest:
         return self.n * max(MOST_IMAGE_TOKENS, math.ceil(pixels * MOST_IMAGE_TOKENS / _LARGEST_PIXELS))
 
     def most_units(self, options: Mapping[str, Any]) -> Mapping[str, float]:
-        return {image_unit(*self.resolved(options)): float(self.n)}
+        # A quality nobody gave is the provider's to choose (gpt-image-1's ``auto``): the worst
+        # case takes the dearest the price names for that size (Price.most_units_usd).
+        size, quality = self.resolved(options)
+        given = self.quality or (options.get("extra_body") or {}).get("quality")
+        return {image_unit(size, quality if given else "auto"): float(self.n)}
 
     def deterministic(self, options: Mapping[str, Any]) -> bool:
         return False

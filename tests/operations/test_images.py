@@ -54,9 +54,10 @@ def test_the_worst_case_is_n_images_of_the_size_and_quality_asked() -> None:
     assert ImageRequest("p", size="1792x1024", quality="hd", n=3).most_units({}) == {"image:1792x1024:hd": 3.0}
 
 
-def test_unset_size_and_quality_come_from_a_configurations_extra_body_else_the_defaults() -> None:
+def test_unset_size_and_quality_come_from_a_configurations_extra_body_else_the_size_default_and_any_quality() -> None:
     request, extra = ImageRequest("p", n=2), {"extra_body": {"quality": "medium", "size": "1024x1536"}}
-    assert request.most_units({}) == {"image:1024x1024:standard": 2.0}
+    assert request.most_units({}) == {"image:1024x1024:auto": 2.0}
+    assert request.resolved({}) == ("1024x1024", "standard")
     assert request.most_units(extra) == {"image:1024x1536:medium": 2.0}
     assert ImageRequest("p", quality="low").most_units(extra) == {"image:1024x1536:low": 1.0}
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from provmw.config import ProviderConfig
-from provmw.errors import BudgetExceededError, ConfigurationError
+from provmw.errors import BudgetExceededError
 from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost
 from provmw.settings import Settings
@@ -101,13 +101,17 @@ async def test_a_strict_budget_refuses_more_images_than_it_can_pay_for(fake: Fak
     assert fake.count(route="images") == 1
 
 
-async def test_a_gpt_image_1_call_without_a_quality_has_no_worst_case_under_a_strict_budget(
+async def test_a_gpt_image_1_call_without_a_quality_reserves_the_dearest_quality_and_settles_the_one_made(
         fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
     config = openai_config(fake, model="gpt-image-1")
     async with ServiceManager(settings(config, tmp_path / "l.sqlite3", max_cost_usd=1.0), host=builtin_only) as m:
-        with pytest.raises(ConfigurationError, match="worst-case cost"):
-            await m.generate_image("a cat")
-    assert fake.count() == 0
+        ctx_needs = m.prices.price_for(m.settings.configurations["oa"])
+        assert ctx_needs is not None
+        response = await m.generate_image("a cat")
+    [(unit, count)] = response.usage.units.items()
+    assert unit.startswith("image:1024x1024:") and count == 1
+    assert response.usage.cost_usd == ctx_needs.units[unit]
+    assert ctx_needs.most_units_usd({"image:1024x1024:auto": 1}) == ctx_needs.units["image:1024x1024:high"]
 
 
 async def test_a_configurations_quality_in_extra_body_prices_a_gpt_image_1_call(
