@@ -171,6 +171,11 @@ class ImageEditRequest(ImageRequest):
     def needs(self, *, streaming: bool) -> frozenset[str]:
         return frozenset({"image_edits"})
 
+    def input_bytes(self) -> int:
+        # The image and the mask are input tokens on the models that bill tokens (gpt-image-1): each
+        # counts at most as the largest image those models make.
+        return super().input_bytes() + MOST_IMAGE_TOKENS * (1 + (self.mask is not None))
+
 
 def _b64(value: str) -> bytes:
     try:

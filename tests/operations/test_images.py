@@ -12,7 +12,7 @@ from provmw.context import ProviderOperation
 from provmw.errors import ConfigurationError, InvalidDataError
 from provmw.messages import ImagePart
 from provmw.operations import OPERATIONS, response_types
-from provmw.operations.images import GeneratedImage, ImageEditRequest, ImageRequest, ImageResponse
+from provmw.operations.images import MOST_IMAGE_TOKENS, GeneratedImage, ImageEditRequest, ImageRequest, ImageResponse
 from provmw.responses import Usage
 
 PNG = b"\x89PNG\r\n\x1a\nfake"
@@ -79,8 +79,10 @@ def test_each_operation_needs_its_own_capability() -> None:
     assert ImageEditRequest("p", image=PNG).needs(streaming=False) == frozenset({"image_edits"})
 
 
-def test_input_bytes_are_the_prompts_utf8() -> None:
-    assert ImageEditRequest("日本", image=PNG).input_bytes() == 6
+def test_input_bytes_are_the_prompts_utf8_and_an_edits_images_at_their_largest() -> None:
+    assert ImageRequest("日本").input_bytes() == 6
+    assert ImageEditRequest("日本", image=PNG).input_bytes() == 6 + MOST_IMAGE_TOKENS
+    assert ImageEditRequest("日本", image=PNG, mask=PNG).input_bytes() == 6 + 2 * MOST_IMAGE_TOKENS
 
 
 def test_the_canonical_form_holds_the_images_digest_never_their_bytes() -> None:

@@ -110,7 +110,7 @@ async def test_a_gpt_image_1_call_without_a_quality_reserves_the_dearest_quality
         response = await m.generate_image("a cat")
     [(unit, count)] = response.usage.units.items()
     assert unit.startswith("image:1024x1024:") and count == 1
-    assert response.usage.cost_usd == ctx_needs.units[unit]
+    assert response.usage.cost_usd == pytest.approx(ctx_needs.units[unit] + response.usage.input_tokens * 10.0 / 1e6)
     assert ctx_needs.most_units_usd({"image:1024x1024:auto": 1}) == ctx_needs.units["image:1024x1024:high"]
 
 
@@ -119,7 +119,9 @@ async def test_a_configurations_quality_in_extra_body_prices_a_gpt_image_1_call(
     config = openai_config(fake, model="gpt-image-1", options={"extra_body": {"quality": "medium"}})
     async with ServiceManager(settings(config, tmp_path / "l.sqlite3", max_cost_usd=1.0), host=builtin_only) as m:
         response = await m.generate_image("a cat")
-    assert response.usage.units == {"image:1024x1024:medium": 1.0} and response.usage.cost_usd == pytest.approx(0.042)
+    input_usd = response.usage.input_tokens * 10.0 / 1e6  # gpt-image-1's input, at the image input rate
+    assert response.usage.units == {"image:1024x1024:medium": 1.0}
+    assert response.usage.cost_usd == pytest.approx(0.042 + input_usd)
     assert fake.received[-1].body["quality"] == "medium"
 
 
