@@ -316,6 +316,17 @@ class PriceTable:
                     "the usage ledger records its attempts as billed \"unknown\" (%s)",
                     config.identifier, config.provider, config.model, _pricing_hint(config))
 
+    def warn_unpriced_units(self, config: ProviderConfig, units: Mapping[str, float]) -> None:
+        """Warn, once per configuration and unit, that ``config``'s price names no price for a unit billed."""
+        for unit in units:
+            warned = (config.identifier, config.model, unit)
+            if warned not in self._warned:
+                self._warned[warned] = True
+                log.warning("pricing: configuration %r was billed in %r, for which the price of %s model %r names "
+                            "no price: its cost is unknown and the usage ledger records it as billed \"unknown\" "
+                            "(add it under [configurations.%s.price.units])", config.identifier, unit,
+                            config.provider, config.model, config.identifier)
+
     def _lookup(self, provider: str, model: str) -> Price | None:
         exact = self._prices.get((provider, model))
         if exact is not None:

@@ -64,7 +64,7 @@ def attempt_timeout(config: ProviderConfig) -> AttemptTimeoutError:
 
 
 def answered(response: ProviderResponse, response_type: type[R], config: ProviderConfig, price: Price | None,
-             max_output_tokens: int | None) -> R:
+             max_output_tokens: int | None, prices: PriceTable | None = None) -> R:
     """An adapter's answer as the call returns it: typed as asked (vision is a chat whose answer is
     typed apart), a key echoed in its names scrubbed, its output within the call's bound (None: a
     stream, bounded at its end), priced."""
@@ -74,9 +74,13 @@ def answered(response: ProviderResponse, response_type: type[R], config: Provide
     if max_output_tokens is not None or price is not None:
         within_output_bound(response, output_bound(max_output_tokens, price))
     usage = response.usage
-    if price is not None and usage.cost_usd is None and price.covers(usage.units):
-        return attrs.evolve(response, usage=attrs.evolve(usage, cost_usd=price.cost_usd(usage)))
-    return response
+    if price is None or usage.cost_usd is not None:
+        return response
+    if usage.units and not price.covers(usage.units):
+        if prices is not None:
+            prices.warn_unpriced_units(config, {u: n for u, n in usage.units.items() if u not in price.units})
+        return response
+    return attrs.evolve(response, usage=attrs.evolve(usage, cost_usd=price.cost_usd(usage)))
 
 
 def output_bound(max_output_tokens: int | None, price: Price | None) -> int | None:
@@ -185,7 +189,7 @@ class Call(Generic[R]):
         try:
             price = None if stream else self.terminal.prices.price_for(chosen)  # a stream: at its end
             response = answered(await self._send(chosen), self.response_type, chosen, price,
-                                None if stream else output_limit(chosen, self.request))
+                                None if stream else output_limit(chosen, self.request), self.terminal.prices)
         except BaseException as exc:
             Scrubber.for_config(chosen).error(exc)  # a provider may echo the credentials it was sent
             attempts.record(Attempt(config_id=chosen.identifier, error_type=type(exc).__name__,

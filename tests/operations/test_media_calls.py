@@ -166,3 +166,15 @@ async def test_images_are_made_anew_unless_listed_for_the_cache(fake: FakeProvid
         await manager.generate_image("a cat")
         hit = await manager.generate_image("a cat")
     assert hit.cached and hit.images[0].data and fake.count(route="images") == 3
+
+
+async def test_an_image_of_a_size_without_a_price_is_billed_unknown_with_one_warning(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    ledger = tmp_path / "ledger.sqlite3"
+    async with ServiceManager(settings(openai_config(fake, model="dall-e-3"), ledger), host=builtin_only) as manager:
+        for _ in range(2):
+            response = await manager.generate_image("a cat", size="512x512")
+    assert response.usage.cost_usd is None
+    assert [row.billed for row in await rows(ledger)] == ["unknown", "unknown"]
+    warned = [r.getMessage() for r in caplog.records if "image:512x512:standard" in r.getMessage()]
+    assert len(warned) == 1 and "[configurations.oa.price.units]" in warned[0]
