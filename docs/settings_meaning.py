@@ -80,6 +80,8 @@ MEANING: dict[str, dict[str, str]] = {
         "max_output_tokens": "The model's output ceiling: a strict budget reserves it when a call sets no "
                              "`max_tokens`.",
         "tiers": "Long-context rates, each replacing every rate above a number of input tokens.",
+        "units": "USD per unit of what is billed by other measures than tokens (`image:1024x1024:high`, "
+                 "`audio_second`, `character`, `search_unit`; ADR 0053).",
     },
     "price.tiers": {
         "above_input_tokens": "The tier applies to calls whose input tokens exceed this (tiers rise).",

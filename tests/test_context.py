@@ -84,7 +84,9 @@ def test_metadata_given_as_dict_is_copied() -> None:
 
 
 def test_operation_values_are_the_documented_strings() -> None:
-    assert [op.value for op in ProviderOperation] == ["chat", "completion", "embedding", "vision", "tools"]
+    assert [op.value for op in ProviderOperation] == ["chat", "completion", "embedding", "vision", "tools", "responses",
+                                                      "image", "image_edit", "transcription", "speech", "rerank",
+                                                      "moderation"]
 
 
 def test_a_built_in_fact_read_as_metadata_still_answers_with_a_deprecation_warning() -> None:
