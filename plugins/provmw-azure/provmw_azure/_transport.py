@@ -2,9 +2,10 @@
 
 The OpenAI adapter builds the bodies, reads the answers and streams; this client, handed to
 it for one call, adds what Azure's wire needs around them: the ``api-version`` query on each
-URL, Azure's error bodies rewritten in OpenAI's shape (``provmw_azure._wire``), and answers
-or stream events the content filter ended raised as ``ContentPolicyError``. It sends through
-the manager's own client: it opens no session and closes nothing.
+URL (JSON bodies, multipart uploads, binary answers and streams alike), Azure's error bodies
+rewritten in OpenAI's shape (``provmw_azure._wire``), and answers or stream events the
+content filter ended raised as ``ContentPolicyError``. It sends through the manager's own
+client: it opens no session and closes nothing.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from provmw.http import Body, HttpClient, HttpStatusError, SSEEvent, Url, decode_json
+from provmw.http import Body, FormFile, HttpClient, HttpStatusError, SSEEvent, Url, decode_json
 from provmw.scrubbing import Scrubber
 from provmw_azure._deployment import Deployment
 from provmw_azure._wire import filtered_answer, openai_error
@@ -57,9 +58,26 @@ class AzureTransport(HttpClient):
             data, answered = await self._inner.post_json_with_headers(self._url(url), body, headers)
         except HttpStatusError as exc:
             raise self._error(exc) from None
-        if (filtered := filtered_answer(data, provider=self._provider, model=self._model)) is not None:
-            raise filtered
+        self._unfiltered(data)
         return data, answered
+
+    async def post_form(self, url: Url, fields: Mapping[str, str], files: Mapping[str, FormFile],
+                        headers: Mapping[str, str]) -> tuple[Any, Mapping[str, str]]:
+        """An upload (an image to edit, audio to transcribe), as ``post_json_with_headers`` is sent."""
+        try:
+            data, answered = await self._inner.post_form(self._url(url), fields, files, headers)
+        except HttpStatusError as exc:
+            raise self._error(exc) from None
+        self._unfiltered(data)
+        return data, answered
+
+    async def post_bytes(self, url: Url, body: Body,
+                         headers: Mapping[str, str]) -> tuple[bytes, str, Mapping[str, str]]:
+        """A binary answer (speech): no verdicts to read in it, only the errors to rewrite."""
+        try:
+            return await self._inner.post_bytes(self._url(url), body, headers)
+        except HttpStatusError as exc:
+            raise self._error(exc) from None
 
     def post_sse(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], *,
                  read_timeout_s: float | None = None) -> AsyncIterator[SSEEvent]:
@@ -82,6 +100,11 @@ class AzureTransport(HttpClient):
     def _url(self, url: Url) -> str:
         return f"{url}?{self._deployment.query}" if self._versioned else str(url)
 
+    def _unfiltered(self, data: Any) -> None:
+        """Raise the ``ContentPolicyError`` of an answer the content filter ended."""
+        if (filtered := filtered_answer(data, provider=self._provider, model=self._model)) is not None:
+            raise filtered
+
     def _check(self, event: SSEEvent) -> None:
         if _FILTER_FINISH not in event.data:
             return
@@ -89,8 +112,7 @@ class AzureTransport(HttpClient):
             data = decode_json(event.data)
         except ValueError:
             return  # the adapter reads the event next and names what is wrong with it
-        if (filtered := filtered_answer(data, provider=self._provider, model=self._model)) is not None:
-            raise filtered
+        self._unfiltered(data)
 
     def _error(self, exc: HttpStatusError) -> HttpStatusError:
         self.scrubber.error(exc)  # before its body is cut and re-wrapped: a cut secret is past finding

@@ -6,32 +6,42 @@ Each call is handed to ``OpenAIAdapter`` with two things changed: the configurat
 ``AzureTransport`` that adds the ``api-version`` query and reads Azure's content filters and
 error bodies. Everything else (message and tool mapping, usage, streamed tool calls, error
 classes) is the OpenAI adapter's, so the two cannot drift apart.
+
+Images (made and edited), transcription and speech go to the deployment's own routes
+(``/images/generations``, ``/images/edits``, ``/audio/transcriptions``, ``/audio/speech``)
+the same way. Moderation does not: Azure OpenAI has no moderation endpoint (its content
+filter runs inside every deployment), so ``moderate`` is refused before any request.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
 from provmw.config import ProviderConfig
-from provmw.errors import ConfigurationError
+from provmw.errors import ConfigurationError, UnsupportedOperationError
 from provmw.http import HttpClient
+from provmw.providers import Capabilities
 from provmw.providers.openai import OpenAIAdapter
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest
-from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse
+from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, ProviderResponse
 from provmw_azure._deployment import Deployment
 from provmw_azure._transport import AzureTransport
 from provmw_azure.tokens import TokenCache, TokenProvider
 
 if TYPE_CHECKING:
+    from provmw.operations.audio import SpeechRequest, SpeechResponse, TranscriptionRequest, TranscriptionResponse
+    from provmw.operations.images import ImageEditRequest, ImageRequest, ImageResponse
+    from provmw.operations.moderation import ModerationRequest, ModerationResponse
     from provmw.operations.responses_api import ResponsesRequest, ResponsesResponse
 
 __all__ = ["AzureOpenAIAdapter"]
 
 _AUTH_HEADERS = frozenset({"api-key", "authorization"})
+R = TypeVar("R", bound=ProviderResponse)
 
 
 class AzureOpenAIAdapter(OpenAIAdapter):
@@ -40,6 +50,8 @@ class AzureOpenAIAdapter(OpenAIAdapter):
     name = "azure"
     api_key_env = "AZURE_OPENAI_API_KEY"
     default_base_url = None  # every deployment's endpoint is the operator's: none is Azure's own
+    # Azure OpenAI serves no /moderations: its content filter is built into each deployment.
+    capabilities: Capabilities = attrs.evolve(OpenAIAdapter.capabilities, moderation=False)
 
     def __init__(self, token_provider: TokenProvider | None = None, *,
                  clock: Callable[[], float] = time.time, refresh_margin_s: float = 300.0) -> None:
@@ -86,6 +98,40 @@ class AzureOpenAIAdapter(OpenAIAdapter):
         with transport.scrubber:
             async for chunk in super().stream_respond(transport, routed, request):
                 yield chunk
+
+    async def generate_image(self, http: HttpClient, config: ProviderConfig, request: ImageRequest) -> ImageResponse:
+        """Images made on the deployment (``/images/generations``)."""
+        transport, routed = await self._route(http, config)
+        with transport.scrubber:
+            return self._ours(await super().generate_image(transport, routed, request))
+
+    async def edit_image(self, http: HttpClient, config: ProviderConfig, request: ImageEditRequest) -> ImageResponse:
+        """An image edited on the deployment (``/images/edits``, uploaded)."""
+        transport, routed = await self._route(http, config)
+        with transport.scrubber:
+            return self._ours(await super().edit_image(transport, routed, request))
+
+    async def transcribe(self, http: HttpClient, config: ProviderConfig,
+                         request: TranscriptionRequest) -> TranscriptionResponse:
+        """Audio's text from the deployment (``/audio/transcriptions``, uploaded)."""
+        transport, routed = await self._route(http, config)
+        with transport.scrubber:
+            return self._ours(await super().transcribe(transport, routed, request))
+
+    async def speak(self, http: HttpClient, config: ProviderConfig, request: SpeechRequest) -> SpeechResponse:
+        """Text spoken by the deployment (``/audio/speech``): the audio's bytes."""
+        transport, routed = await self._route(http, config)
+        with transport.scrubber:
+            return self._ours(await super().speak(transport, routed, request))
+
+    async def moderate(self, http: HttpClient, config: ProviderConfig,
+                       request: ModerationRequest) -> ModerationResponse:
+        """Refused before any request: Azure OpenAI has no moderation endpoint."""
+        raise UnsupportedOperationError(self.name, "moderation", configuration=config.identifier)
+
+    def _ours(self, response: R) -> R:
+        """``response`` named as this provider's: the OpenAI adapter's media helpers name their own."""
+        return response if response.provider == self.name else attrs.evolve(response, provider=self.name)
 
     async def _route(self, http: HttpClient, config: ProviderConfig, *,
                      v1: bool = False) -> tuple[AzureTransport, ProviderConfig]:

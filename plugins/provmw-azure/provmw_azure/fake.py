@@ -6,7 +6,9 @@ path's ``{model}``), with Azure's additions: ``prompt_filter_results`` and per-c
 verdicts, Azure's error bodies, and its content filter. The filter withholds any answer to a
 last user message holding one of ``filtered_words`` (HTTP 200, ``finish_reason:
 "content_filter"``, ``violence`` filtered); ``Fault(status=400, code="content_filter")``
-is a refused prompt, with its verdicts in ``innererror``::
+is a refused prompt, with its verdicts in ``innererror``. The media routes (images made and
+edited, transcription, speech) answer as OpenAI's (``provmw.testing.wire_media``), an image
+with Azure's verdicts on it::
 
     async with FakeProvider(wires=[AzureWire(filtered_words=("kaboom",))]) as fake:
         config = ProviderConfig(identifier="a", provider="azure", model="gpt-4o-prod",
@@ -20,12 +22,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from provmw.testing import OpenAIWire, Tokenizer, sse
+from provmw.testing.wire_media import FakeBinary, OpenAIMediaWire
 from provmw.testing.wire_responses import ResponsesWire
 
 __all__ = ["AzureWire", "verdicts"]
 
 _DEPLOYMENT = "/openai/deployments/{model}"
 _OPENAI_ROUTES = {"azure_chat": "chat", "azure_completion": "completion", "azure_embedding": "embedding"}
+# Each media route of Azure's and the OpenAI media wire's route that answers it.
+_MEDIA_ROUTES = {"azure_images": "images", "azure_image_edits": "image_edits",
+                 "azure_transcriptions": "transcriptions", "azure_speech": "speech"}
 _CATEGORIES = ("hate", "self_harm", "sexual", "violence")
 
 
@@ -37,23 +43,34 @@ def verdicts(filtered: Iterable[str] = ()) -> dict[str, Any]:
 
 
 class AzureWire(OpenAIWire):
-    """Azure OpenAI's deployment routes for chat completions, completions and embeddings."""
+    """Azure OpenAI's deployment routes for chat completions, completions, embeddings and media."""
 
     routes: Mapping[str, str] = {"azure_chat": f"{_DEPLOYMENT}/chat/completions",
                                  "azure_completion": f"{_DEPLOYMENT}/completions",
                                  "azure_embedding": f"{_DEPLOYMENT}/embeddings",
-                                 "azure_responses": "/openai/v1/responses"}
+                                 "azure_responses": "/openai/v1/responses",
+                                 "azure_images": f"{_DEPLOYMENT}/images/generations",
+                                 "azure_image_edits": f"{_DEPLOYMENT}/images/edits",
+                                 "azure_transcriptions": f"{_DEPLOYMENT}/audio/transcriptions",
+                                 "azure_speech": f"{_DEPLOYMENT}/audio/speech"}
 
     def __init__(self, filtered_words: Iterable[str] = ()) -> None:
         self._filtered_words = tuple(w.lower() for w in filtered_words)
         self._responses = ResponsesWire()  # the v1 Responses route answers as OpenAI's, the deployment in the body
+        self._media = OpenAIMediaWire()  # the media routes answer as OpenAI's, on the deployment's path
+
+    def streams(self, route: str, body: Mapping[str, Any]) -> bool:
+        return route not in _MEDIA_ROUTES and super().streams(route, body)
 
     def model(self, route: str, path_model: str | None, body: Mapping[str, Any]) -> str:
         return path_model or str(body.get("model", ""))
 
-    def answer(self, route: str, body: Mapping[str, Any], count: Tokenizer) -> dict[str, Any]:
+    def answer(self, route: str, body: Mapping[str, Any], count: Tokenizer) -> Any:
+        """JSON, or a ``FakeBinary`` (speech; a transcript asked for as text)."""
         if route == "azure_responses":
             return self._responses.answer("responses", body, count)
+        if route in _MEDIA_ROUTES:
+            return _with_image_verdicts(self._media.answer(_MEDIA_ROUTES[route], body, count))
         payload = super().answer(_OPENAI_ROUTES[route], body, count)
         if route == "azure_embedding":
             return payload
@@ -67,6 +84,10 @@ class AzureWire(OpenAIWire):
                 else:
                     choice["text"] = ""
         return {**payload, "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": verdicts()}]}
+
+    def with_usage(self, payload: Any, usage: Mapping[str, Any]) -> Any:
+        """A fault's usage replaces a JSON answer's; bytes carry none."""
+        return payload if isinstance(payload, FakeBinary) else super().with_usage(payload, usage)
 
     def frames(self, route: str, body: Mapping[str, Any], payload: Mapping[str, Any]) -> list[bytes]:
         if route == "azure_responses":
@@ -93,6 +114,14 @@ class AzureWire(OpenAIWire):
     def _blocked(self, body: Mapping[str, Any]) -> bool:
         text = json.dumps(body.get("messages", [])[-1:] or body.get("prompt", "")).lower()
         return any(word in text for word in self._filtered_words)
+
+
+def _with_image_verdicts(payload: Any) -> Any:
+    """An images answer with each image's and its prompt's verdicts, as Azure sends them; others as they are."""
+    if not (isinstance(payload, dict) and isinstance(payload.get("data"), list)):
+        return payload
+    safe = {"content_filter_results": verdicts(), "prompt_filter_results": verdicts()}
+    return {**payload, "data": [{**row, **safe} for row in payload["data"]]}
 
 
 def _with_verdicts(frame: bytes, results: Mapping[str, Any]) -> bytes:
