@@ -90,7 +90,7 @@ def test_the_demo_refuses_mallory_before_any_request_and_reads_the_ledger_back()
     header = next(line for line in text.splitlines() if line.split()[:2] == ["configuration", "calls"])
     assert header.split() == ["configuration", "calls", "attempts", "input_tokens", "output_tokens", "cost_usd",
                               "cache_hits", "errors", "billed_unknown"]
-    assert "31 ledger records" in text
+    assert "38 ledger records" in text  # 30 requests and a cache hit, then 7 beyond chat
 
 
 def test_the_demo_explains_its_ledger_count_from_what_it_did() -> None:
@@ -100,7 +100,7 @@ def test_the_demo_explains_its_ledger_count_from_what_it_did() -> None:
                       out.getvalue(), re.M)
     assert found, out.getvalue()[-600:]
     records, requests, hits, expected = map(int, found.groups())
-    assert (requests, hits) == (30, 1) and records == expected == requests + hits
+    assert (requests, hits) == (37, 1) and records == expected == requests + hits
 
 
 def test_the_demo_says_the_backup_is_named_not_failed_over_to() -> None:
@@ -245,3 +245,12 @@ def test_the_demo_says_why_it_shows_no_span_tree_and_how_to_get_one() -> None:
     asyncio.run(run_demo(out, PluginHost(PluginPolicy(allow=("calllog",)), environ={})))
     step_four = out.getvalue().split("== 4.", 1)[1].split("== 5.", 1)[0]
     assert "(no span tree: the `otel` plugin is not in the plugin allowlist)" in step_four
+
+
+def test_the_demo_calls_every_operation_beyond_chat_each_priced() -> None:
+    out = io.StringIO()
+    assert main(["demo"], out=out) == 0
+    told = out.getvalue().split("== 10.")[1].split("== Usage")[0]
+    answers = [line for line in told.splitlines() if line.startswith("   -> ")]
+    assert len(answers) == 7 and all("cost=$" in line for line in answers)
+    assert "image:1024x1024:hd=1" in told and "search_unit=1" in told and "flagged" in told

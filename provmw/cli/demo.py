@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 import attrs
 
+from provmw.cli.demo_operations import operation_settings, tell_operations
 from provmw.cli.demo_pools import pool_settings, tell_pool
 from provmw.cli.demo_trace import DemoTracing, demo_tracing, unavailable, without_plugin_layers
 from provmw.cli.demo_wires import PluginWire, installed
@@ -47,6 +48,7 @@ def demo_settings(fake: FakeProvider, state: Path, plugins: tuple[PluginWire, ..
         configurations={
             **{w.provider: w.configuration(fake, _PLUGIN_PRICE) for w in plugins},
             **deployments,
+            **operation_settings(fake),
             "primary": ProviderConfig(identifier="primary", provider="openai", model="fast-model",
                                       base_url=fake.openai_base_url, api_key="sk-demo-not-a-real-key",
                                       fallbacks=("backup",), options={"temperature": 0},
@@ -218,6 +220,8 @@ async def _tell(story: _Story) -> None:
     story.step("9. A pool: three deployments of one model behind one name, each session kept on its own")
     if story.needs("pool"):
         await tell_pool(story)
+    story.step("10. Beyond chat: the Responses API, an image, speech and its transcript, a rerank, a moderation")
+    await tell_operations(story)
 
 
 def _table(story: _Story, table: str) -> None:
