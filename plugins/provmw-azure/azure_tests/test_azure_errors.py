@@ -51,3 +51,10 @@ def test_custom_blocklists_are_named_by_list() -> None:
 def test_an_unfiltered_answer_is_let_through() -> None:
     answer = {"choices": [{"finish_reason": "stop", "content_filter_results": {}}]}
     assert filtered_answer(answer, provider="azure", model="m") is None
+
+
+def test_an_image_prompt_s_inner_error_names_the_filtered_categories() -> None:
+    body = {"error": {"code": "content_policy_violation", "message": "rejected", "inner_error": {
+        "code": "ResponsibleAIPolicyViolation", "content_filter_results": {
+            "violence": {"filtered": True, "severity": "medium"}}}}}
+    assert rewritten(400, body) == {"code": "content_filter", "message": "rejected (filtered: violence (medium))"}

@@ -2,11 +2,12 @@
 
 An answer Azure's content filter withheld is HTTP 200 with ``finish_reason: "content_filter"``
 and the verdicts in the choice's ``content_filter_results``; a prompt it refused is HTTP 400
-with ``code: "content_filter"`` and the verdicts in ``innererror.content_filter_result``. Both
-become a ``ContentPolicyError`` naming the filtered categories. Error bodies come as
-``{"error": {"code", "message", "innererror"}}``, with numeric codes (``"429"``), or from the
-gateway in front as ``{"statusCode", "message"}``; ``openai_error`` rewrites each in the
-shape the OpenAI adapter's error table reads.
+with ``code: "content_filter"`` and the verdicts in ``innererror.content_filter_result`` (an
+image prompt: ``inner_error.content_filter_results``). Each becomes a ``ContentPolicyError``
+naming the filtered categories. Error bodies come as ``{"error": {"code", "message",
+"innererror"}}``, with numeric codes (``"429"``), or from the gateway in front as
+``{"statusCode", "message"}``; ``openai_error`` rewrites each in the shape the OpenAI
+adapter's error table reads.
 """
 
 from __future__ import annotations
@@ -76,11 +77,13 @@ def _code_and_message(raw: bytes) -> tuple[str | None, str]:
     error = error if isinstance(error, Mapping) else {"message": str(error)}
     message = error.get("message")
     message = message if isinstance(message, str) and message else "no error message"
-    inner = error.get("innererror")
+    # Chat's errors say innererror.content_filter_result; image generation's, inner_error.content_filter_results.
+    inner = error.get("innererror", error.get("inner_error"))
     inner = inner if isinstance(inner, Mapping) else {}
     code = error.get("code")
     if inner.get("code") == _POLICY_VIOLATION:
         code = "content_filter"
     elif not isinstance(code, str) or code.isdigit():  # "429": the status says as much
         code = None
-    return code, message + _naming(filtered_categories(inner.get("content_filter_result")))
+    results = inner.get("content_filter_result", inner.get("content_filter_results"))
+    return code, message + _naming(filtered_categories(results))

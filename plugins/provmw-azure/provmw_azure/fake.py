@@ -6,7 +6,8 @@ path's ``{model}``), with Azure's additions: ``prompt_filter_results`` and per-c
 verdicts, Azure's error bodies, and its content filter. The filter withholds any answer to a
 last user message holding one of ``filtered_words`` (HTTP 200, ``finish_reason:
 "content_filter"``, ``violence`` filtered); ``Fault(status=400, code="content_filter")``
-is a refused prompt, with its verdicts in ``innererror``. The media routes (images made and
+is a refused prompt, with its verdicts in ``innererror`` (``inner_error`` on the images
+route, as Azure's image generation words it). The media routes (images made and
 edited, transcription, speech) answer as OpenAI's (``provmw.testing.wire_media``), an image
 with Azure's verdicts on it::
 
@@ -101,7 +102,11 @@ class AzureWire(OpenAIWire):
     def error_body(self, route: str, status: int, code: str | None, message: str) -> dict[str, Any]:
         error: dict[str, Any] = {"code": code or str(status), "message": message, "param": None, "type": None,
                                  "status": status}
-        if code == "content_filter":
+        if code == "content_filter" and route == "azure_images":
+            # Image generation words its refusals as the OpenAI images API does, its verdicts apart.
+            error.update(code="content_policy_violation", inner_error={
+                "code": "ResponsibleAIPolicyViolation", "content_filter_results": verdicts(["hate"])})
+        elif code == "content_filter":
             error.update(param="prompt", innererror={"code": "ResponsibleAIPolicyViolation",
                                                      "content_filter_result": verdicts(["hate"])})
         return {"error": error}
