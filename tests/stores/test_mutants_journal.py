@@ -227,3 +227,32 @@ class SpillOnly(MemoryUsageStore):
 def test_a_store_that_names_no_synchronous_gets_a_spill_file_that_does_not_sync(tmp_path: Path) -> None:
     journal = UsageJournal(SpillOnly(tmp_path / "ledger.spill"))
     assert journal.spill is not None and not journal.spill.fsync
+
+
+def test_a_journal_holds_at_most_fifty_thousand_records_by_default() -> None:
+    assert UsageJournal(MemoryUsageStore()).max_records == 50_000
+
+
+async def test_the_recovery_probe_starts_at_a_twentieth_of_a_second_and_stops_doubling_at_five(
+        locked: LockedLedger) -> None:
+    delays: list[float] = []
+
+    async def probe_after(delay_s: float) -> None:
+        delays.append(delay_s)
+        if len(delays) == 9:  # the store is back for the ninth probe
+            locked.unlock()
+
+    journal = UsageJournal(locked.store(), sleep=probe_after)
+    assert await journal.durable(record("a")) == "spilled"
+    await journal.recovered()
+    assert delays == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0])
+    await journal.aclose()
+
+
+async def test_a_poison_record_the_spill_file_cannot_take_is_lost_saying_why(tmp_path: Path) -> None:
+    path = tmp_path / "u.db"
+    journal = UsageJournal(SqliteUsageStore(path), spill=unwritable(path))
+    with pytest.raises(UsageLedgerUnavailableError, match=r"could not be made durable \(the spill file failed \("):
+        await journal.durable(record("c1", input_tokens=2**63))  # the store never takes it
+    assert journal.lost == 1
+    await journal.aclose()
