@@ -17,6 +17,7 @@ from fnmatch import fnmatchcase
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.errors import ConfigurationError, GuardRefusedError
+from provmw.operations.responses_api import ResponsesResponse
 from provmw.pipeline import Next, R
 from provmw.responses import CompletionResponse
 from provmw.streams import OpenedStream
@@ -26,6 +27,7 @@ from provmw_guard.options import GuardOptions
 from provmw_guard.placeholders import Find, Redaction, reserved_names
 from provmw_guard.policy import DenyRules, OutputWindow, size_refusal
 from provmw_guard.rewrite import (
+    Answer,
     answer_texts,
     answers_json,
     redacted_request,
@@ -89,8 +91,8 @@ class GuardMiddleware:
         if isinstance(response, OpenedStream):
             self._filter(ctx, response, redaction, json)
             return response
-        if isinstance(response, CompletionResponse):
-            return await self._answer(ctx, response, redaction, json)  # type: ignore[return-value]
+        if isinstance(response, CompletionResponse | ResponsesResponse):
+            return await self._answer(ctx, response, redaction, json)  # type: ignore[type-var]
         return response
 
     async def aclose(self) -> None:
@@ -168,8 +170,7 @@ class GuardMiddleware:
             verdict = "check:unavailable"
         return [] if verdict is None else [verdict]
 
-    async def _answer(self, ctx: ProviderCallContext, response: CompletionResponse, redaction: Redaction,
-                      json: bool) -> CompletionResponse:
+    async def _answer(self, ctx: ProviderCallContext, response: Answer, redaction: Redaction, json: bool) -> Answer:
         if self._check_out:  # the provider's own text: what it says of a placeholder, never the value
             self._refuse(ctx, "output", await self._ask(answer_texts(response)))
         restored = restored_answer(response, redaction, json=json)

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import attrs
 
 from provmw.messages import ContentPart, Message, TextPart, ToolCall
+from provmw.operations.responses_api import FunctionCall, MessageItem, OutputItem, ResponsesResponse
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, ProviderRequest
 from provmw.responses import CompletionResponse
 from provmw_guard.placeholders import Find, Redaction
 
-__all__ = ["answer_texts", "answers_json", "redacted_request", "request_texts", "restored_answer", "unredacted_texts"]
+__all__ = ["Answer", "answer_texts", "answers_json", "redacted_request", "request_texts", "restored_answer",
+           "unredacted_texts"]
 
 Rewrite = Callable[[str], str]
 
@@ -108,26 +111,42 @@ def _call(call: ToolCall, arguments: Rewrite) -> ToolCall:
 def answers_json(request: ProviderRequest) -> bool:
     """Whether the answer's text is JSON (a response schema, or a ``json_object`` / ``json_schema``
     response format, was asked)."""
-    if not isinstance(request, ChatRequest):
-        return False
+    if not isinstance(request, ChatRequest):  # a Responses call asks for JSON by its schema only
+        return getattr(request, "response_schema", None) is not None
     asked = request.options.get("response_format")
     return request.response_schema is not None or (isinstance(asked, Mapping) and
                                                     str(asked.get("type", "")).startswith("json"))
 
 
-def answer_texts(response: CompletionResponse) -> list[str]:
+Answer = TypeVar("Answer", CompletionResponse, ResponsesResponse)
+
+
+def answer_texts(response: CompletionResponse | ResponsesResponse) -> list[str]:
     """The text of an answer: its text and its tool calls' arguments."""
     return [response.text, *(call.arguments for call in response.tool_calls)]
 
 
-def restored_answer(response: CompletionResponse, redaction: Redaction, *, json: bool) -> CompletionResponse:
-    """``response`` with this call's placeholders restored in its text, tool calls and parsed value."""
+def restored_answer(response: Answer, redaction: Redaction, *, json: bool) -> Answer:
+    """``response`` with this call's placeholders restored in its text, tool calls and parsed value
+    (and a Responses answer's output items, which say the same)."""
     if not redaction.values:
         return response
-    text = redaction.restore_json(response.text) if json else redaction.restore(response.text)
+    restore = redaction.restore_json if json else redaction.restore
+    text = restore(response.text)
     calls = tuple(_call(c, redaction.restore_json) for c in response.tool_calls)
     parsed = None if response.parsed is None else redaction.restore_value(response.parsed)
     unchanged = all(new is old for new, old in zip(calls, response.tool_calls, strict=True))
     if text is response.text and parsed is None and unchanged:
         return response
-    return attrs.evolve(response, text=text, tool_calls=calls, parsed=parsed)
+    changed: dict[str, Any] = {"text": text, "tool_calls": calls, "parsed": parsed}
+    if isinstance(response, ResponsesResponse):
+        changed["output"] = tuple(_item(item, restore, redaction) for item in response.output)
+    return attrs.evolve(response, **changed)
+
+
+def _item(item: OutputItem, text: Rewrite, redaction: Redaction) -> OutputItem:
+    if isinstance(item, MessageItem):
+        return attrs.evolve(item, content=tuple(_part(part, text) for part in item.content))
+    if isinstance(item, FunctionCall):
+        return attrs.evolve(item, arguments=redaction.restore_json(item.arguments))
+    return attrs.evolve(item, summary=tuple(map(redaction.restore, item.summary)))
