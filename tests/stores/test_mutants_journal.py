@@ -256,3 +256,19 @@ async def test_a_poison_record_the_spill_file_cannot_take_is_lost_saying_why(tmp
         await journal.durable(record("c1", input_tokens=2**63))  # the store never takes it
     assert journal.lost == 1
     await journal.aclose()
+
+
+class RefusesBigCounts(MemoryUsageStore):
+    """A memory store (no spill file) that refuses a record whose counts it cannot hold."""
+
+    async def write(self, records: Sequence[UsageRecord]) -> None:
+        if any(r.input_tokens >= 2**63 for r in records):
+            raise OverflowError("Python int too large to convert to SQLite INTEGER")
+        await super().write(records)
+
+
+async def test_a_poison_record_beside_a_store_with_no_spill_file_is_lost_saying_so() -> None:
+    journal = UsageJournal(RefusesBigCounts())
+    with pytest.raises(UsageLedgerUnavailableError, match=r"\(this store declares no spill file\)\)$"):
+        await journal.durable(record("c1", input_tokens=2**63))
+    await journal.aclose()
