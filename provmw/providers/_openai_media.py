@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
 __all__ = ["edit_image", "generate_image", "speak", "transcribe"]
 
-NAME = "openai"
 _SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError, ConfigurationError)
 _REPORTED_SIZE = re.compile(r"[1-9][0-9]{1,4}x[1-9][0-9]{1,4}")
 _TRANSCRIPT_FORMATS = ("json", "verbose_json")  # the answers that are JSON
@@ -58,7 +57,7 @@ async def generate_image(adapter: OpenAIAdapter, http: HttpClient, config: Provi
     """POST /images/generations."""
     body, size, quality = _image_body(config, request)
     data, hint = await adapter._post(http, config, "/images/generations", body)
-    return _read(config, lambda: _images(config, data, request.n, size, quality, hint))
+    return _read(adapter.name, config, lambda: _images(adapter.name, config, data, request.n, size, quality, hint))
 
 
 async def edit_image(adapter: OpenAIAdapter, http: HttpClient, config: ProviderConfig,
@@ -69,7 +68,7 @@ async def edit_image(adapter: OpenAIAdapter, http: HttpClient, config: ProviderC
     if request.mask is not None:
         files["mask"] = _image_file("mask", request.mask.data, request.mask.media_type)
     data, hint = await adapter._post_form(http, config, "/images/edits", _form_fields(body), files)
-    return _read(config, lambda: _images(config, data, request.n, size, quality, hint))
+    return _read(adapter.name, config, lambda: _images(adapter.name, config, data, request.n, size, quality, hint))
 
 
 async def transcribe(adapter: OpenAIAdapter, http: HttpClient, config: ProviderConfig,
@@ -86,7 +85,7 @@ async def transcribe(adapter: OpenAIAdapter, http: HttpClient, config: ProviderC
     media_type = mimetypes.guess_type(request.filename)[0] or "application/octet-stream"
     files = {"file": (request.filename, request.audio, media_type)}
     data, hint = await adapter._post_form(http, config, "/audio/transcriptions", _form_fields(body), files)
-    return _read(config, lambda: _transcription(config, data, request, hint))
+    return _read(adapter.name, config, lambda: _transcription(adapter.name, config, data, request, hint))
 
 
 async def speak(adapter: OpenAIAdapter, http: HttpClient, config: ProviderConfig,
@@ -98,18 +97,18 @@ async def speak(adapter: OpenAIAdapter, http: HttpClient, config: ProviderConfig
     media_type = content_type.split(";")[0].strip().lower() or MEDIA_TYPES[request.audio_format]
     if not audio or media_type == "application/json" or media_type.startswith("text/"):
         raise MalformedResponseError(f"speech answer is not audio ({len(audio)} bytes of {media_type})",
-                                     provider=NAME, model=config.model)
-    return SpeechResponse(provider=NAME, model=config.model, served_by=config.identifier, audio=audio,
+                                     provider=adapter.name, model=config.model)
+    return SpeechResponse(provider=adapter.name, model=config.model, served_by=config.identifier, audio=audio,
                           media_type=media_type, usage=Usage(units={"character": len(request.text)}),
                           rate_limit=hint)
 
 
-def _read(config: ProviderConfig, parse: Callable[[], T]) -> T:
+def _read(provider: str, config: ProviderConfig, parse: Callable[[], T]) -> T:
     """``parse()``, with any shape error of the answer made one ``MalformedResponseError``."""
     try:
         return parse()
     except _SHAPE_ERRORS as exc:
-        raise malformed(NAME, config.model, exc) from None
+        raise malformed(provider, config.model, exc) from None
 
 
 def _extra(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -141,7 +140,7 @@ def _form_fields(body: Mapping[str, Any]) -> dict[str, str]:
     return {name: value if isinstance(value, str) else json.dumps(value) for name, value in body.items()}
 
 
-def _images(config: ProviderConfig, data: Any, n: int, size: str, quality: str,
+def _images(provider: str, config: ProviderConfig, data: Any, n: int, size: str, quality: str,
             hint: RateLimitHint | None) -> ImageResponse:
     body = serde.mapping(data, "response")
     rows = serde.get(body, "data", list, "response")
@@ -151,9 +150,9 @@ def _images(config: ProviderConfig, data: Any, n: int, size: str, quality: str,
     quality = serde.get(body, "quality", str, "response", default=None) or quality
     if not _REPORTED_SIZE.fullmatch(size) or not quality.isalpha():
         raise InvalidDataError(f"response: size {size!r:.20} or quality {quality!r:.20} is not one")
-    counts = UsageBody.of(body.get("usage"), provider=NAME, model=config.model)
+    counts = UsageBody.of(body.get("usage"), provider=provider, model=config.model)
     usage = counts.usage(input_tokens=counts.count("input_tokens"), output_tokens=counts.count("output_tokens"))
-    return ImageResponse(provider=NAME, model=config.model, served_by=config.identifier, rate_limit=hint,
+    return ImageResponse(provider=provider, model=config.model, served_by=config.identifier, rate_limit=hint,
                          images=tuple(_image(row, f"response.data[{i}]") for i, row in enumerate(rows)),
                          usage=attrs.evolve(usage, units={image_unit(size, quality): len(rows)}))
 
@@ -166,11 +165,11 @@ def _image(value: Any, where: str) -> GeneratedImage:
                                     where)
 
 
-def _transcription(config: ProviderConfig, data: Any, request: TranscriptionRequest,
+def _transcription(provider: str, config: ProviderConfig, data: Any, request: TranscriptionRequest,
                    hint: RateLimitHint | None) -> TranscriptionResponse:
     """The text; billed the seconds the usage states, else the duration heard, else the bound."""
     body = serde.mapping(data, "response")
-    counts = UsageBody.of(body.get("usage"), provider=NAME, model=config.model)
+    counts = UsageBody.of(body.get("usage"), provider=provider, model=config.model)
     kind = counts.body.get("type")
     usage = counts.usage(input_tokens=counts.count("input_tokens") if kind == "tokens" else 0,
                          output_tokens=counts.count("output_tokens") if kind == "tokens" else 0)
@@ -179,7 +178,7 @@ def _transcription(config: ProviderConfig, data: Any, request: TranscriptionRequ
     duration = _seconds(body.get("duration"), "response.duration", most)
     units = next((s for s in (billed, duration) if s is not None), request.most_units({})["audio_second"])
     return TranscriptionResponse(
-        provider=NAME, model=config.model, served_by=config.identifier, rate_limit=hint,
+        provider=provider, model=config.model, served_by=config.identifier, rate_limit=hint,
         text=serde.get(body, "text", str, "response"),
         language=serde.get(body, "language", str, "response", default=None) or request.language,
         duration_s=duration if duration is not None else billed,

@@ -81,7 +81,7 @@ async def test_gpt_image_1_is_billed_per_image_at_the_quality_it_made_and_keeps_
     response = await ADAPTER.generate_image(http, config, ImageRequest("a red cat", quality="low", n=2))
     assert response.usage.units == {"image:1024x1024:low": 2.0}
     assert (response.usage.input_tokens, response.usage.output_tokens) == (3, 544)
-    assert cost(config, response) == pytest.approx(0.022)  # the tokens at 0: the units carry the cost
+    assert cost(config, response) == pytest.approx(0.022 + 3 * 10.0 / 1e6)  # input at $10/M; the units carry the output
 
 
 async def test_an_edit_uploads_the_image_and_mask_as_files_of_a_form(fake: FakeProvider, http: HttpClient) -> None:

@@ -167,8 +167,6 @@ async def test_a_prompt_the_filter_refused_is_a_content_policy_error(fake: FakeP
         await ADAPTER.generate_image(http, azure_config(fake), ImageRequest("a cat"))
 
 
-@pytest.mark.xfail(strict=True, reason="provmw/providers/_openai_media.py names its own errors 'openai' (NAME), "
-                                        "not the adapter's name; the adapter renames answers only")
 async def test_a_malformed_image_answer_is_named_azure_s(fake: FakeProvider, http: HttpClient) -> None:
     fake.script(Fault(replace={base64.b64encode(PNG_1X1).decode(): 42}), route="azure_images")
     with pytest.raises(MalformedResponseError) as caught:

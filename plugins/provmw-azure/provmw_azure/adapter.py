@@ -103,35 +103,31 @@ class AzureOpenAIAdapter(OpenAIAdapter):
         """Images made on the deployment (``/images/generations``)."""
         transport, routed = await self._route(http, config)
         with transport.scrubber:
-            return self._ours(await super().generate_image(transport, routed, request))
+            return await super().generate_image(transport, routed, request)
 
     async def edit_image(self, http: HttpClient, config: ProviderConfig, request: ImageEditRequest) -> ImageResponse:
         """An image edited on the deployment (``/images/edits``, uploaded)."""
         transport, routed = await self._route(http, config)
         with transport.scrubber:
-            return self._ours(await super().edit_image(transport, routed, request))
+            return await super().edit_image(transport, routed, request)
 
     async def transcribe(self, http: HttpClient, config: ProviderConfig,
                          request: TranscriptionRequest) -> TranscriptionResponse:
         """Audio's text from the deployment (``/audio/transcriptions``, uploaded)."""
         transport, routed = await self._route(http, config)
         with transport.scrubber:
-            return self._ours(await super().transcribe(transport, routed, request))
+            return await super().transcribe(transport, routed, request)
 
     async def speak(self, http: HttpClient, config: ProviderConfig, request: SpeechRequest) -> SpeechResponse:
         """Text spoken by the deployment (``/audio/speech``): the audio's bytes."""
         transport, routed = await self._route(http, config)
         with transport.scrubber:
-            return self._ours(await super().speak(transport, routed, request))
+            return await super().speak(transport, routed, request)
 
     async def moderate(self, http: HttpClient, config: ProviderConfig,
                        request: ModerationRequest) -> ModerationResponse:
         """Refused before any request: Azure OpenAI has no moderation endpoint."""
         raise UnsupportedOperationError(self.name, "moderation", configuration=config.identifier)
-
-    def _ours(self, response: R) -> R:
-        """``response`` named as this provider's: the OpenAI adapter's media helpers name their own."""
-        return response if response.provider == self.name else attrs.evolve(response, provider=self.name)
 
     async def _route(self, http: HttpClient, config: ProviderConfig, *,
                      v1: bool = False) -> tuple[AzureTransport, ProviderConfig]:
