@@ -19,7 +19,7 @@ import hashlib
 import itertools
 import json
 import warnings
-from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from provmw.requests import ProviderRequest
     from provmw.responses import Attempt, Billed, Usage
 
-__all__ = ["AttemptLog", "AttemptMeter", "CallFacts", "FrozenMap", "ProviderCallContext", "ProviderOperation",
-           "attempt_meters", "metering", "scoped_key"]
+__all__ = ["AttemptLog", "AttemptMeter", "CallFacts", "FrozenMap", "Principal", "ProviderCallContext",
+           "ProviderOperation", "attempt_meters", "metering", "scoped_key"]
 
 
 class ProviderOperation(enum.Enum):
@@ -125,12 +125,35 @@ def _json_string(value: str | None) -> str:
     return encode_basestring_ascii(value) if type(value) is str else json.dumps(value)
 
 
+def _budgets(value: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class Principal:
+    """Who a call is for beyond its ``user``: the virtual key it came with, that key's team and
+    organisation (``provmw serve`` sets it from the key; ADR 0055), and the budgets those hold
+    (``provmw.middleware.budget.BudgetLimit`` values scoped ``key``, ``team`` or ``organisation``),
+    which the budget layer applies with the configured ones: the strictest binds."""
+
+    key: str
+    team: str | None = None
+    organisation: str | None = None
+    budgets: tuple[Any, ...] = attrs.field(default=(), converter=_budgets, eq=False)
+
+    def subject(self, scope: str) -> str | None:
+        """The principal's name in ``scope`` (``key``, ``team`` or ``organisation``), if it has one."""
+        return self.key if scope == "key" else self.team if scope == "team" else \
+            self.organisation if scope == "organisation" else None
+
+
 @attrs.frozen(kw_only=True)
 class CallFacts:
     """What the manager knows about one call, computed once by :func:`provmw._call.facts.call_facts`.
 
     ``user``, ``tenant``: who the call is for (budgets and usage group by them, the cache
-    scopes keys by them). ``options``: the generation options the call itself gave (each
+    scopes keys by them); ``principal``: the virtual key, team and organisation of a gateway
+    call, with their budgets (``Principal``). ``options``: the generation options the call itself gave (each
     configuration's own are under it: ``provmw.requests.merged_options``), for layers that
     report what was asked. ``controls``: per-call middleware controls. ``idempotency_key``:
     the caller's, when given. ``deterministic``: embeddings, or generation with temperature 0
@@ -157,6 +180,7 @@ class CallFacts:
 
     user: str | None = None
     tenant: str | None = None
+    principal: Principal | None = None
     options: FrozenMap = attrs.field(default=_EMPTY, converter=_freeze)
     controls: FrozenMap = attrs.field(default=_EMPTY, converter=_freeze)
     idempotency_key: str | None = None

@@ -18,7 +18,7 @@ from provmw._call.facts import call_facts
 from provmw._call.operation_calls import OperationCalls, new_homes
 from provmw._call.terminal import Terminal, end_all
 from provmw.config import GenerationOptions, ProviderConfig, Secret, fallback_chain
-from provmw.context import ProviderCallContext, ProviderOperation
+from provmw.context import Principal, ProviderCallContext, ProviderOperation
 from provmw.destinations import DestinationGuard
 from provmw.errors import ConfigurationError, DuplicateMiddlewareError
 from provmw.http import HttpClient
@@ -165,7 +165,8 @@ class ServiceManager(OperationCalls):
                    controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
                    correlation_id: str | None = None, provider: str | None = None, model: str | None = None,
                    base_url: str | None = None, api_key: str | Secret | None = None,
-                   timeout_s: float | None = None, response_schema: ResponseSchema | None = None,
+                   timeout_s: float | None = None,
+                   principal: Principal | None = None, response_schema: ResponseSchema | None = None,
                    **option_args: Unpack[GenerationOptions]) -> CompletionResponse:
         """Answer a conversation (a string is one user message); with ``response_schema`` (a JSON
         Schema dict or a pydantic model class) the answer is JSON that follows it, in ``parsed``."""
@@ -173,27 +174,27 @@ class ServiceManager(OperationCalls):
                               response_schema=schema_of(response_schema))
         return await self._run(ProviderOperation.CHAT, request, CompletionResponse, CallArguments(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
-            api_key, timeout_s))
+            api_key, timeout_s, principal))
 
     async def complete(self, /, prompt: str, *, options: Mapping[str, Any] | None = None,
                        configuration: str | None = None, user: str | None = None, tenant: str | None = None,
                        controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
                        correlation_id: str | None = None, provider: str | None = None, model: str | None = None,
                        base_url: str | None = None, api_key: str | Secret | None = None,
-                       timeout_s: float | None = None,
+                       timeout_s: float | None = None, principal: Principal | None = None,
                        **option_args: Unpack[GenerationOptions]) -> CompletionResponse:
         """Complete a bare prompt."""
         request = CompletionRequest(prompt, options=call_options(options, option_args))
         return await self._run(ProviderOperation.COMPLETION, request, CompletionResponse, CallArguments(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
-            api_key, timeout_s))
+            api_key, timeout_s, principal))
 
     async def embed(self, /, inputs: str | Sequence[str], *, dimensions: int | None = None,
                     configuration: str | None = None, user: str | None = None, tenant: str | None = None,
                     controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
                     correlation_id: str | None = None, provider: str | None = None, model: str | None = None,
                     base_url: str | None = None, api_key: str | Secret | None = None,
-                    timeout_s: float | None = None) -> EmbeddingResponse:
+                    timeout_s: float | None = None, principal: Principal | None = None) -> EmbeddingResponse:
         """Embed one text or several, returning one vector per input in order."""
         texts = (inputs,) if isinstance(inputs, str) else tuple(inputs)
         if not texts or not all(isinstance(t, str) for t in texts):
@@ -201,7 +202,7 @@ class ServiceManager(OperationCalls):
         request = EmbeddingRequest(texts, dimensions)
         return await self._run(ProviderOperation.EMBEDDING, request, EmbeddingResponse, CallArguments(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
-            api_key, timeout_s))
+            api_key, timeout_s, principal))
 
     async def vision(self, /, prompt: str, images: Sequence[ImagePart | str], *,
                      options: Mapping[str, Any] | None = None,
@@ -209,7 +210,7 @@ class ServiceManager(OperationCalls):
                      controls: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
                      correlation_id: str | None = None, provider: str | None = None, model: str | None = None,
                      base_url: str | None = None, api_key: str | Secret | None = None,
-                     timeout_s: float | None = None,
+                     timeout_s: float | None = None, principal: Principal | None = None,
                      **option_args: Unpack[GenerationOptions]) -> VisionResponse:
         """Ask about images (parts, or URLs as strings)."""
         parts: list[ContentPart] = [TextPart(prompt)]
@@ -219,7 +220,7 @@ class ServiceManager(OperationCalls):
         request = ChatRequest((Message.user(parts),), options=call_options(options, option_args))
         return await self._run(ProviderOperation.VISION, request, VisionResponse, CallArguments(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
-            api_key, timeout_s))
+            api_key, timeout_s, principal))
 
     async def chat_with_tools(self, /, messages: Messages, tools: Sequence[ToolSpec | Mapping[str, Any]], *,
                               options: Mapping[str, Any] | None = None,
@@ -228,6 +229,7 @@ class ServiceManager(OperationCalls):
                               correlation_id: str | None = None, provider: str | None = None,
                               model: str | None = None, base_url: str | None = None,
                               api_key: str | Secret | None = None, timeout_s: float | None = None,
+                              principal: Principal | None = None,
                               response_schema: ResponseSchema | None = None,
                               **option_args: Unpack[GenerationOptions]) -> CompletionResponse:
         """Answer a conversation in which the model may call ``tools``; ``response_schema`` as for ``chat``
@@ -238,7 +240,7 @@ class ServiceManager(OperationCalls):
                               response_schema=schema_of(response_schema))
         return await self._run(ProviderOperation.TOOLS, request, CompletionResponse, CallArguments(
             configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
-            api_key, timeout_s))
+            api_key, timeout_s, principal))
 
     async def stream_chat(self, /, messages: Messages, *, options: Mapping[str, Any] | None = None,
                           configuration: str | None = None, user: str | None = None, tenant: str | None = None,
@@ -246,6 +248,7 @@ class ServiceManager(OperationCalls):
                           correlation_id: str | None = None, provider: str | None = None,
                           model: str | None = None, base_url: str | None = None,
                           api_key: str | Secret | None = None, timeout_s: float | None = None,
+                          principal: Principal | None = None,
                           response_schema: ResponseSchema | None = None,
                           **option_args: Unpack[GenerationOptions]) -> AsyncGenerator[ChatChunk, None]:
         """Stream an answer: opening it (to its first content chunk) goes through the pipeline,
@@ -262,7 +265,7 @@ class ServiceManager(OperationCalls):
                               response_schema=schema_of(response_schema))
         async with contextlib.aclosing(self._stream(ProviderOperation.CHAT, request, CallArguments(
                 configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
-                api_key, timeout_s))) as chunks:  # a caller who stops: the end runs now
+                api_key, timeout_s, principal))) as chunks:  # a caller who stops: the end runs now
             async for chunk in chunks:
                 yield chunk
 
@@ -273,6 +276,7 @@ class ServiceManager(OperationCalls):
                                      correlation_id: str | None = None, provider: str | None = None,
                                      model: str | None = None, base_url: str | None = None,
                                      api_key: str | Secret | None = None, timeout_s: float | None = None,
+                                     principal: Principal | None = None,
                                      response_schema: ResponseSchema | None = None,
                                      **option_args: Unpack[GenerationOptions]) -> AsyncGenerator[ChatChunk, None]:
         """Stream an answer in which the model may call ``tools``: each call comes whole, once,
@@ -284,7 +288,7 @@ class ServiceManager(OperationCalls):
                               response_schema=schema_of(response_schema))
         async with contextlib.aclosing(self._stream(ProviderOperation.TOOLS, request, CallArguments(
                 configuration, user, tenant, controls, idempotency_key, correlation_id, provider, model, base_url,
-                api_key, timeout_s))) as chunks:  # a caller who stops: the end runs now
+                api_key, timeout_s, principal))) as chunks:  # a caller who stops: the end runs now
             async for chunk in chunks:
                 yield chunk
 
@@ -327,7 +331,7 @@ class ServiceManager(OperationCalls):
         facts = call_facts(operation, config, request, chain=chain, prices=self.prices,
                            known_controls=self.pipeline.controls, user=call.user, tenant=call.tenant,
                            controls=call.controls, idempotency_key=call.idempotency_key,
-                           capabilities=self.capabilities, stream=stream, pools=pools)
+                           capabilities=self.capabilities, stream=stream, pools=pools, principal=call.principal)
         if call.correlation_id is not None:
             return config, ProviderCallContext(operation, call.correlation_id, facts=facts, request=request)
         return config, ProviderCallContext(operation, facts=facts, request=request)

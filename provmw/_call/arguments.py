@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from provmw.config import KNOWN_OPTIONS, Secret, check_options
-from provmw.context import FrozenMap
+from provmw.context import FrozenMap, Principal
 from provmw.errors import ConfigurationError, UnknownArgumentError
 
 __all__ = ["CallArguments", "call_options"]
@@ -29,6 +29,7 @@ class CallArguments(NamedTuple):
     base_url: str | None = None
     api_key: str | Secret | None = None
     timeout_s: float | None = None
+    principal: Principal | None = None
 
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 
 from provmw.config import ProviderConfig
-from provmw.context import CallFacts, FrozenMap, ProviderOperation
+from provmw.context import CallFacts, FrozenMap, Principal, ProviderOperation
 from provmw.errors import ConfigurationError
 from provmw.operations import OperationRequest
 from provmw.options import did_you_mean
@@ -81,7 +81,8 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
                chain: Sequence[ProviderConfig], prices: PriceTable, known_controls: Collection[str],
                user: str | None = None, tenant: str | None = None, controls: Mapping[str, Any] | None = None,
                idempotency_key: str | None = None, capabilities: Mapping[str, Capabilities] | None = None,
-               stream: bool = False, pools: Mapping[str, Sequence[ProviderConfig]] | None = None) -> CallFacts:
+               stream: bool = False, pools: Mapping[str, Sequence[ProviderConfig]] | None = None,
+               principal: Principal | None = None) -> CallFacts:
     """The facts of one call on ``config`` whose fallback chain is ``chain``; ``capabilities``
     are the installed adapters' by provider name (an adapter missing from it offers the defaults);
     ``pools`` the deployments of each pool in the chain, by the pool's name."""
@@ -111,7 +112,7 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
         return max_input, planned, _planned_cost_usd(served, request, prices, estimated, max_output)
 
     return CallFacts(
-        user=_text("user", user), tenant=_text("tenant", tenant),
+        user=_text("user", user), tenant=_text("tenant", tenant), principal=_principal(principal),
         options=_NO_OPTIONS if isinstance(request, EmbeddingRequest) else request.options,
         controls=_controls(controls, known_controls),
         idempotency_key=_text("idempotency_key", idempotency_key),
@@ -121,7 +122,7 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
         rebuild=lambda changed: call_facts(
             operation, config, changed, chain=chain, prices=prices, known_controls=known_controls, user=user,
             tenant=tenant, controls=controls, idempotency_key=idempotency_key, capabilities=capabilities,
-            stream=stream, pools=pools),
+            stream=stream, pools=pools, principal=principal),
     )
 
 
@@ -368,6 +369,12 @@ def _text(name: str, value: object) -> str | None:
     # budget would let the call through uncounted.
     if value is not None and not isinstance(value, str):
         raise ConfigurationError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _principal(value: object) -> Principal | None:
+    if value is not None and not isinstance(value, Principal):
+        raise ConfigurationError(f"principal must be a provmw.context.Principal, got {type(value).__name__}")
     return value
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
 from provmw._base.bounded import MAX_NAMES, KeepingLRU
 from provmw._call.arguments import CallArguments
 from provmw.config import Secret
-from provmw.context import ProviderOperation
+from provmw.context import Principal, ProviderOperation
 from provmw.errors import UnknownArgumentError
 from provmw.messages import ImagePart, ToolSpec
 from provmw.responses import ChatChunk, ProviderResponse
@@ -52,6 +52,7 @@ class CallKeywords(TypedDict, total=False):
     base_url: str | None
     api_key: str | Secret | None
     timeout_s: float | None
+    principal: Principal | None
 
 
 def call_arguments(method: str, call: Mapping[str, Any]) -> CallArguments:

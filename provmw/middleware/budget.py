@@ -52,7 +52,8 @@ from provmw.streams import OpenedStream, StreamEnd
 
 __all__ = ["BudgetLimit", "BudgetMiddleware", "BudgetOptions"]
 
-Scope = Literal["user", "tenant", "configuration", "global"]
+# ``key``, ``team`` and ``organisation`` are a gateway call's (``ctx.facts.principal``; ADR 0055).
+Scope = Literal["user", "tenant", "configuration", "global", "key", "team", "organisation"]
 SCOPES: tuple[str, ...] = get_args(Scope)
 ANONYMOUS = "(none)"
 _BUCKETS_KEPT = 4096
@@ -86,8 +87,14 @@ class BudgetLimit:
             subject = "*"
         elif self.scope == "configuration":
             subject = config.identifier
-        else:
+        elif self.scope in ("user", "tenant"):
             subject = (ctx.facts.user if self.scope == "user" else ctx.facts.tenant) or ANONYMOUS
+        else:  # a principal's: a call without one, or whose principal has no such name, is not in it
+            principal = ctx.facts.principal
+            found = None if principal is None else principal.subject(self.scope)
+            if found is None:
+                return None
+            subject = found
         return subject if self.match in ("*", subject) else None
 
 
@@ -159,7 +166,7 @@ class BudgetMiddleware:
         self._prices: PriceTable | None = None  # read only to explain a refusal, so loaded on the first
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
-        if not self.options.limits:
+        if not self.options.limits and (ctx.facts.principal is None or not ctx.facts.principal.budgets):
             return await next(config)
         now = self._clock()
         charges = self.charges(ctx, config, now)
@@ -181,13 +188,15 @@ class BudgetMiddleware:
 
     def charges(self, ctx: ProviderCallContext, config: ProviderConfig, now: float) -> list[Charge]:
         """What the call reserves against each bucket it touches (the same worst case in each)."""
-        touched = [(limit, subject) for limit in self.options.limits
-                   if (subject := limit.subject(ctx, config)) is not None]
+        principal = ctx.facts.principal
+        limits = self.options.limits if principal is None or not principal.budgets else \
+            (*self.options.limits, *principal.budgets)
+        touched = [(limit, subject) for limit in limits if (subject := limit.subject(ctx, config)) is not None]
         if not touched:
             return []
         amount = self.worst_case(ctx, config, [limit for limit, _ in touched])
-        return list(one_per_bucket([Charge(self._bucket(limit, subject, now), self._limits[limit], amount)
-                                    for limit, subject in touched]))
+        return list(one_per_bucket([Charge(self._bucket(limit, subject, now), self._limits.get(limit) or limit.limits,
+                                           amount) for limit, subject in touched]))
 
     def refused(self, ctx: ProviderCallContext, config: ProviderConfig, refusal: Refusal, amount: Amounts, *,
                 further: bool = False) -> BudgetExceededError:
