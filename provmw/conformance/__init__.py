@@ -44,11 +44,12 @@ from __future__ import annotations
 from provmw.conformance.base import ConformanceBase
 from provmw.conformance.chat import AnswerTests
 from provmw.conformance.errors import SENTINEL_KEY, ErrorTests
+from provmw.conformance.operations import OperationTests
 from provmw.conformance.streams import StreamTests
 from provmw.conformance.wire import WireTests
 
 __all__ = ["SENTINEL_KEY", "AdapterConformance", "ConformanceBase"]
 
 
-class AdapterConformance(AnswerTests, StreamTests, WireTests, ErrorTests):
+class AdapterConformance(AnswerTests, StreamTests, WireTests, ErrorTests, OperationTests):
     """Subclass in your adapter's tests, set ``adapter`` and ``usage_with_cache``, implement ``config(fake)``."""

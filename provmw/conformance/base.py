@@ -35,7 +35,12 @@ WEATHER = ToolSpec(name="weather", description="Weather by city",
 HELLO = ChatRequest((Message.user("hello world"),))
 TWO_CITIES = ChatRequest((Message.user("Paris\nLondon"),), tools=(WEATHER,))
 _PARAMETERS = {"status": "status_errors", "coded": "coded_errors", "quota": "quota_faults", "hint": "retry_hints",
-               "owned": "owned_extra_body"}
+               "owned": "owned_extra_body", "op_owned": "owned_operation_body"}
+# What an adapter without chat (rerank only, say) still passes of the chat modules' cases; the
+# rest call chat, and the operations module tests that it refuses chat before any request.
+_CHATLESS_CASES = frozenset({"test_an_operation_it_does_not_offer_raises_before_any_request[completion]",
+                             "test_an_operation_it_does_not_offer_raises_before_any_request[embeddings]"})
+_OPERATIONS_MODULE = "provmw.conformance.operations"
 
 
 @attrs.frozen
@@ -112,6 +117,14 @@ class ConformanceBase:
         reason = self.expected_failures.get(request.node.name, self.expected_failures.get(request.function.__name__))
         if reason is not None:
             request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+
+    @pytest.fixture(autouse=True)
+    def _chat_cases(self, request: pytest.FixtureRequest) -> None:
+        if self.offers.chat or request.function.__module__ == _OPERATIONS_MODULE \
+                or request.node.name in _CHATLESS_CASES:
+            return
+        pytest.skip(f"{self.adapter.name} offers no chat: its chat cases stand aside (chat is refused, "
+                    "tested by test_chat_it_does_not_offer_is_refused_before_any_request)")
 
     @pytest.fixture
     async def fake(self) -> AsyncIterator[FakeProvider]:

@@ -24,7 +24,7 @@ from provmw.operations.rerank import RerankRequest
 from provmw.providers import capabilities_of
 from provmw.providers.cohere import CohereAdapter, _body
 from provmw.requests import ChatRequest
-from provmw.testing import FakeProvider, Fault
+from provmw.testing import AdapterConformance, FakeProvider, Fault
 from tests.conftest import SENTINEL_KEY
 from tests.hostile import HostileProvider
 
@@ -159,3 +159,12 @@ async def test_extra_body_cannot_replace_what_the_call_was_priced_on(fake: FakeP
     sent = fake.received[-1].body
     assert (sent["model"], sent["query"], sent["documents"], sent["top_n"]) == (
         "rerank-v3.5", "red apple", list(FRUIT.documents), 2)
+
+
+class TestCohereConformance(AdapterConformance):
+    """Rerank only: the chat cases stand aside (no usage_with_cache), the operations' cases run."""
+
+    adapter = CohereAdapter()
+
+    def config(self, fake: FakeProvider, **fields: Any) -> ProviderConfig:
+        return ProviderConfig(identifier="co", provider="cohere", model="rerank-v3.5", base_url=fake.url, **fields)

