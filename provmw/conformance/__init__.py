@@ -27,6 +27,14 @@ the wire, cache counts included, and the ``Usage`` it means), ``owned_extra_body
 ``extra_body`` each that names a field the call was priced on, e.g. the wire's own name
 for the output bound) and ``image_url`` (an image URL the provider takes).
 
+The operations beyond chat (Responses, images, image edits, transcription, speech, rerank,
+moderation) follow their capabilities too (``provmw.conformance.operations``): each is called
+on ``operation_config(fake, operation)`` (``config(fake)`` with the model of
+``operation_models``), its faults go to the fake's route named in ``operation_routes``, and
+``operation_mistyped`` and ``owned_operation_body`` are its tables of a mistyped answer and of
+``extra_body`` fields it was priced on. An adapter without chat (rerank only) passes the
+operations' cases and a refusal of chat; the chat cases stand aside for it.
+
 What reaches the wire is read from the fake's record of each request, in a way that holds
 for every wire: the options' values, the system prompt and the images are somewhere in the
 body; ``extra_body`` leaves every field the adapter writes as it was. Streams must survive
