@@ -25,7 +25,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
               "provmw.hookspecs", "provmw.plugins", "provmw._plugins")),
     ("call", ("provmw._call", "provmw._call.facts")),
     ("manager", ("provmw.manager", "provmw.sync", "provmw.__init__")),
-    ("edges", ("provmw.cli", "provmw.testing", "provmw.conformance", "provmw.usage_conformance", "provmw.ci")),
+    ("edges", ("provmw.cli", "provmw.testing", "provmw.conformance", "provmw.usage_conformance", "provmw.ci",
+               "provmw.gateway")),
 )
 
 
