@@ -20,12 +20,12 @@ from provmw._call.terminal import Terminal, end_all
 from provmw.config import GenerationOptions, ProviderConfig, Secret, fallback_chain
 from provmw.context import Principal, ProviderCallContext, ProviderOperation
 from provmw.destinations import DestinationGuard
-from provmw.errors import ConfigurationError, DuplicateMiddlewareError
+from provmw.errors import ConfigurationError
 from provmw.http import HttpClient
 from provmw.messages import ContentPart, ImagePart, Message, TextPart, ToolSpec, messages_from
 from provmw.options import did_you_mean
 from provmw.pipeline import Middleware, MiddlewarePipeline
-from provmw.plugins import PluginHost
+from provmw.plugins import PluginHost, refuse_clashes
 from provmw.pools import POOL_PROVIDER, refuse_unservable
 from provmw.pricing import PriceTable
 from provmw.providers import Capabilities, ProviderAdapter, capabilities_of
@@ -94,9 +94,9 @@ class ServiceManager(OperationCalls):
                                 ledger=self.host.collect_ledger(self.settings))
         contributions = self.host.collect_middleware(self.settings, self.state)
         middleware = tuple(middleware)
-        _no_clash({c.middleware.name: c.plugin for c in contributions}, middleware)
-        self.pipeline = MiddlewarePipeline([*(c.middleware for c in contributions), *middleware])
         plugins = {c.middleware.name: c.plugin for c in contributions}
+        refuse_clashes(plugins, middleware)
+        self.pipeline = MiddlewarePipeline([*(c.middleware for c in contributions), *middleware])
         self.stack = tuple(StackEntry(m.name, m.priority, plugins.get(m.name, "(application)"))
                            for m in self.pipeline.middlewares)
         self.providers: Mapping[str, ProviderAdapter] = self.host.collect_providers(self.settings)
@@ -389,17 +389,6 @@ class ServiceManager(OperationCalls):
                 f"installed: {', '.join(known)}"
             ) from None
 
-
-def _no_clash(plugins: Mapping[str, str], own: Sequence[Middleware]) -> None:
-    """An application's own middleware that takes a plugin's name: an error naming both sources
-    (two plugins clash earlier, in the plugin host; two of the application's, in the pipeline)."""
-    for layer in own:
-        plugin = plugins.get(getattr(layer, "name", None))  # type: ignore[arg-type]
-        if plugin is not None:
-            raise DuplicateMiddlewareError(
-                f"two middleware are named {layer.name!r}: one from plugin {plugin!r}, one from the application "
-                "(ServiceManager(middleware=[...])); rename the application's middleware or block the plugin "
-                "(PROVMW_BLOCKED_PLUGINS or [plugins] block)")
 
 
 def _left_open(http: HttpClient) -> bool:

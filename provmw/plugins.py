@@ -51,6 +51,7 @@ __all__ = [
     "ProviderDecorator",
     "hookimpl",
     "hookspec",
+    "refuse_clashes",
 ]
 
 ENTRY_POINT_GROUP = "provmw"
@@ -267,6 +268,18 @@ def _check_duplicates(found: Sequence[Contribution]) -> None:
             raise DuplicateMiddlewareError(
                 f"two middleware are named {c.middleware.name!r}, from plugins {one!r} and {two!r}; "
                 "block one (PROVMW_BLOCKED_PLUGINS or [plugins] block)")
+
+
+def refuse_clashes(plugins: Mapping[str, str], own: Sequence[Middleware]) -> None:
+    """An application's own middleware that takes a plugin's name: an error naming both sources
+    (two plugins clash earlier, in the plugin host; two of the application's, in the pipeline)."""
+    for layer in own:
+        plugin = plugins.get(getattr(layer, "name", None))  # type: ignore[arg-type]
+        if plugin is not None:
+            raise DuplicateMiddlewareError(
+                f"two middleware are named {layer.name!r}: one from plugin {plugin!r}, one from the application "
+                "(ServiceManager(middleware=[...])); rename the application's middleware or block the plugin "
+                "(PROVMW_BLOCKED_PLUGINS or [plugins] block)")
 
 
 def _block_hint(name: str) -> str:
