@@ -15,19 +15,30 @@ import attrs
 import pytest
 
 import tests.providers.test_anthropic as anthropic_tests
+import tests.providers.test_cohere as cohere_tests
 import tests.providers.test_openai as openai_tests
 from provmw.config import OWNED_BODY_KEYS, ProviderConfig
 from provmw.errors import ConfigurationError, InvalidRequestError, MalformedResponseError, UnsupportedOperationError
 from provmw.http import HttpClient, SSEEvent
-from provmw.providers import Capabilities, ProviderAdapter
+from provmw.providers import ProviderAdapter
 from provmw.providers.anthropic import AnthropicAdapter
 from provmw.providers.openai import OpenAIAdapter
 from provmw.requests import ChatRequest, EmbeddingRequest
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, RateLimitHint
 from provmw.testing import AdapterConformance, FakeProvider
+from tests.providers.broken_operations import (
+    CohereOneBasedIndex,
+    CohereResultsInDocumentOrder,
+    ModerationUndeclaredStillSent,
+    OpenAIImagesBilledAtStandard,
+    OpenAIModerationMergesExtraBody,
+    OpenAIUploadErrorsAsUnavailable,
+    OpenAIWithoutModeration,
+)
 
 OPENAI: type[AdapterConformance] = openai_tests.TestOpenAIConformance
 ANTHROPIC: type[AdapterConformance] = anthropic_tests.TestAnthropicConformance
+COHERE: type[AdapterConformance] = cohere_tests.TestCohereConformance
 
 
 # 1. Embeddings: every position, not only the middle of three.
@@ -231,7 +242,7 @@ class AnthropicEventPerRead(AnthropicAdapter):
 class BytesOnly(OpenAIAdapter):
     """Sound: it takes inline bytes only, and refuses an image by URL before sending."""
 
-    capabilities = Capabilities(schema=True, response_format=True, vision_url=False)
+    capabilities = attrs.evolve(OpenAIAdapter.capabilities, vision_url=False)
 
     def chat_body(self, config: ProviderConfig, request: ChatRequest) -> dict[str, Any]:
         if any(image.url is not None for message in request.messages for image in message.images):
@@ -240,7 +251,7 @@ class BytesOnly(OpenAIAdapter):
 
 
 class BytesOnlySendsURLs(OpenAIAdapter):
-    capabilities = Capabilities(schema=True, response_format=True, vision_url=False)  # declared, not enforced
+    capabilities = attrs.evolve(OpenAIAdapter.capabilities, vision_url=False)  # declared, not enforced
 
 
 class BytesOnlyRefusesEveryImage(BytesOnly):
@@ -273,6 +284,8 @@ class Case:
 
 _OWNED = dict(OPENAI.owned_extra_body)
 _EXTRA = "test_extra_body_cannot_replace_what_the_call_was_priced_on"
+_BILLED = "test_an_operation_answers_typed_and_billed_in_its_units"
+_RANKED = "test_rerank_ranks_the_best_documents_first_once_each"
 CASES = {case.broken.__name__: case for case in (
     Case(ReversedEmbeddings, 1, OPENAI, "test_embeddings_come_in_input_order"),
     Case(LastEmbeddingTwice, 1, OPENAI, "test_embeddings_come_in_input_order"),
@@ -304,6 +317,17 @@ CASES = {case.broken.__name__: case for case in (
          sound=BytesOnly()),
     Case(BytesOnlyRefusesAsInvalid, 7, OPENAI, "test_an_image_it_does_not_take_is_refused_before_any_request",
          {"kind": "url"}, sound=BytesOnly()),
+    Case(OpenAIImagesBilledAtStandard, 8, OPENAI, _BILLED, {"operation": "images"}),
+    Case(CohereResultsInDocumentOrder, 8, COHERE, _RANKED),
+    Case(CohereOneBasedIndex, 8, COHERE, _RANKED),
+    Case(OpenAIUploadErrorsAsUnavailable, 8, OPENAI, "test_an_operation_error_status_maps_onto_the_tree",
+         {"operation": "transcription", "code": 400}),
+    Case(OpenAIModerationMergesExtraBody, 8, OPENAI,
+         "test_an_operations_extra_body_cannot_replace_what_it_was_priced_on",
+         {"op_owned": ("moderation:input", OPENAI.owned_operation_body["moderation:input"])}),
+    Case(ModerationUndeclaredStillSent, 8, OPENAI,
+         "test_an_operation_it_does_not_declare_is_refused_before_any_request",
+         {"operation": "moderation"}, sound=OpenAIWithoutModeration()),
 )}
 
 
@@ -336,7 +360,7 @@ async def test_a_sound_adapter_passes_the_test_that_catches_it(case: Case) -> No
 
 
 def test_every_blind_spot_has_broken_copies() -> None:
-    assert sorted({case.spot for case in CASES.values()}) == [1, 2, 3, 4, 5, 6, 7]
+    assert sorted({case.spot for case in CASES.values()}) == [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 class TestABytesOnlyAdapterPassesTheWholeSuite(openai_tests.TestOpenAIConformance):
