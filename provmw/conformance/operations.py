@@ -203,6 +203,19 @@ class OperationTests(ConformanceBase):
         prefix = self.operation_ids.get(operation)
         assert prefix is None or str(response.response_id).startswith(prefix), response.response_id
 
+    async def test_a_responses_stream_gives_text_then_a_last_chunk_with_finish_and_usage(
+            self, fake: FakeProvider, http: HttpClient) -> None:
+        self.serves("responses")
+        config = self.operation_config(fake, "responses")
+        stream = getattr(self.adapter, "stream_respond", None)
+        assert callable(stream), f"{self.adapter.name} declares responses but has no stream_respond"
+        chunks = [chunk async for chunk in stream(http, config, REQUESTS["responses"])]
+        assert "".join(chunk.text for chunk in chunks) == "echo: hello world"
+        last = chunks[-1]
+        assert last.finish_reason == "stop"
+        assert last.usage is not None
+        assert (last.usage.input_tokens, last.usage.output_tokens) == (2, 3)
+
     async def test_rerank_ranks_the_best_documents_first_once_each(
             self, fake: FakeProvider, http: HttpClient) -> None:
         self.serves("rerank")
