@@ -273,17 +273,3 @@ async def test_a_poison_record_beside_a_store_with_no_spill_file_is_lost_saying_
         await journal.durable(record("c1", input_tokens=2**63))
     await journal.aclose()
 
-
-async def test_records_a_replay_wrote_no_longer_count_against_fail_closed(locked: LockedLedger) -> None:
-    async def probe_after(delay_s: float) -> None:
-        locked.unlock()  # the store is back for the first probe
-
-    journal = UsageJournal(locked.store(), max_records=2, policy="fail_closed", sleep=probe_after)
-    assert await journal.durable(record("a")) == "spilled"
-    await journal.recovered()  # "a" replayed into the store
-    holder = sqlite3.connect(locked.path, isolation_level=None)
-    holder.execute("BEGIN EXCLUSIVE")  # down again
-    assert await journal.durable(record("b")) == "spilled"
-    journal.admit()  # one record outside, not two
-    holder.close()
-    await journal.aclose()
