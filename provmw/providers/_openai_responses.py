@@ -61,6 +61,7 @@ from provmw.providers._opening import OpeningHint
 from provmw.providers._usage import UsageBody
 from provmw.requests import merged_options
 from provmw.responses import ChatChunk, Usage
+from provmw.wire import with_extra_body
 
 __all__ = ["RESPONSES_ERROR_CODES", "respond", "responses_body", "stream_respond"]
 
@@ -164,13 +165,13 @@ def responses_body(config: ProviderConfig, request: ResponsesRequest) -> dict[st
     reasons = "reasoning" in options or any(isinstance(i, ReasoningItem) for i in request.input)
     if not request.store and reasons and "include" not in options:
         body["include"] = ["reasoning.encrypted_content"]
-    extra = options.pop("extra_body", {})
-    # What the call writes itself is what it was priced and checked on: no option may replace it.
-    if taken := sorted(set(body) & {*options, *extra}):
-        raise ConfigurationError(f"options and extra_body must not set {', '.join(taken)}: the call's own fields")
+    extra = {"extra_body": options.pop("extra_body", {})}
+    # What the call writes itself is what it was priced and checked on: no option may replace it, and
+    # extra_body may replace neither it nor an option (max_output_tokens: the bound it was priced at).
+    if taken := sorted(set(body) & set(options)):
+        raise ConfigurationError(f"options must not set {', '.join(taken)}: the call's own fields")
     body.update({name: plain_json(value) for name, value in options.items()})
-    body.update(plain_json(extra))
-    return body
+    return with_extra_body(body, extra)
 
 
 async def respond(http: HttpClient, config: ProviderConfig, request: ResponsesRequest, *, provider: str,

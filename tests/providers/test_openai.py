@@ -110,11 +110,7 @@ class TestOpenAIConformance(AdapterConformance):
         **AdapterConformance.retry_hints,
         "retry-after-ms": (Fault(status=429, headers={"retry-after-ms": "1500"}), 1.5),
     }
-    expected_failures: ClassVar[Mapping[str, str]] = {
-        "test_an_operations_extra_body_cannot_replace_what_it_was_priced_on[responses:max_output_tokens]":
-            "the Responses body (provmw/providers/_openai_responses.py) lets extra_body's max_output_tokens "
-            "replace the output bound the call was priced on (options.max_tokens)",
-    }
+
     def config(self, fake: FakeProvider, **fields: Any) -> ProviderConfig:
         return ProviderConfig(identifier="oa", provider="openai", model="gpt-test",
                               base_url=fake.openai_base_url, **fields)

@@ -25,11 +25,6 @@ class TestAzureAdapter(AdapterConformance):
     operation_routes: ClassVar[Mapping[str, str]] = {
         **AdapterConformance.operation_routes, "responses": "azure_responses", "images": "azure_images",
         "image_edits": "azure_image_edits", "transcription": "azure_transcriptions", "speech": "azure_speech"}
-    expected_failures: ClassVar[Mapping[str, str]] = {
-        "test_an_operations_extra_body_cannot_replace_what_it_was_priced_on[responses:max_output_tokens]":
-            "the OpenAI Responses body (provmw/providers/_openai_responses.py) lets extra_body's max_output_tokens "
-            "replace the output bound the call was priced on (options.max_tokens)",
-    }
 
     @pytest.fixture
     async def fake(self) -> AsyncIterator[FakeProvider]:
