@@ -1,0 +1,196 @@
+"""What every gateway endpoint does around its call: the key (through a short-lived cache of
+verified records), the per-key concurrency slot, the body, the model allow-list, the error
+envelope and the metrics. Endpoint handlers only map a body onto a manager call and back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from aiohttp import web
+
+from provmw.context import Principal
+from provmw.gateway.errors import GatewayRefusal, Refusal, refusal_of
+from provmw.gateway.keys import KeyCache, KeyRecord, KeyStore
+from provmw.gateway.metrics import Metrics
+
+if TYPE_CHECKING:
+    from provmw.manager import ServiceManager
+    from provmw.middleware.budget import BudgetLimit
+    from provmw.responses import Usage
+
+__all__ = ["Call", "Caller", "Gateway", "GatewayOptions", "endpoint", "json_body"]
+
+log = logging.getLogger("provmw.gateway")
+
+
+@attrs.frozen(kw_only=True)
+class GatewayOptions:
+    """The server's limits: body bytes (413 beyond), concurrent requests per key (429 beyond), how long
+    a verified key is trusted before the store is asked again, and the grace given to in-flight calls
+    on shutdown."""
+
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_concurrent_per_key: int = 64
+    key_cache_ttl_s: float = 2.0
+    key_cache_entries: int = 10_000
+    shutdown_grace_s: float = 30.0
+    clock: Callable[[], float] = attrs.field(default=time.monotonic, eq=False, repr=False)
+
+
+@attrs.frozen
+class Caller:
+    """A verified, enabled key: its record, budgets, and the principal its calls carry (kept while
+    the key cache returns the same record and budgets, so a request allocates none)."""
+
+    record: KeyRecord
+    budgets: tuple[BudgetLimit, ...]
+    principal: Principal
+
+
+class Gateway:
+    """One app's state: the manager (built once), the keys, the per-key counts in flight, the metrics."""
+
+    def __init__(self, manager: ServiceManager, keys: KeyStore, options: GatewayOptions) -> None:
+        self.manager, self.keys, self.options = manager, keys, options
+        self.cache = KeyCache(keys, ttl_s=options.key_cache_ttl_s, max_entries=options.key_cache_entries,
+                              clock=options.clock)
+        self._callers: dict[str, Caller] = {}
+        self.metrics = Metrics()
+        self.in_flight: dict[str, int] = {}
+        settings = manager.settings
+        self.models: tuple[str, ...] = tuple(dict.fromkeys((*settings.configurations, *settings.aliases)))
+        self._known = frozenset(self.models)
+
+    async def caller(self, request: web.Request) -> Caller:
+        """The key's caller, or a 401 refusal (nothing else is touched)."""
+        presented = _presented_key(request)
+        if not presented:
+            raise _refusal(401, "authentication_error", "no API key: send 'Authorization: Bearer <key>' or "
+                           "'x-api-key: <key>'", "missing_api_key")
+        record = await self.cache.verify(presented)
+        if record is None:
+            raise _refusal(401, "authentication_error", "invalid API key", "invalid_api_key")
+        if record.disabled:
+            raise _refusal(401, "authentication_error", f"API key {record.key_id} is disabled", "key_disabled")
+        budgets = await self.cache.budgets_for(record)
+        kept = self._callers.get(record.key_id)
+        if kept is not None and kept.record is record and kept.budgets is budgets:
+            return kept
+        if len(self._callers) >= self.options.key_cache_entries:
+            self._callers.clear()
+        caller = self._callers[record.key_id] = Caller(record, budgets, record.principal(budgets))
+        return caller
+
+    def allowed(self, caller: Caller) -> tuple[str, ...]:
+        """The model names the caller may use."""
+        models = caller.record.models
+        return self.models if not models else tuple(m for m in models if m in self._known)
+
+    def check_model(self, caller: Caller, model: object) -> str:
+        if not isinstance(model, str) or not model:
+            raise _refusal(400, "invalid_request_error", "the body's 'model' must name a model", "invalid_request",
+                           "model")
+        allowed = caller.record.models
+        if model not in self._known or (allowed and model not in allowed):
+            raise _refusal(404, "invalid_request_error", f"the model {model!r} does not exist or this key may "
+                           "not use it", "model_not_found", "model")
+        return model
+
+
+@attrs.frozen
+class Call:
+    """One admitted request: its body, model and caller, and the keywords every manager call takes."""
+
+    request: web.Request
+    body: Mapping[str, Any]
+    model: str
+    caller: Caller
+    gateway: Gateway
+
+    @property
+    def manager(self) -> ServiceManager:
+        return self.gateway.manager
+
+    def keywords(self) -> dict[str, Any]:
+        """``configuration``, ``user``, ``tenant`` and ``principal``: all a client decides is the model."""
+        record = self.caller.record
+        user = record.user
+        if user is None and isinstance(given := self.body.get("user"), str):
+            user = given
+        return {"configuration": self.model, "user": user, "tenant": record.organisation,
+                "principal": self.caller.principal}
+
+    def used(self, usage: Usage | None) -> None:
+        """Count what the call used for the key's metrics."""
+        self.gateway.metrics.add_usage(self.caller.record.key_id, usage)
+
+
+Handler = Callable[[Call], Awaitable[web.StreamResponse]]
+Envelope = Callable[[Refusal], web.Response]
+BodyReader = Callable[[web.Request], Awaitable[Mapping[str, Any]]]
+
+
+def endpoint(gateway: Gateway, name: str, handler: Handler, envelope: Envelope, *,
+             read: BodyReader | None = None) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """``handler`` behind the key, the concurrency slot, the body, the model check and the envelope."""
+    reader = read if read is not None else json_body
+    slots, limit = gateway.in_flight, gateway.options.max_concurrent_per_key
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        started, key_id = time.perf_counter(), "-"
+        try:
+            caller = await gateway.caller(request)
+            key_id = caller.record.key_id
+            taken = slots.get(key_id, 0)
+            if taken >= limit:
+                raise _refusal(429, "rate_limit_exceeded", f"key {key_id} has {limit} requests in flight already",
+                               "concurrency_limit", retry_after_s=1.0)
+            slots[key_id] = taken + 1
+            try:
+                body = await reader(request)
+                call = Call(request, body, gateway.check_model(caller, body.get("model")), caller, gateway)
+                response = await handler(call)
+            finally:
+                slots[key_id] -= 1
+        except Exception as exc:  # every failure leaves in the wire's envelope; CancelledError passes
+            refusal = refusal_of(exc)
+            log.info("%s %s: %s %s", name, key_id, refusal.status, refusal.code)
+            response = envelope(refusal)
+        gateway.metrics.observe(name, response.status, key_id, time.perf_counter() - started)
+        return response
+
+    return handle
+
+
+async def json_body(request: web.Request) -> Mapping[str, Any]:
+    """The request's JSON object (aiohttp refuses more than ``client_max_size`` bytes: 413)."""
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise _refusal(413, "invalid_request_error", f"request body over {request.client_max_size} bytes",
+                       "request_too_large") from None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise _refusal(400, "invalid_request_error", "the request body must be a JSON object", "invalid_json")
+    return body
+
+
+def _presented_key(request: web.Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header is not None and header[:7].lower() == "bearer ":
+        return header[7:].strip()
+    return request.headers.get("x-api-key")
+
+
+def _refusal(status: int, kind: str, message: str, code: str, param: str | None = None, *,
+             retry_after_s: float | None = None) -> GatewayRefusal:
+    return GatewayRefusal(Refusal(status, kind, message, code, param, retry_after_s=retry_after_s))

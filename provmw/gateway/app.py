@@ -1,0 +1,92 @@
+"""The gateway's aiohttp application: the OpenAI- and Anthropic-compatible endpoints over one
+``ServiceManager``, behind virtual keys (ADR 0055).
+
+    app = gateway_app(manager, SqliteKeyStore("provmw-keys.sqlite3"), GatewayOptions())
+
+The manager is built once per process and shared by every request; the app never closes it (its
+owner, ``provmw.gateway.serve``, does after the in-flight calls finished).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from provmw.gateway import anthropic_wire, openai_media, openai_wire
+from provmw.gateway._endpoint import Gateway, GatewayOptions, endpoint
+from provmw.gateway.errors import anthropic_error, openai_error, refusal_of
+from provmw.gateway.metrics import CONTENT_TYPE
+
+if TYPE_CHECKING:
+    from provmw.gateway.keys import KeyStore
+    from provmw.manager import ServiceManager
+
+__all__ = ["GATEWAY", "GatewayOptions", "gateway_app"]
+
+log = logging.getLogger("provmw.gateway")
+GATEWAY = web.AppKey("provmw_gateway", Gateway)
+READY_TIMEOUT_S = 2.0
+
+# (path, endpoint name for metrics, handler); all on the OpenAI wire, with its error envelope.
+OPENAI_ROUTES = (
+    ("/v1/chat/completions", "chat_completions", openai_wire.chat_completions),
+    ("/v1/completions", "completions", openai_wire.completions),
+    ("/v1/embeddings", "embeddings", openai_wire.embeddings),
+    ("/v1/responses", "responses", openai_media.responses),
+    ("/v1/images/generations", "images", openai_media.images),
+    ("/v1/audio/speech", "speech", openai_media.speech),
+    ("/v1/moderations", "moderations", openai_media.moderations),
+    ("/v1/rerank", "rerank", openai_media.rerank),
+)
+
+
+def gateway_app(manager: ServiceManager, keys: KeyStore, options: GatewayOptions | None = None) -> web.Application:
+    """The gateway on ``manager``, its callers verified by ``keys``."""
+    options = options if options is not None else GatewayOptions()
+    gateway = Gateway(manager, keys, options)
+    app = web.Application(client_max_size=options.max_body_bytes, handler_args={"max_field_size": 16384})
+    app[GATEWAY] = gateway
+    for path, name, handler in OPENAI_ROUTES:
+        app.router.add_post(path, endpoint(gateway, name, handler, openai_error))
+    app.router.add_post("/v1/audio/transcriptions", endpoint(gateway, "transcriptions", openai_media.transcriptions,
+                                                             openai_error, read=openai_media.form_body))
+    app.router.add_post("/v1/messages", endpoint(gateway, "messages", anthropic_wire.messages, anthropic_error))
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/health", _live)
+    app.router.add_get("/health/ready", _ready)
+    app.router.add_get("/metrics", _metrics)
+    return app
+
+
+async def _models(request: web.Request) -> web.StreamResponse:
+    gateway = request.app[GATEWAY]
+    anthropic = "anthropic-version" in request.headers
+    try:
+        caller = await gateway.caller(request)
+    except Exception as exc:
+        return (anthropic_error if anthropic else openai_error)(refusal_of(exc))
+    return openai_wire.model_list(gateway.allowed(caller), anthropic)
+
+
+async def _live(request: web.Request) -> web.StreamResponse:
+    return web.json_response({"status": "live"})
+
+
+async def _ready(request: web.Request) -> web.StreamResponse:
+    """200 when the key store answers (the manager is built with the app); 503 with why otherwise."""
+    gateway = request.app[GATEWAY]
+    try:
+        await asyncio.wait_for(gateway.keys.get("0" * 12), READY_TIMEOUT_S)
+    except Exception as exc:
+        log.warning("readiness: the key store did not answer: %s", type(exc).__name__)
+        return web.Response(status=503, content_type="application/json",
+                            text=json.dumps({"status": "not_ready", "keys": type(exc).__name__}))
+    return web.json_response({"status": "ready", "degraded": []})
+
+
+async def _metrics(request: web.Request) -> web.StreamResponse:
+    return web.Response(body=request.app[GATEWAY].metrics.render().encode(), headers={"content-type": CONTENT_TYPE})
