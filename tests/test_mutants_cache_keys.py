@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from provmw._base.ids import _RandomBytes
 from provmw._call.facts import estimate_tokens, input_token_bound
 from provmw.config import ProviderConfig
-from provmw.context import ProviderOperation
+from provmw.context import FrozenMap, ProviderOperation
+from provmw.errors import ConfigurationError
 from provmw.messages import ImagePart, Message, TextPart, ToolSpec
-from provmw.requests import ChatRequest, CompletionRequest, request_digest
+from provmw.operations.audio import TranscriptionRequest
+from provmw.requests import ChatRequest, CompletionRequest, is_deterministic, request_digest
 from tests.test_planned_costs import facts
 
 GET = ToolSpec("get")
@@ -52,3 +56,36 @@ def test_a_completions_key_holds_its_configurations_options() -> None:
     prompt = CompletionRequest("the same words")
     assert request_digest(ProviderOperation.COMPLETION, hot, prompt) != \
         request_digest(ProviderOperation.COMPLETION, cold, prompt)
+
+
+def test_a_chat_without_messages_is_refused() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        ChatRequest(())
+    assert str(refused.value) == "messages must not be empty"
+
+
+def test_a_message_that_is_not_a_message_is_named_by_its_first_place() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        ChatRequest(("hi", "hi"))  # type: ignore[arg-type]
+    assert str(refused.value) == "messages[0] must be a Message, got str"
+
+
+def test_a_schema_and_a_response_format_option_are_refused_together() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        ChatRequest((Message.user("hi"),), response_schema={"type": "object"}, options={"response_format": "json"})
+    assert str(refused.value) == ("give response_schema or the response_format option, not both: "
+                                  "response_schema asks for JSON that follows the schema")
+
+
+def test_a_requests_options_are_frozen() -> None:
+    assert isinstance(ChatRequest((Message.user("hi"),), options={"seed": 1}).options, FrozenMap)
+
+
+def test_a_configurations_temperature_zero_makes_a_chat_deterministic() -> None:
+    cold = ProviderConfig(identifier="c", provider="openai", model="m", options={"temperature": 0})
+    assert is_deterministic(cold, ChatRequest((Message.user("hi"),)))
+
+
+def test_an_operation_beyond_chat_reads_its_configurations_options_for_determinism() -> None:
+    hot = ProviderConfig(identifier="c", provider="openai", model="m", options={"temperature": 0.7})
+    assert not is_deterministic(hot, TranscriptionRequest(audio=b"RIFF0000WAVE"))
