@@ -127,9 +127,6 @@ def pooled(fake: FakeProvider, ledger: Path) -> Settings:
                         {"scope": "configuration", "match": "gpt", "period": "total", "max_requests": 1}]}})
 
 
-@pytest.mark.xfail(strict=True, reason="bug: OperationCalls._home_of replaces the pool the caller named by the "
-                                       "deployment that served the stored response, so the follow-up escapes "
-                                       "every limit scoped to the pool (budget, rate limit, guard patterns)")
 async def test_a_follow_up_on_a_pool_still_counts_against_the_pools_budget(
         fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
     async with ServiceManager(pooled(fake, tmp_path / "l.sqlite3"), host=builtin_only) as manager:
@@ -138,9 +135,6 @@ async def test_a_follow_up_on_a_pool_still_counts_against_the_pools_budget(
             await manager.respond("again", previous_response_id=first.response_id, configuration="gpt")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: OperationCalls._home_of overrides the configuration a caller names "
-                                       "explicitly, so a caller (another tenant) naming configuration 'b' and "
-                                       "someone else's response id is sent with configuration 'a''s API key")
 async def test_a_follow_up_naming_another_configuration_is_not_sent_with_the_first_ones_key(
         fake: FakeProvider, builtin_only: PluginHost) -> None:
     configs = {"a": openai_config(fake, identifier="a", api_key="sk-tenant-a-key"),

@@ -169,13 +169,18 @@ class OperationCalls:
                                call_arguments("moderate", call))
 
     def _home_of(self, previous_response_id: str | None, call: CallArguments) -> CallArguments:
-        """``call`` sent to the configuration that made ``previous_response_id``, when this manager
-        returned that response (a call naming provider and model ad hoc goes where it says)."""
+        """``call`` kept on the deployment that made ``previous_response_id``, when this manager returned
+        that response and the call names the pool holding it (ADR 0052): the pool's own limits and layers
+        still apply. A call is never moved to another configuration than it names: that one's key would
+        continue someone else's stored conversation."""
         home = None if previous_response_id is None or call.provider is not None else \
             self._homes.get(previous_response_id)
-        if home is None or home not in self.settings.configurations:  # an ad-hoc one: the call names it again
+        if home is None or (call.controls and "deployment" in call.controls):
             return call
-        return call._replace(configuration=home)
+        pool = self.settings.pools.get(self.settings.named(call.configuration).identifier)
+        if pool is None or home not in pool.members:
+            return call
+        return call._replace(controls={**(call.controls or {}), "deployment": home})
 
 
 def _image(value: bytes | ImagePart) -> ImagePart:
