@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import re
 import wave
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 
 from provmw.config import ProviderConfig
-from provmw.errors import BudgetExceededError, ProvmwError
+from provmw.errors import BudgetExceededError, GuardRefusedError, ProvmwError
 from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost, PluginPolicy
 from provmw.pools import Pool
@@ -207,17 +206,15 @@ def guarded(fake: FakeProvider, model: str = "gpt-test") -> ServiceManager:
     return ServiceManager(settings, host=PluginHost(PluginPolicy(allow=("guard",)), environ={}))
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a conversation continued by previous_response_id gets placeholders "
-                                       "numbered afresh on each call, so the provider's stored conversation holds "
-                                       "<EMAIL_1> for one person and the next call sends <EMAIL_1> for another "
-                                       "(and its answer's <EMAIL_1> is restored to the second): provmw-guard")
 async def test_a_continued_conversation_never_reuses_a_placeholder_for_another_value(fake: FakeProvider) -> None:
+    # The guard refuses to redact a turn of a stored conversation (its earlier placeholders were numbered by
+    # other calls): nothing goes out with a placeholder that could name another value there.
     async with guarded(fake) as manager:
         first = await manager.respond("write to ada@example.com", store=True)
-        await manager.respond("and cc bob@example.com", previous_response_id=first.response_id)
-    [ada] = re.findall(r"<EMAIL_\d+>", json.dumps(fake.received[0].body))
-    [bob] = re.findall(r"<EMAIL_\d+>", json.dumps(fake.received[1].body))
-    assert ada != bob
+        with pytest.raises(GuardRefusedError, match="redact:stored_conversation"):
+            await manager.respond("and cc bob@example.com", previous_response_id=first.response_id)
+        await manager.respond("thanks", previous_response_id=first.response_id)  # nothing to redact: sent
+    assert fake.count(route="responses") == 2
 
 
 @pytest.mark.xfail(strict=True, reason="bug: provmw-guard restores placeholders only in chat and Responses answers: "

@@ -82,6 +82,10 @@ class GuardMiddleware:
         redaction = Redaction(reserved_names(texts))
         find = self._finder(ctx, config)
         sent = request if find is None else redacted_request(request, redaction, find)
+        if redaction.counts and getattr(request, "previous_response_id", None) is not None:
+            # The provider holds the earlier turns with their placeholders, numbered by other calls: this
+            # call's <EMAIL_1> could name someone else there, and be restored to the wrong value.
+            self._refuse(ctx, "input", ["redact:stored_conversation"])
         if redaction.counts and log.isEnabledFor(logging.INFO):
             log.info("guard call %s: redacted %s", _token(ctx.correlation_id), _counts(redaction))
         if self._check_in:
