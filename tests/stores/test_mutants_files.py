@@ -94,3 +94,39 @@ async def test_an_append_that_waited_while_a_replay_took_the_file_writes_to_a_ne
     os.close(replay)
     await asyncio.wait_for(appending, 5)
     assert (keys_in(claimed), keys_in(spill.path)) == ([("old", 1)], [("new", 1)])
+
+
+class Name(str):
+    """A str subclass, as an enum of names or a tagged string would be."""
+
+
+def test_a_record_holding_a_str_subclass_is_written_as_the_plain_record_is() -> None:
+    assert encode_record(record("a", model=Name("gpt"))) == encode_record(record("a", model="gpt"))
+
+
+def test_a_spill_file_does_not_sync_by_default(tmp_path: Path) -> None:
+    assert SpillFile(tmp_path / "u.db.spill").fsync is False
+
+
+def test_a_spill_file_that_syncs_appends_the_records(tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "u.db.spill", fsync=True)
+    spill.append([record("a")])
+    assert spill.path.read_bytes() == encode_record(record("a"))
+
+
+def test_a_claim_whose_file_another_replay_removed_is_done_all_the_same(tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "u.db.spill")
+    spill.append([record("a")])
+    [claim] = spill.claim()
+    claim.path.unlink()
+    claim.done()
+    assert spill.claim() == []
+
+
+def test_a_line_that_is_not_a_record_is_left_as_it_was_in_the_bad_file(tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "u.db.spill")
+    spill.path.write_bytes(b"not json\n" + encode_record(record("a")))
+    [claim] = spill.claim()
+    assert [r.correlation_id for r in claim.records] == ["a"]
+    assert Path(f"{claim.path}.bad").read_bytes() == b"not json\n"
+    claim.done()
