@@ -17,6 +17,7 @@ import attrs
 import pytest
 from aiohttp import web
 
+from provmw.config import ProviderConfig
 from provmw.gateway import SqliteKeyStore
 from provmw.gateway.app import GatewayOptions, gateway_app
 from provmw.gateway.keys import KeyRecord
@@ -24,7 +25,7 @@ from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost, PluginPolicy
 from provmw.settings import Settings
 from provmw.testing import FakeProvider, Fault
-from tests.conftest import anthropic_config, openai_config
+from tests.conftest import SENTINEL_KEY, anthropic_config, openai_config
 
 
 @attrs.frozen
@@ -40,11 +41,14 @@ class Running:
 @contextlib.asynccontextmanager
 async def running_gateway(fake: FakeProvider, tmp_path: Path, *, middleware: Mapping[str, Any] | None = None,
                           options: GatewayOptions | None = None, **create: Any) -> AsyncIterator[Running]:
-    """A gateway on loopback over ``fake`` (configurations "chat" on OpenAI's wire, "claude" on Anthropic's)."""
+    """A gateway on loopback over ``fake``: configurations "chat" (OpenAI's wire), "claude" (Anthropic's),
+    "rank" (Cohere's), the alias "fast" of "chat"."""
     layers = {"usage": {"path": str(tmp_path / "ledger.sqlite3")}, "budget": {"path": str(tmp_path / "b.sqlite3")},
               **(middleware or {})}
+    rank = ProviderConfig(identifier="rank", provider="cohere", model="rerank-v3.5", base_url=fake.url,
+                          api_key=SENTINEL_KEY)
     settings = Settings(configurations={"chat": openai_config(fake, identifier="chat"),
-                                        "claude": anthropic_config(fake, identifier="claude")},
+                                        "claude": anthropic_config(fake, identifier="claude"), "rank": rank},
                         aliases={"fast": "chat"}, middleware=layers)
     keys = SqliteKeyStore(tmp_path / "keys.sqlite3")
     whole, record = await keys.create("acme", **create)
