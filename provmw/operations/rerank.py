@@ -7,6 +7,11 @@ into chunks that each count as a document. The worst case bounds tokens by UTF-8
 byte-level tokenizer emits at least a byte a token), so a document counts as at most
 ``ceil(document bytes / (500 - query bytes))`` chunks, every byte a chunk once the query
 alone fills 500 bytes: far above what is billed for prose, never below it.
+
+Jina and Voyage bill tokens, a cross-encoder's: each document is read with the query, so Voyage
+bills "query tokens x number of documents + document tokens" (its API reference), and Jina
+likewise per pair. The input bound is that rule in bytes, with a few tokens a pair for the
+separators a cross-encoder adds (:data:`PAIR_TOKENS`); an answer reporting more is malformed.
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
 from provmw.responses import ProviderResponse
 
-__all__ = ["CHUNK_TOKENS", "DOCUMENTS_PER_UNIT", "RankedDocument", "RerankRequest", "RerankResponse"]
+__all__ = ["CHUNK_TOKENS", "DOCUMENTS_PER_UNIT", "PAIR_TOKENS", "RankedDocument", "RerankRequest", "RerankResponse"]
 
 # Cohere's billing rule (above): documents per search unit, and tokens per chunk of a document.
 DOCUMENTS_PER_UNIT = 100
 CHUNK_TOKENS = 500
+# The special tokens a cross-encoder wraps one (query, document) pair in ([CLS] q [SEP] d [SEP], a
+# BOS and EOS): at most 4 in the tokenizers of record; 8 leaves room.
+PAIR_TOKENS = 8
 
 
 def _frozen(value: Mapping[str, Any] | None) -> FrozenMap:
@@ -80,10 +88,13 @@ class RerankRequest:
         return frozenset({"rerank"})
 
     def input_bytes(self) -> int:
-        return _utf8(self.query) + sum(_utf8(d) for d in self.documents)
+        """The most input tokens a token-priced reranker bills: the query once per document, each
+        pair's separators, and the documents (the module's docstring says why)."""
+        pairs = len(self.documents) * (_utf8(self.query) + PAIR_TOKENS)
+        return pairs + sum(_utf8(d) for d in self.documents)
 
     def estimate_tokens(self) -> int:
-        return (len(self.query) + sum(len(d) for d in self.documents)) // 4 + 1
+        return (len(self.query) * len(self.documents) + sum(len(d) for d in self.documents)) // 4 + 1
 
     def most_output_tokens(self, options: Mapping[str, Any]) -> int | None:
         return 0

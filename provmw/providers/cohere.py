@@ -5,7 +5,8 @@ each document's ``index`` and ``relevance_score`` (under ``results``; Voyage's u
 ``base_url`` is the provider's root (``https://api.cohere.com``, to which ``/v2/rerank`` is
 added) or ends in the API's version (``https://api.jina.ai/v1``, ``https://api.voyageai.com/v1``),
 to which ``/rerank`` is added. Cohere bills search units (``meta.billed_units.search_units``),
-Jina and Voyage tokens (``usage.total_tokens``, reported as input tokens). A provider's own
+Jina and Voyage tokens (``usage.total_tokens``, reported as input tokens); either count above the
+request's worst case (``RerankRequest.most_units``, ``input_bytes``) is malformed. A provider's own
 fields go in the ``extra_body`` option (``{"max_tokens_per_doc": 512}``); generation options
 (``temperature``...) do not apply to rerank and are not sent.
 
@@ -28,7 +29,7 @@ from provmw.errors import ConfigurationError, InvalidDataError, MalformedRespons
 from provmw.http import COMMON_CODES, ErrorCodes, HttpClient, malformed, plain_json, wire_errors
 from provmw.operations.rerank import RankedDocument, RerankRequest, RerankResponse
 from provmw.providers import Capabilities
-from provmw.providers._usage import MAX_TOKEN_COUNT, UsageBody
+from provmw.providers._usage import UsageBody
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, merged_options
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse, Usage
 
@@ -101,23 +102,30 @@ def _results(answer: Mapping[str, Any], request: RerankRequest) -> tuple[RankedD
     return tuple(results)
 
 
-def _usage(answer: Mapping[str, Any], provider: str, model: str) -> Usage:
+def _usage(answer: Mapping[str, Any], request: RerankRequest, provider: str, model: str) -> Usage:
+    """What the answer says was billed, each count within the request's worst case (what a strict
+    budget reserved): more is malformed, never a charge to book."""
     meta = serde.get(answer, "meta", dict, "response", default=None) or {}
     billed = UsageBody.of(meta.get("billed_units"), provider=provider, model=model, where="meta.billed_units")
     tokens = UsageBody.of(answer.get("usage"), provider=provider, model=model)
-    units = _search_units(billed.body.get("search_units"), provider, model)
+    most_units = request.most_units({})["search_unit"]
+    units = _search_units(billed.body.get("search_units"), most_units, provider, model)
     input_tokens = tokens.count("total_tokens") or billed.count("input_tokens")
+    if input_tokens > (most := request.input_bytes()):
+        raise MalformedResponseError(f"the answer reports {input_tokens} input tokens, above the call's bound of "
+                                     f"{most} (the query once per document, and the documents)",
+                                     provider=provider, model=model)
     return Usage(input_tokens=input_tokens, units={"search_unit": units} if units is not None else {})
 
 
-def _search_units(value: Any, provider: str, model: str) -> float | None:
-    """Cohere's SDK reads a float: a whole number, written 1 or 1.0, from 0 to 2**40."""
+def _search_units(value: Any, most: float, provider: str, model: str) -> float | None:
+    """Cohere's SDK reads a float: a whole number, written 1 or 1.0, from 0 to the call's worst case."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or value != int(value) or not 0 <= value < MAX_TOKEN_COUNT:
-        raise MalformedResponseError(f"meta.billed_units.search_units must be a whole number from 0 to 2**40, "
-                                     f"got {value!r:.40}", provider=provider, model=model)
+            or value != int(value) or not 0 <= value <= most:
+        raise MalformedResponseError(f"meta.billed_units.search_units must be a whole number from 0 to {most:g} "
+                                     f"(the call's worst case), got {value!r:.40}", provider=provider, model=model)
     return float(value)
 
 
@@ -137,7 +145,7 @@ class CohereAdapter:
             answer = serde.mapping(data, "response")
             return RerankResponse(
                 provider=self.name, model=serde.get(answer, "model", str, "response", default=None) or config.model,
-                usage=_usage(answer, self.name, config.model), served_by=config.identifier,
+                usage=_usage(answer, request, self.name, config.model), served_by=config.identifier,
                 response_id=serde.get(answer, "id", str, "response", default=None), results=_results(answer, request),
             )
         except _SHAPE_ERRORS as exc:

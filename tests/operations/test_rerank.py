@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from provmw.context import ProviderOperation
 from provmw.errors import ConfigurationError, InvalidDataError
 from provmw.operations import OPERATIONS, response_types
-from provmw.operations.rerank import RankedDocument, RerankRequest, RerankResponse
+from provmw.operations.rerank import PAIR_TOKENS, RankedDocument, RerankRequest, RerankResponse
 from provmw.responses import Usage
 from provmw.testing.wire_rank import cohere_rerank
 from provmw.testing.wires import words
@@ -45,8 +45,9 @@ def test_the_request_needs_rerank_is_deterministic_and_bills_no_output() -> None
     assert not OPERATIONS[ProviderOperation.RERANK].generated
 
 
-def test_input_bytes_count_the_query_and_every_document_in_utf8() -> None:
-    assert RerankRequest(query="é", documents=["ab", "日本"]).input_bytes() == 2 + 2 + 6
+def test_input_bytes_count_the_query_once_per_document_and_every_document_in_utf8() -> None:
+    # Voyage's rule: query tokens x documents + document tokens; each pair's separators on top.
+    assert RerankRequest(query="é", documents=["ab", "日本"]).input_bytes() == 2 * (2 + PAIR_TOKENS) + 2 + 6
 
 
 def test_a_hundred_short_documents_are_one_search_unit_and_a_hundred_and_one_two() -> None:

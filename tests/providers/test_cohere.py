@@ -120,12 +120,20 @@ async def test_a_malformed_ranking_is_refused(hostile: HostileProvider, http: Ht
         await ADAPTER.rerank(http, cohere(hostile.url), FRUIT)
 
 
-@pytest.mark.parametrize("units", [-1, 1.5, "1", True, 2**41])
+@pytest.mark.parametrize("units", [-1, 1.5, "1", True, 2, 2**41])  # FRUIT is 1 search unit at worst
 async def test_search_units_out_of_bounds_are_malformed_never_credits(fake: FakeProvider, http: HttpClient,
                                                                       units: Any) -> None:
     fake.script(Fault(usage={"search_units": units}), route="rerank")
     with pytest.raises(MalformedResponseError, match="search_units"):
         await ADAPTER.rerank(http, cohere(fake.url), FRUIT)
+
+
+async def test_more_tokens_than_the_query_once_per_document_and_the_documents_is_malformed(
+        hostile: HostileProvider, http: HttpClient) -> None:
+    most = FRUIT.input_bytes()
+    hostile.answer(json.dumps({"usage": {"total_tokens": most + 1}, "results": [{"index": 0, "relevance_score": 1}]}))
+    with pytest.raises(MalformedResponseError, match=f"above the call's bound of {most}"):
+        await ADAPTER.rerank(http, cohere(f"{hostile.url}/v1"), FRUIT)
 
 
 async def test_a_negative_token_count_is_malformed(hostile: HostileProvider, http: HttpClient) -> None:
