@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import sqlite3
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -100,7 +101,7 @@ class SqliteDatabase:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None)
         try:
-            connection.execute("PRAGMA journal_mode=WAL")
+            _wal(connection, self._busy_timeout_s)
             connection.execute(f"PRAGMA synchronous={self._synchronous}")
             connection.execute(f"PRAGMA journal_size_limit={RESTART_BYTES}")
             if self._migrate is not None:
@@ -126,6 +127,22 @@ class SqliteDatabase:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+def _wal(connection: sqlite3.Connection, timeout_s: float) -> None:
+    """``PRAGMA journal_mode=WAL``. Turning a new file to WAL takes its exclusive lock without SQLite's
+    busy handler, so processes opening one new file at once got "database is locked" at once (seen with
+    12 processes creating virtual keys): retried, as the handler would, for ``timeout_s``."""
+    deadline, delay_s = time.monotonic() + timeout_s, 0.001
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay_s)  # on the database's own thread, as SQLite's busy handler sleeps
+        delay_s = min(delay_s * 2, 0.05)
 
 
 # Every database of this process, so that a forked child opens its own (one fork hook for all,
