@@ -7,6 +7,8 @@ draws on; the server runs each request through the same manager and stack as a l
 from __future__ import annotations
 
 from provmw.gateway._keys_sqlite import SqliteKeyStore
+from provmw.gateway.app import GatewayOptions, gateway_app
 from provmw.gateway.keys import KeyCache, KeyRecord, KeyStore
+from provmw.gateway.serving import serve
 
-__all__ = ["KeyCache", "KeyRecord", "KeyStore", "SqliteKeyStore"]
+__all__ = ["GatewayOptions", "KeyCache", "KeyRecord", "KeyStore", "SqliteKeyStore", "gateway_app", "serve"]

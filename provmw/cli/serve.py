@@ -1,0 +1,46 @@
+"""``provmw serve``: the OpenAI- and Anthropic-compatible gateway (``provmw.gateway``) on the
+manager the settings file builds, its callers verified by the key store (``provmw keys``)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = ["add_serve_command", "serve_command"]
+
+
+def add_serve_command(commands: Any, command: Callable[[Any, str, str], argparse.ArgumentParser]) -> None:
+    """Add ``provmw serve`` with ``command`` (``provmw.cli``'s own subcommand maker)."""
+    serve = command(commands, "serve", "run the gateway: OpenAI- and Anthropic-compatible endpoints behind "
+                    "virtual keys")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=4000, help="port to listen on; 0 picks a free one (default: 4000)")
+    serve.add_argument("--keys", metavar="PATH", help="the key store (default: provmw-keys.sqlite3 beside the ledger)")
+    serve.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024, help="larger requests get 413")
+    serve.add_argument("--max-concurrent-per-key", type=int, default=64, help="more in flight per key get 429")
+    serve.add_argument("--shutdown-grace-s", type=float, default=30.0,
+                       help="on SIGTERM/SIGINT, how long calls in flight may take to finish (default: 30)")
+
+
+async def serve_command(args: argparse.Namespace, out: TextIO) -> int:
+    """Serve until SIGTERM or SIGINT; prints the URL once listening."""
+    from provmw.gateway import SqliteKeyStore
+    from provmw.gateway.app import GatewayOptions
+    from provmw.gateway.keys import keys_path
+    from provmw.gateway.serving import serve
+    from provmw.manager import ServiceManager
+
+    manager = ServiceManager.from_file(args.config)
+    keys = SqliteKeyStore(Path(args.keys) if args.keys else keys_path(manager.settings))
+    options = GatewayOptions(max_body_bytes=args.max_body_bytes, max_concurrent_per_key=args.max_concurrent_per_key,
+                             shutdown_grace_s=args.shutdown_grace_s)
+
+    def listening(url: str) -> None:
+        out.write(f"provmw serve: listening on {url}\n")
+        out.flush()
+
+    await serve(manager, keys, host=args.host, port=args.port, options=options, on_listening=listening)
+    out.write("provmw serve: stopped\n")
+    return 0
