@@ -58,17 +58,14 @@ async def billed_usd(ledger: Path) -> float:
 # --- a worst case below what is then billed (strict budget overspent) ------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="bug: a transcription reserves ceil(bound) seconds but the adapter accepts "
-                                       "and bills ceil(bound) + 1 (its 'second of rounding'), so a strict budget "
-                                       "settles past its limit (_openai_media._transcription vs "
-                                       "TranscriptionRequest.most_units)")
 async def test_a_transcription_never_settles_more_seconds_than_it_reserved(
         fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
     config = openai_config(fake, model="whisper-1", price={"input_usd_per_mtok": 0.0,
                                                            "units": {"audio_second": LIMIT_USD}})
     fake.script(Fault(usage={"type": "duration", "seconds": 2}), route="transcriptions")
     async with ServiceManager(strict({"oa": config}, tmp_path / "l.sqlite3"), host=builtin_only) as manager:
-        await manager.transcribe(wav(1.0))  # reserved: 1 s at $0.01, the whole bucket
+        with pytest.raises(MalformedResponseError, match="2 seconds"):  # more than the audio lasts: refused
+            await manager.transcribe(wav(1.0))  # reserved: 1 s at $0.01, the whole bucket
     assert await billed_usd(tmp_path / "l.sqlite3") <= LIMIT_USD
 
 
@@ -182,11 +179,6 @@ def silent_flac(seconds: int, rate: int = 8000, block: int = 64_000) -> bytes:
     return b"".join(out)
 
 
-@pytest.mark.xfail(strict=False, reason="bug: audio_seconds_bound assumes no accepted file carries speech below "
-                                       "6 kbit/s, but FLAC (an accepted format) holds silence in a few bytes a "
-                                       "second: an hour's recording of a quiet room is ~5 KB, bounded at ~7 s; "
-                                       "the strict reservation is far below what OpenAI bills, and the adapter "
-                                       "refuses the provider's true duration as malformed after it was billed")
 def test_the_seconds_bound_of_a_flac_file_is_never_below_its_duration() -> None:
     from provmw.operations.audio import TranscriptionRequest
 
@@ -278,7 +270,7 @@ async def test_a_responses_call_whose_seed_the_wire_drops_is_not_cached(fake: Fa
     assert "seed" in fake.received[0].body or not answers[1].cached
 
 
-@pytest.mark.xfail(strict=False, reason="bug: TranscriptionRequest takes a filename with control characters, and "
+@pytest.mark.xfail(strict=True, reason="bug: TranscriptionRequest takes a filename with control characters, and "
                                        "aiohttp's multipart header check then raises a bare ValueError out of the "
                                        "stack (untyped, not a ProvmwError)")
 async def test_a_transcription_filename_with_a_line_break_is_a_typed_error(fake: FakeProvider,

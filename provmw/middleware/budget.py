@@ -234,9 +234,10 @@ class BudgetMiddleware:
         if planned is None and strict and any(limit.max_cost_usd is not None for limit in limits):
             raise ConfigurationError(
                 f"budget: the worst-case cost of a call on {config.identifier!r} is unknown (a configuration in "
-                "its chain has no price, or the call sets no max_tokens and the model's ceiling is unknown); "
+                "its chain has no price, or the call sets no max_tokens and the model's ceiling is unknown, or "
+                "its units have no bound, as audio whose file states no duration: only WAV, FLAC and MP3 do); "
                 "strict cost limits need it: add [configurations.<name>.price] (with max_output_tokens) "
-                "or options.max_tokens")
+                "or options.max_tokens, or send WAV, FLAC or MP3")
         output = facts.max_output_tokens
         if output is None and ctx.operation is not ProviderOperation.EMBEDDING:
             if strict and any(limit.max_tokens is not None for limit in limits):

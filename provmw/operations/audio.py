@@ -2,13 +2,16 @@
 
 A transcription is billed by the second of audio (``audio_second``), a speech by the
 character spoken (``character``), ADR 0053. The worst case of a transcription comes from the
-audio itself, before anything is sent (:func:`audio_seconds_bound`): a PCM WAV file says its
-duration in its header, exactly; any other file is bounded by its size at the lowest bitrate a
-codec the provider decodes can carry speech at. That is Opus at 6 kbit/s (its floor; MP3 and
-AAC go no lower than 8), so a file of ``b`` bytes holds at most ``b * 8 / 6000`` seconds: far
-above the truth for music-grade files, never below it for any file the wire accepts. The
-answer's own figure (``usage.seconds``, or ``duration`` in ``verbose_json``) is what is billed
-when the provider says it, else the bound.
+audio itself, before anything is sent (:func:`audio_seconds_bound`), read from what the file is,
+never from its name: a PCM WAV file says its duration in its header, exactly; a FLAC file in its
+STREAMINFO block (total samples over the sample rate), exactly; an MP3 file is bounded by its
+size (:data:`MP3_LEAST_BYTES_PER_SECOND`). Anything else has no bound: formats that hold silence
+in almost nothing (Opus, Ogg or WebM with DTX, AAC) can last hours in a few kilobytes, so no
+bitrate floor holds for them. Such a call's worst case is unknown (:data:`UNBOUNDED_AUDIO`): a
+strict cost limit refuses it before it is sent, any other call goes out. The same whole seconds
+(:func:`most_audio_seconds`) are the reservation and the most an answer may report; the answer's
+own figure (``usage.seconds``, or ``duration`` in ``verbose_json``) is what is billed when the
+provider says it, else the bound.
 
 A transcription at temperature 0 (whisper's default, when no temperature is set) is
 deterministic and may be cached; speech is generated media, never cached by default.
@@ -32,15 +35,26 @@ from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
 from provmw.responses import ProviderResponse
 
-__all__ = ["AUDIO_FORMATS", "LOWEST_SPEECH_BITRATE_BPS", "MEDIA_TYPES", "MIN_TRANSCRIPT_TOKENS",
-           "TRANSCRIPT_TOKENS_PER_SECOND", "SpeechRequest", "SpeechResponse",
-           "TranscriptionRequest", "TranscriptionResponse", "audio_seconds_bound"]
+__all__ = ["AUDIO_FORMATS", "MEDIA_TYPES", "MIN_TRANSCRIPT_TOKENS", "MOST_REPORTED_SECONDS",
+           "MP3_LEAST_BYTES_PER_SECOND", "TRANSCRIPT_TOKENS_PER_SECOND", "UNBOUNDED_AUDIO", "SpeechRequest",
+           "SpeechResponse", "TranscriptionRequest", "TranscriptionResponse", "audio_seconds_bound",
+           "most_audio_seconds"]
 
 # Speech runs at 2 to 4 words a second, some 3 to 8 tokens, more in scripts a tokenizer splits
 # finely: 20 a second bounds a transcript with room to spare.
 TRANSCRIPT_TOKENS_PER_SECOND = 20
 MIN_TRANSCRIPT_TOKENS = 100
-LOWEST_SPEECH_BITRATE_BPS = 6000  # Opus's floor: the module's docstring says why this bounds every file
+# MPEG audio's smallest frames for their length: 8 kbit/s (MPEG-2 and 2.5's lowest bitrate; MPEG-1
+# starts at 32), whose Layer II and III frames hold floor(72 * 8000 / rate) bytes (144 for Layer II's
+# twice as long frames): 52 bytes for 576 samples at 11,025 Hz, 995.3 bytes a second. Frames never
+# overlap (the bit reservoir lends space inside them, not beyond), so a file of ``b`` bytes of MP3
+# frames lasts at most ``b / 995`` seconds; free-format streams (no bitrate stated) are not taken.
+MP3_LEAST_BYTES_PER_SECOND = 995
+# What an answer may report for audio whose file gives no bound: a day, far past any upload (25 MB).
+MOST_REPORTED_SECONDS = 24 * 3600
+# The unit a transcription of unbounded audio is reserved (and, when its answer says no seconds,
+# billed) in: no price names it, so its worst case (and such a bill) is unknown, never a guess.
+UNBOUNDED_AUDIO = "audio_second:unbounded"
 # What each speech format is sent as (OpenAI's ``response_format`` names).
 MEDIA_TYPES: Mapping[str, str] = {"mp3": "audio/mpeg", "opus": "audio/opus", "aac": "audio/aac",
                                   "flac": "audio/flac", "wav": "audio/wav", "pcm": "audio/pcm"}
@@ -48,10 +62,20 @@ AUDIO_FORMATS = tuple(MEDIA_TYPES)
 _PCM_FORMATS = frozenset({1, 3, 0xFFFE})  # integer, float, extensible: a duration the header states exactly
 
 
-def audio_seconds_bound(audio: bytes) -> float:
-    """The most seconds ``audio`` can last: a PCM WAV header's duration, else the size at 6 kbit/s."""
-    exact = _wav_seconds(audio)
-    return exact if exact is not None else len(audio) * 8 / LOWEST_SPEECH_BITRATE_BPS
+def audio_seconds_bound(audio: bytes) -> float | None:
+    """The most seconds ``audio`` can last (the module's docstring says how); None when unknown."""
+    for seconds in (_wav_seconds, _flac_seconds, _mp3_seconds):
+        found = seconds(audio)
+        if found is not None:
+            return found
+    return None
+
+
+def most_audio_seconds(audio: bytes) -> int | None:
+    """The most whole seconds a transcription of ``audio`` may be billed: what it reserves, and the
+    most its answer may report (None: no bound, see :data:`UNBOUNDED_AUDIO`)."""
+    bound = audio_seconds_bound(audio)
+    return None if bound is None else math.ceil(bound)
 
 
 def _wav_seconds(audio: bytes) -> float | None:
@@ -75,6 +99,35 @@ def _pcm_byte_rate(audio: bytes, at: int) -> int | None:
     kind, channels, rate, byte_rate, align, bits = struct.unpack_from("<HHIIHH", audio, at)
     consistent = align == channels * bits // 8 and byte_rate == rate * align
     return byte_rate if kind in _PCM_FORMATS and consistent and byte_rate > 0 else None
+
+
+def _flac_seconds(audio: bytes) -> float | None:
+    """A FLAC file's duration from its STREAMINFO (the first metadata block, always): total samples
+    over the sample rate; None when it states no total (0) or is no FLAC file."""
+    if len(audio) < 26 or audio[:4] != b"fLaC" or audio[4] & 0x7F != 0:
+        return None
+    info = int.from_bytes(audio[18:26], "big")
+    rate, samples = info >> 44, info & ((1 << 36) - 1)
+    return samples / rate if rate and samples else None
+
+
+_MPEG_BITRATE_INDEXES = range(1, 15)  # 0 is free format (any bitrate, none bounded), 15 is invalid
+
+
+def _mp3_seconds(audio: bytes) -> float | None:
+    """An MP3 file's size over :data:`MP3_LEAST_BYTES_PER_SECOND`, the file known by its first frame's
+    header (after an ID3v2 tag, if any); None for anything else."""
+    at = 0
+    if audio[:3] == b"ID3" and len(audio) >= 10:
+        size = int.from_bytes(bytes(b & 0x7F for b in audio[6:10]), "big")  # syncsafe: 7 bits a byte
+        at = 10 + size + (10 if audio[5] & 0x10 else 0)  # a footer, when flagged
+    head = audio[at:at + 4]
+    if len(head) < 4 or head[0] != 0xFF or head[1] & 0xE0 != 0xE0:
+        return None
+    version, layer, bitrate, rate = head[1] >> 3 & 3, head[1] >> 1 & 3, head[2] >> 4, head[2] >> 2 & 3
+    if version == 1 or layer == 0 or bitrate not in _MPEG_BITRATE_INDEXES or rate == 3:
+        return None
+    return len(audio) / MP3_LEAST_BYTES_PER_SECOND
 
 
 def _frozen(value: Mapping[str, Any] | None) -> FrozenMap:
@@ -142,11 +195,15 @@ class TranscriptionRequest:
     def most_output_tokens(self, options: Mapping[str, Any]) -> int | None:
         """gpt-4o-transcribe reports the transcript's tokens (priced at 0 in the bundled table: the
         seconds carry the cost): at most ``TRANSCRIPT_TOKENS_PER_SECOND`` a second, and
-        ``MIN_TRANSCRIPT_TOKENS`` at least."""
-        return max(MIN_TRANSCRIPT_TOKENS, math.ceil(audio_seconds_bound(self.audio) * TRANSCRIPT_TOKENS_PER_SECOND))
+        ``MIN_TRANSCRIPT_TOKENS`` at least; None for audio of no known bound."""
+        bound = audio_seconds_bound(self.audio)
+        return None if bound is None else max(MIN_TRANSCRIPT_TOKENS, math.ceil(bound * TRANSCRIPT_TOKENS_PER_SECOND))
 
     def most_units(self, options: Mapping[str, Any]) -> Mapping[str, float]:
-        return {"audio_second": float(math.ceil(audio_seconds_bound(self.audio)))}
+        """The seconds of :func:`most_audio_seconds`; for audio of no known bound one
+        :data:`UNBOUNDED_AUDIO`, which no price names: the worst case is unknown, not guessed."""
+        most = most_audio_seconds(self.audio)
+        return {UNBOUNDED_AUDIO: 1.0} if most is None else {"audio_second": float(most)}
 
     def deterministic(self, options: Mapping[str, Any]) -> bool:
         return _temperature(options) == 0

@@ -8,14 +8,15 @@ spoken. gpt-image-1 and gpt-4o-transcribe also report tokens: they are kept in t
 the bundled prices rate them at 0, so the units alone carry the cost (OpenAI's per-image and
 per-minute prices are its own figures for what those tokens cost).
 
-Every number an answer reports is bounded: no more images than asked, no more seconds than
-the audio can hold (:func:`provmw.operations.audio.audio_seconds_bound`, plus a second of rounding).
+Every number an answer reports is bounded: no more images than asked, at the size and quality
+asked (where the call left one to the provider, the stated one is billed: the worst case took the
+dearest), no more seconds than the call reserved (:func:`provmw.operations.audio.most_audio_seconds`,
+or :data:`~provmw.operations.audio.MOST_REPORTED_SECONDS` for audio of no known bound).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import mimetypes
 import re
 from collections.abc import Callable, Mapping
@@ -28,11 +29,13 @@ from provmw.errors import ConfigurationError, InvalidDataError, MalformedRespons
 from provmw.http import FormFile, malformed, plain_json
 from provmw.operations.audio import (
     MEDIA_TYPES,
+    MOST_REPORTED_SECONDS,
+    UNBOUNDED_AUDIO,
     SpeechRequest,
     SpeechResponse,
     TranscriptionRequest,
     TranscriptionResponse,
-    audio_seconds_bound,
+    most_audio_seconds,
 )
 from provmw.operations.images import GeneratedImage, ImageEditRequest, ImageRequest, ImageResponse, image_unit
 from provmw.providers._usage import UsageBody
@@ -173,16 +176,18 @@ def _transcription(provider: str, config: ProviderConfig, data: Any, request: Tr
     kind = counts.body.get("type")
     usage = counts.usage(input_tokens=counts.count("input_tokens") if kind == "tokens" else 0,
                          output_tokens=counts.count("output_tokens") if kind == "tokens" else 0)
-    most = math.ceil(audio_seconds_bound(request.audio)) + 1  # a second of rounding up
-    billed = _seconds(counts.body.get("seconds") if kind == "duration" else None, "response.usage.seconds", most)
-    duration = _seconds(body.get("duration"), "response.duration", most)
-    units = next((s for s in (billed, duration) if s is not None), request.most_units({})["audio_second"])
+    most = most_audio_seconds(request.audio)  # what the call reserved: never more is billed
+    limit = MOST_REPORTED_SECONDS if most is None else most
+    billed = _seconds(counts.body.get("seconds") if kind == "duration" else None, "response.usage.seconds", limit)
+    duration = _seconds(body.get("duration"), "response.duration", limit)
+    said = next((s for s in (billed, duration) if s is not None), most)
+    units = {UNBOUNDED_AUDIO: 1.0} if said is None else {"audio_second": float(said)}  # None: a bill unknown
     return TranscriptionResponse(
         provider=provider, model=config.model, served_by=config.identifier, rate_limit=hint,
         text=serde.get(body, "text", str, "response"),
         language=serde.get(body, "language", str, "response", default=None) or request.language,
         duration_s=duration if duration is not None else billed,
-        usage=attrs.evolve(usage, units={"audio_second": units}))
+        usage=attrs.evolve(usage, units=units))
 
 
 def _seconds(value: Any, where: str, most: int) -> float | None:
@@ -191,5 +196,5 @@ def _seconds(value: Any, where: str, most: int) -> float | None:
         return None
     seconds = serde.finite(value, where)
     if not 0 <= seconds <= most:
-        raise InvalidDataError(f"{where}: {seconds:g} seconds of audio reported, the audio holds at most {most}")
+        raise InvalidDataError(f"{where}: {seconds:g} seconds of audio reported, at most {most} possible")
     return seconds

@@ -17,11 +17,13 @@ from provmw.context import ProviderOperation
 from provmw.errors import ConfigurationError, InvalidDataError
 from provmw.operations import OPERATIONS, response_types
 from provmw.operations.audio import (
+    UNBOUNDED_AUDIO,
     SpeechRequest,
     SpeechResponse,
     TranscriptionRequest,
     TranscriptionResponse,
     audio_seconds_bound,
+    most_audio_seconds,
 )
 from provmw.responses import Usage
 
@@ -68,19 +70,45 @@ def test_a_truncated_wav_lasts_as_long_as_the_data_present() -> None:
     assert audio_seconds_bound(wav(4.0)[:44 + 32_000]) == pytest.approx(1.0)
 
 
-def test_a_wav_whose_rates_disagree_is_bounded_by_its_size() -> None:
+def test_a_wav_whose_rates_disagree_has_no_bound() -> None:
     audio = bytearray(wav(1.0))
     struct.pack_into("<I", audio, 28, 1)  # byte rate 1: the header would claim 32,000 seconds
-    assert audio_seconds_bound(bytes(audio)) == len(audio) * 8 / 6000
+    assert audio_seconds_bound(bytes(audio)) is None
 
 
-def test_any_other_file_is_bounded_at_six_kilobits_a_second() -> None:
-    assert audio_seconds_bound(b"\xff\xfb" * 3_000) == 8.0
+MP3_HEAD = b"\xff\xfb\x90\x00"  # MPEG-1 Layer III, 128 kbit/s, 44.1 kHz
+
+
+def flac(samples: int, rate: int = 8_000) -> bytes:
+    info = bytes(10) + (rate << 44 | 15 << 36 | samples).to_bytes(8, "big") + bytes(16)
+    return b"fLaC" + bytes([0x80, 0, 0, 34]) + info + b"\xff\xf8" + bytes(20)
+
+
+def test_a_flac_file_lasts_the_samples_its_streaminfo_states() -> None:
+    assert audio_seconds_bound(flac(3600 * 8_000)) == 3600.0
+    assert audio_seconds_bound(flac(0)) is None  # a total of 0: unknown
+
+
+def test_an_mp3_file_is_bounded_by_its_size_at_mpegs_least_bytes_a_second() -> None:
+    assert audio_seconds_bound(MP3_HEAD + bytes(7_956)) == 8.0
+    tag = b"ID3\x04\x00\x00\x00\x00\x00\x0a" + bytes(10)  # an ID3v2 tag of 10 bytes, then the frames
+    assert audio_seconds_bound(tag + MP3_HEAD + bytes(7_936)) == 8.0
+
+
+@pytest.mark.parametrize("audio", [b"OggS" + bytes(100), b"\xff\xfb" * 3_000, b"\xff\xfb\x00\x00" + bytes(100),
+                                   b"ID3\x04\x00\x00\x00\x00\x00\x0a" + bytes(100)])
+def test_any_other_file_has_no_bound(audio: bytes) -> None:
+    assert audio_seconds_bound(audio) is None and most_audio_seconds(audio) is None
 
 
 def test_the_worst_case_is_the_bound_rounded_up_in_audio_seconds() -> None:
     assert TranscriptionRequest(wav(2.5)).most_units({}) == {"audio_second": 3.0}
-    assert TranscriptionRequest(b"x" * 6_000, filename="a.mp3").most_units({}) == {"audio_second": 8.0}
+    assert TranscriptionRequest(MP3_HEAD + bytes(7_956), filename="a.mp3").most_units({}) == {"audio_second": 8.0}
+
+
+def test_audio_of_no_bound_is_reserved_in_a_unit_no_price_names() -> None:
+    request = TranscriptionRequest(b"OggS" + bytes(100), filename="a.ogg")
+    assert request.most_units({}) == {UNBOUNDED_AUDIO: 1.0} and request.most_output_tokens({}) is None
 
 
 def test_speech_is_billed_by_the_character() -> None:
@@ -163,7 +191,8 @@ def test_every_pcm_wav_lasts_its_frames_over_its_rate(rate: int, channels: int, 
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=200).map(lambda tail: b"RIFF\x00\x00\x00\x00WAVE" + tail) | st.binary(max_size=200))
-def test_any_bytes_get_a_finite_bound_of_zero_or_more_and_never_an_error(audio: bytes) -> None:
+@given(st.sampled_from([b"RIFF\x00\x00\x00\x00WAVE", b"fLaC", b"ID3", b"\xff\xfb", b""])
+       .flatmap(lambda head: st.binary(max_size=200).map(lambda tail: head + tail)))
+def test_any_bytes_get_no_bound_or_a_finite_one_of_zero_or_more_and_never_an_error(audio: bytes) -> None:
     bound = audio_seconds_bound(audio)
-    assert 0 <= bound < float("inf")
+    assert bound is None or 0 <= bound < float("inf")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from provmw.config import ProviderConfig
-from provmw.errors import BudgetExceededError
+from provmw.errors import BudgetExceededError, ConfigurationError
 from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost
 from provmw.settings import Settings
@@ -178,3 +178,23 @@ async def test_an_image_of_a_size_without_a_price_is_billed_unknown_with_one_war
     assert [row.billed for row in await rows(ledger)] == ["unknown", "unknown"]
     warned = [r.getMessage() for r in caplog.records if "image:512x512:standard" in r.getMessage()]
     assert len(warned) == 1 and "[configurations.oa.price.units]" in warned[0]
+
+
+OGG = b"OggS" + bytes(99)  # Opus in Ogg can hold hours of silence in this: no bound
+
+
+async def test_a_strict_cost_limit_refuses_audio_of_no_known_bound_before_sending(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    config = openai_config(fake, model="whisper-1")
+    async with ServiceManager(settings(config, tmp_path / "l.sqlite3", max_cost_usd=1.0), host=builtin_only) as m:
+        with pytest.raises(ConfigurationError, match="audio whose file states no duration"):
+            await m.transcribe(OGG, filename="a.ogg")
+    assert fake.count(route="transcriptions") == 0
+
+
+async def test_audio_of_no_known_bound_goes_out_without_a_strict_cost_limit(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    config = openai_config(fake, model="whisper-1")
+    async with ServiceManager(settings(config, tmp_path / "l.sqlite3"), host=builtin_only) as m:
+        await m.transcribe(OGG, filename="a.ogg")
+    assert fake.count(route="transcriptions") == 1

@@ -23,7 +23,7 @@ from provmw.errors import (
     ResponseTooLargeError,
 )
 from provmw.http import HttpClient, ReadLimits
-from provmw.operations.audio import SpeechRequest, TranscriptionRequest
+from provmw.operations.audio import UNBOUNDED_AUDIO, SpeechRequest, TranscriptionRequest
 from provmw.operations.images import ImageEditRequest, ImageRequest
 from provmw.pricing import PriceTable
 from provmw.providers import capabilities_of
@@ -112,9 +112,29 @@ async def test_verbose_json_gives_the_language_and_the_duration_heard(fake: Fake
 async def test_a_model_reporting_tokens_only_is_billed_the_bound_and_keeps_its_tokens(fake: FakeProvider,
                                                                                        http: HttpClient) -> None:
     config = openai_config(fake, model="gpt-4o-mini-transcribe")
-    response = await ADAPTER.transcribe(http, config, TranscriptionRequest(b"\xff\xfb" * 3_000, filename="a.mp3"))
+    mp3 = b"\xff\xfb\x90\x00" + bytes(7_956)  # an MP3 frame's header: at most 7,960 / 995 = 8 seconds
+    response = await ADAPTER.transcribe(http, config, TranscriptionRequest(mp3, filename="a.mp3"))
     assert response.usage.units == {"audio_second": 8.0} and response.duration_s is None
     assert response.usage.input_tokens > 0 and cost(config, response) == pytest.approx(0.0004)
+
+
+async def test_audio_of_no_bound_is_billed_what_the_answer_states_up_to_a_day(hostile: HostileProvider,
+                                                                              http: HttpClient) -> None:
+    config = ProviderConfig(identifier="h", provider="openai", model="whisper-1", base_url=hostile.openai_base_url)
+    hostile.answer(json.dumps({"text": "hi", "usage": {"type": "duration", "seconds": 3_600}}))
+    response = await ADAPTER.transcribe(http, config, TranscriptionRequest(b"OggS" + bytes(99), filename="a.ogg"))
+    assert response.usage.units == {"audio_second": 3_600.0}
+    hostile.answer(json.dumps({"text": "hi", "usage": {"type": "duration", "seconds": 86_401}}))
+    with pytest.raises(MalformedResponseError, match="86401 seconds"):
+        await ADAPTER.transcribe(http, config, TranscriptionRequest(b"OggS" + bytes(99), filename="a.ogg"))
+
+
+async def test_audio_of_no_bound_whose_answer_states_no_seconds_is_billed_an_unknown_cost(
+        hostile: HostileProvider, http: HttpClient) -> None:
+    hostile.answer(json.dumps({"text": "hi"}))
+    config = ProviderConfig(identifier="h", provider="openai", model="whisper-1", base_url=hostile.openai_base_url)
+    response = await ADAPTER.transcribe(http, config, TranscriptionRequest(b"OggS" + bytes(99), filename="a.ogg"))
+    assert response.usage.units == {UNBOUNDED_AUDIO: 1.0}
 
 
 async def test_a_transcript_format_that_is_not_json_is_refused_before_sending(fake: FakeProvider,
@@ -216,6 +236,7 @@ async def test_a_malformed_image_answer_is_refused(hostile: HostileProvider, htt
     ({"usage": {"type": "duration", "seconds": 1}}, "text"),
     ({"text": 3}, "text"),
     ({"text": "hi", "usage": {"type": "duration", "seconds": 5}}, "5 seconds of audio reported"),
+    ({"text": "hi", "usage": {"type": "duration", "seconds": 3}}, "at most 2 possible"),  # more than reserved
     ({"text": "hi", "usage": {"type": "duration", "seconds": -1}}, "seconds"),
     ({"text": "hi", "usage": {"type": "duration", "seconds": "2"}}, "seconds"),
     ({"text": "hi", "duration": 1e9}, "duration"),
@@ -226,7 +247,7 @@ async def test_a_malformed_transcription_is_refused(hostile: HostileProvider, ht
     hostile.answer(json.dumps(answer))
     config = ProviderConfig(identifier="h", provider="openai", model="whisper-1", base_url=hostile.openai_base_url)
     with pytest.raises(MalformedResponseError, match=named):
-        await ADAPTER.transcribe(http, config, TranscriptionRequest(wav(2.0)))  # at most 3 seconds
+        await ADAPTER.transcribe(http, config, TranscriptionRequest(wav(2.0)))  # at most 2 seconds
 
 
 @pytest.mark.parametrize(("body", "content_type"), [(b'{"error": null}', "application/json"), (b"", "audio/mpeg"),
