@@ -270,9 +270,6 @@ async def test_a_responses_call_whose_seed_the_wire_drops_is_not_cached(fake: Fa
     assert "seed" in fake.received[0].body or not answers[1].cached
 
 
-@pytest.mark.xfail(strict=True, reason="bug: TranscriptionRequest takes a filename with control characters, and "
-                                       "aiohttp's multipart header check then raises a bare ValueError out of the "
-                                       "stack (untyped, not a ProvmwError)")
 async def test_a_transcription_filename_with_a_line_break_is_a_typed_error(fake: FakeProvider,
                                                                            builtin_only: PluginHost) -> None:
     settings = Settings(configurations={"w": openai_config(fake, identifier="w", model="whisper-1")})

@@ -24,6 +24,7 @@ import binascii
 import hashlib
 import math
 import struct
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,7 +36,7 @@ from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
 from provmw.responses import ProviderResponse
 
-__all__ = ["AUDIO_FORMATS", "MEDIA_TYPES", "MIN_TRANSCRIPT_TOKENS", "MOST_REPORTED_SECONDS",
+__all__ = ["AUDIO_FORMATS", "MEDIA_TYPES", "MIN_TRANSCRIPT_TOKENS", "MOST_FILENAME_CHARS", "MOST_REPORTED_SECONDS",
            "MP3_LEAST_BYTES_PER_SECOND", "TRANSCRIPT_TOKENS_PER_SECOND", "UNBOUNDED_AUDIO", "SpeechRequest",
            "SpeechResponse", "TranscriptionRequest", "TranscriptionResponse", "audio_seconds_bound",
            "most_audio_seconds"]
@@ -141,6 +142,19 @@ def _text(instance: object, attribute: attrs.Attribute[Any], value: object) -> N
         raise ConfigurationError(f"{attribute.name} must be a non-empty string, got {value!r:.40}")
 
 
+MOST_FILENAME_CHARS = 255  # the longest file name common file systems keep
+
+
+def _filename(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A file's name as a multipart upload sends it in a header: no control characters (a line break
+    would end the header), no path (only the name is the provider's business), of a bounded length."""
+    _text(instance, attribute, value)
+    assert isinstance(value, str)
+    if len(value) > MOST_FILENAME_CHARS or any(c in "/\\" or unicodedata.category(c) == "Cc" for c in value):
+        raise ConfigurationError(f"filename must be a file's name of at most {MOST_FILENAME_CHARS} characters, "
+                                 f"without control characters or path separators, got {value!r:.60}")
+
+
 def _optional_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None:
         _text(instance, attribute, value)
@@ -171,7 +185,7 @@ class TranscriptionRequest:
     with a ``prompt`` of the words and style to expect."""
 
     audio: bytes = attrs.field(validator=_audio, repr=lambda audio: f"<{len(audio)} bytes>")
-    filename: str = attrs.field(default="audio.wav", validator=_text)
+    filename: str = attrs.field(default="audio.wav", validator=_filename)
     language: str | None = attrs.field(default=None, validator=_optional_text)
     prompt: str | None = attrs.field(default=None, validator=_optional_text)
     options: FrozenMap = attrs.field(factory=FrozenMap, converter=_frozen)
