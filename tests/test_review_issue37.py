@@ -69,16 +69,14 @@ async def test_a_transcription_never_settles_more_seconds_than_it_reserved(
     assert await billed_usd(tmp_path / "l.sqlite3") <= LIMIT_USD
 
 
-@pytest.mark.xfail(strict=True, reason="bug: an image answer's size and quality are trusted as billed even when "
-                                       "they differ from what the call asked and reserved for "
-                                       "(_openai_media._images), so a strict budget settles past its limit")
 async def test_an_image_answer_cannot_bill_a_dearer_size_and_quality_than_asked(
         fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
     config = openai_config(fake, model="gpt-image-1")
     fake.script(Fault(replace={"1024x1024": "1536x1024", "low": "high"}), route="images")
     async with ServiceManager(strict({"oa": config}, tmp_path / "l.sqlite3", limit_usd=0.05),
                               host=builtin_only) as manager:
-        await manager.generate_image("a cat", size="1024x1024", quality="low")  # $0.011 reserved
+        with pytest.raises(MalformedResponseError, match="size"):  # another size than asked: refused
+            await manager.generate_image("a cat", size="1024x1024", quality="low")  # $0.011 reserved
     assert await billed_usd(tmp_path / "l.sqlite3") <= 0.05
 
 

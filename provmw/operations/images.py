@@ -137,12 +137,20 @@ class ImageRequest:
         pixels = int(given[1]) * int(given[2]) if given else 0
         return self.n * max(MOST_IMAGE_TOKENS, math.ceil(pixels * MOST_IMAGE_TOKENS / _LARGEST_PIXELS))
 
-    def most_units(self, options: Mapping[str, Any]) -> Mapping[str, float]:
-        # A quality nobody gave is the provider's to choose (gpt-image-1's ``auto``): the worst
-        # case takes the dearest the price names for that size (Price.most_units_usd).
+    def provider_chooses(self, options: Mapping[str, Any]) -> tuple[bool, bool]:
+        """Whether the provider chooses the size, and the quality: when asked ``auto``, and the quality
+        when nobody gave one (gpt-image-1's default is ``auto``). What it chooses is billed as its
+        answer states; anything else must be what was asked (the adapter refuses another)."""
         size, quality = self.resolved(options)
         given = self.quality or (options.get("extra_body") or {}).get("quality")
-        return {image_unit(size, quality if given else "auto"): float(self.n)}
+        return size == "auto", quality == "auto" or not given
+
+    def most_units(self, options: Mapping[str, Any]) -> Mapping[str, float]:
+        # What the provider chooses is ``auto`` in the unit: the worst case takes the dearest the
+        # price names there (Price.most_units_usd).
+        size, quality = self.resolved(options)
+        quality = "auto" if self.provider_chooses(options)[1] else quality
+        return {image_unit(size, quality): float(self.n)}
 
     def deterministic(self, options: Mapping[str, Any]) -> bool:
         return False

@@ -58,20 +58,20 @@ T = TypeVar("T")
 async def generate_image(adapter: OpenAIAdapter, http: HttpClient, config: ProviderConfig,
                          request: ImageRequest) -> ImageResponse:
     """POST /images/generations."""
-    body, size, quality = _image_body(config, request)
+    body, asked = _image_body(config, request)
     data, hint = await adapter._post(http, config, "/images/generations", body)
-    return _read(adapter.name, config, lambda: _images(adapter.name, config, data, request.n, size, quality, hint))
+    return _read(adapter.name, config, lambda: _images(adapter.name, config, data, request.n, asked, hint))
 
 
 async def edit_image(adapter: OpenAIAdapter, http: HttpClient, config: ProviderConfig,
                      request: ImageEditRequest) -> ImageResponse:
     """POST /images/edits, the image (and mask) uploaded as files of a form."""
-    body, size, quality = _image_body(config, request)
+    body, asked = _image_body(config, request)
     files = {"image": _image_file("image", request.image.data, request.image.media_type)}
     if request.mask is not None:
         files["mask"] = _image_file("mask", request.mask.data, request.mask.media_type)
     data, hint = await adapter._post_form(http, config, "/images/edits", _form_fields(body), files)
-    return _read(adapter.name, config, lambda: _images(adapter.name, config, data, request.n, size, quality, hint))
+    return _read(adapter.name, config, lambda: _images(adapter.name, config, data, request.n, asked, hint))
 
 
 async def transcribe(adapter: OpenAIAdapter, http: HttpClient, config: ProviderConfig,
@@ -120,9 +120,18 @@ def _extra(options: Mapping[str, Any]) -> dict[str, Any]:
     return dict(plain_json(options.get("extra_body") or {}))
 
 
-def _image_body(config: ProviderConfig, request: ImageRequest) -> tuple[dict[str, Any], str, str]:
-    """The body, and the size and quality billed: the size is always sent (the bill is what was
-    asked for), the quality when given (gpt-image-1 refuses dall-e's ``standard``)."""
+@attrs.frozen
+class _Asked:
+    """The size and quality an image call asked for, and which of them the provider chooses."""
+
+    size: str
+    quality: str
+    chooses: tuple[bool, bool]  # the size, the quality (ImageRequest.provider_chooses)
+
+
+def _image_body(config: ProviderConfig, request: ImageRequest) -> tuple[dict[str, Any], _Asked]:
+    """The body, and what it asked: the size is always sent (the bill is what was asked for), the
+    quality when given (gpt-image-1 refuses dall-e's ``standard``)."""
     options = merged_options(config, request.options)
     size, quality = request.resolved(options)
     body = {**_extra(options), "model": config.model, "prompt": request.prompt, "n": request.n, "size": size}
@@ -130,7 +139,7 @@ def _image_body(config: ProviderConfig, request: ImageRequest) -> tuple[dict[str
         body["quality"] = request.quality
     if options.get("response_format") is not None:
         body["response_format"] = options["response_format"]  # url or b64_json, as the call asked
-    return body, size, quality
+    return body, _Asked(size, quality, request.provider_chooses(options))
 
 
 def _image_file(name: str, data: bytes | None, media_type: str) -> FormFile:
@@ -143,21 +152,32 @@ def _form_fields(body: Mapping[str, Any]) -> dict[str, str]:
     return {name: value if isinstance(value, str) else json.dumps(value) for name, value in body.items()}
 
 
-def _images(provider: str, config: ProviderConfig, data: Any, n: int, size: str, quality: str,
+def _images(provider: str, config: ProviderConfig, data: Any, n: int, asked: _Asked,
             hint: RateLimitHint | None) -> ImageResponse:
     body = serde.mapping(data, "response")
     rows = serde.get(body, "data", list, "response")
     if len(rows) > n:
         raise InvalidDataError(f"response.data: {len(rows)} images, {n} asked for")
-    size = serde.get(body, "size", str, "response", default=None) or size
-    quality = serde.get(body, "quality", str, "response", default=None) or quality
-    if not _REPORTED_SIZE.fullmatch(size) or not quality.isalpha():
-        raise InvalidDataError(f"response: size {size!r:.20} or quality {quality!r:.20} is not one")
+    stated = [serde.get(body, name, str, "response", default=None) for name in ("size", "quality")]
+    if not _REPORTED_SIZE.fullmatch(stated[0] or asked.size) or not (stated[1] or asked.quality).isalpha():
+        raise InvalidDataError(f"response: size {stated[0]!r:.20} or quality {stated[1]!r:.20} is not one")
+    size = _billed("size", asked.size, stated[0], chooses=asked.chooses[0])
+    quality = _billed("quality", asked.quality, stated[1], chooses=asked.chooses[1])
     counts = UsageBody.of(body.get("usage"), provider=provider, model=config.model)
     usage = counts.usage(input_tokens=counts.count("input_tokens"), output_tokens=counts.count("output_tokens"))
     return ImageResponse(provider=provider, model=config.model, served_by=config.identifier, rate_limit=hint,
                          images=tuple(_image(row, f"response.data[{i}]") for i, row in enumerate(rows)),
                          usage=attrs.evolve(usage, units={image_unit(size, quality): len(rows)}))
+
+
+def _billed(name: str, asked: str, stated: str | None, *, chooses: bool) -> str:
+    """The size or quality an image is billed at: the one asked; the one stated where the provider
+    chooses (the worst case took the dearest). Another than asked would bill what was not reserved."""
+    if stated is None or stated == asked:
+        return asked
+    if chooses:
+        return stated
+    raise InvalidDataError(f"response.{name}: {stated!r:.20} made, {asked!r:.20} asked for")
 
 
 def _image(value: Any, where: str) -> GeneratedImage:

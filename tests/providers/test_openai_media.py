@@ -84,6 +84,24 @@ async def test_gpt_image_1_is_billed_per_image_at_the_quality_it_made_and_keeps_
     assert cost(config, response) == pytest.approx(0.022 + 3 * 10.0 / 1e6)  # input at $10/M; the units carry the output
 
 
+@pytest.mark.parametrize(("stated", "named"), [({"size": "1536x1024"}, "size"), ({"quality": "high"}, "quality")])
+async def test_an_image_answer_stating_another_size_or_quality_than_asked_is_refused(
+        hostile: HostileProvider, http: HttpClient, stated: dict[str, str], named: str) -> None:
+    hostile.answer(image_answer(**{"size": "1024x1024", "quality": "low", **stated}))
+    config = ProviderConfig(identifier="h", provider="openai", model="gpt-image-1", base_url=hostile.openai_base_url)
+    with pytest.raises(MalformedResponseError, match=f"{named}: '.*' made"):
+        await ADAPTER.generate_image(http, config, ImageRequest("a cat", size="1024x1024", quality="low"))
+
+
+@pytest.mark.parametrize("request_", [ImageRequest("a cat"), ImageRequest("a cat", size="auto", quality="auto")])
+async def test_what_the_provider_chooses_is_billed_as_its_answer_states(
+        hostile: HostileProvider, http: HttpClient, request_: ImageRequest) -> None:
+    hostile.answer(image_answer(size="1024x1024" if request_.size is None else "1536x1024", quality="medium"))
+    config = ProviderConfig(identifier="h", provider="openai", model="gpt-image-1", base_url=hostile.openai_base_url)
+    response = await ADAPTER.generate_image(http, config, request_)
+    assert response.usage.units == {f"image:{'1024x1024' if request_.size is None else '1536x1024'}:medium": 1.0}
+
+
 async def test_an_edit_uploads_the_image_and_mask_as_files_of_a_form(fake: FakeProvider, http: HttpClient) -> None:
     config = openai_config(fake, model="dall-e-2")
     request = ImageEditRequest("add a hat", image=PNG, mask=b"\x89PNGmask", size="512x512")
