@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from zoneinfo import ZoneInfo
 
 from provmw.cli._calls import cost_text, option_pairs, target, usage_line
+from provmw.cli.keys import add_keys_command, keys_command
 from provmw.cli.operations import OPERATION_COMMANDS, add_operation_commands
 from provmw.cli.serve import add_serve_command, serve_command
 from provmw.errors import ConfigurationError, InvalidDataError, PluginError, ProvmwError
@@ -317,12 +318,13 @@ def _parser() -> argparse.ArgumentParser:
     fake.add_argument("--host", default="127.0.0.1")
     fake.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed)")
     _fake_arguments(fake)
+    add_keys_command(commands, _command)
     add_serve_command(commands, _command)
     return parser
 
 
 _COMMANDS: dict[str, Any] = {"chat": _chat, "embed": _embed, **OPERATION_COMMANDS, "stack": _stack, "plugins": _plugins,
-                             "check": _check,
+                             "check": _check, "keys": keys_command,
                              "usage": _usage, "budget": _budget, "demo": _demo, "fake-provider": _fake_provider,
                              "serve": serve_command}
 
