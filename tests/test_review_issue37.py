@@ -205,9 +205,6 @@ async def test_a_continued_conversation_never_reuses_a_placeholder_for_another_v
     assert fake.count(route="responses") == 2
 
 
-@pytest.mark.xfail(strict=True, reason="bug: provmw-guard restores placeholders only in chat and Responses answers: "
-                                       "an image answer's revised_prompt (dall-e-3 rewrites the prompt it was sent) "
-                                       "reaches the caller with the guard's placeholders in it")
 async def test_an_images_revised_prompt_comes_back_restored(fake: FakeProvider) -> None:
     async with guarded(fake, model="dall-e-3") as manager:
         answer = await manager.generate_image("a portrait of ada@example.com")

@@ -1,10 +1,14 @@
 """The guard on the operations beyond chat, through a ServiceManager against the fake provider: what
-each sends as text reaches the provider as placeholders, and a Responses answer comes back restored."""
+each sends as text reaches the provider as placeholders, and a Responses answer (and an image answer's
+revised prompt) comes back restored."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
+from provmw.errors import GuardRefusedError
 from provmw.messages import ToolSpec
 from provmw.testing import FakeProvider
 
@@ -44,3 +48,16 @@ async def test_an_images_prompt_and_a_reranks_documents_go_out_redacted(manager:
         await built.moderate([f"hello {EMAIL}", "plain"])
     assert EMAIL not in image_body and "<EMAIL_1>" in image_body
     assert EMAIL not in sent(fake) and "<EMAIL_1>" in sent(fake)
+
+
+async def test_an_images_revised_prompt_comes_back_restored(manager: Manager, fake: FakeProvider) -> None:
+    async with manager(model="dall-e-3") as built:
+        answer = await built.generate_image(f"a portrait of {EMAIL}")
+    assert "<EMAIL_1>" in sent(fake) and answer.images[0].revised_prompt == f"a picture of a portrait of {EMAIL}"
+
+
+async def test_an_output_rule_reads_an_images_revised_prompt(manager: Manager) -> None:
+    deny = [{"rule": "no-pictures", "regex": "picture", "stage": "output"}]
+    async with manager(model="dall-e-3", guard={"deny": deny}) as built:
+        with pytest.raises(GuardRefusedError, match="deny:no-pictures"):
+            await built.generate_image("a cat")

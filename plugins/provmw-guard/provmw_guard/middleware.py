@@ -17,6 +17,7 @@ from fnmatch import fnmatchcase
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
 from provmw.errors import ConfigurationError, GuardRefusedError
+from provmw.operations.images import ImageResponse
 from provmw.operations.responses_api import ResponsesResponse
 from provmw.pipeline import Next, R
 from provmw.responses import CompletionResponse
@@ -95,7 +96,7 @@ class GuardMiddleware:
         if isinstance(response, OpenedStream):
             self._filter(ctx, response, redaction, json)
             return response
-        if isinstance(response, CompletionResponse | ResponsesResponse):
+        if isinstance(response, CompletionResponse | ResponsesResponse | ImageResponse):
             return await self._answer(ctx, response, redaction, json)  # type: ignore[type-var]
         return response
 

@@ -3,7 +3,8 @@
 Every piece of text a request sends is visited: each message's text parts, the arguments of the
 tool calls in its history, a completion's prompt, an embedding's inputs, and what an operation
 beyond chat names as its text (``OperationRequest.texts``: a Responses call's input, an image's
-prompt, the text to speak, a rerank's query and documents, what to moderate). Audio and images
+prompt, the text to speak, a rerank's query and documents, what to moderate). Answers restored:
+chat, completion and Responses answers, and an image answer's revised prompts. Audio and images
 sent as bytes are not text: the guard neither reads nor rewrites them. A value nothing changed
 is kept as the same object, so an untouched request is the request it was.
 """
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 import attrs
 
 from provmw.messages import ContentPart, Message, TextPart, ToolCall
+from provmw.operations.images import GeneratedImage, ImageResponse
 from provmw.operations.responses_api import FunctionCall, MessageItem, OutputItem, ResponsesResponse
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest, ProviderRequest
 from provmw.responses import CompletionResponse
@@ -118,19 +120,26 @@ def answers_json(request: ProviderRequest) -> bool:
                                                     str(asked.get("type", "")).startswith("json"))
 
 
-Answer = TypeVar("Answer", CompletionResponse, ResponsesResponse)
+Answer = TypeVar("Answer", CompletionResponse, ResponsesResponse, ImageResponse)
 
 
-def answer_texts(response: CompletionResponse | ResponsesResponse) -> list[str]:
-    """The text of an answer: its text and its tool calls' arguments."""
+def answer_texts(response: CompletionResponse | ResponsesResponse | ImageResponse) -> list[str]:
+    """The text of an answer: its text and its tool calls' arguments (an image answer's: the prompts
+    the model revised the one it was sent into)."""
+    if isinstance(response, ImageResponse):
+        return [image.revised_prompt for image in response.images if image.revised_prompt is not None]
     return [response.text, *(call.arguments for call in response.tool_calls)]
 
 
 def restored_answer(response: Answer, redaction: Redaction, *, json: bool) -> Answer:
     """``response`` with this call's placeholders restored in its text, tool calls and parsed value
-    (and a Responses answer's output items, which say the same)."""
+    (and a Responses answer's output items, which say the same; an image answer's revised prompts,
+    which rewrite the redacted prompt)."""
     if not redaction.values:
         return response
+    if isinstance(response, ImageResponse):
+        images: dict[str, Any] = {"images": tuple(_image(image, redaction.restore) for image in response.images)}
+        return attrs.evolve(response, **images)
     restore = redaction.restore_json if json else redaction.restore
     text = restore(response.text)
     calls = tuple(_call(c, redaction.restore_json) for c in response.tool_calls)
@@ -142,6 +151,11 @@ def restored_answer(response: Answer, redaction: Redaction, *, json: bool) -> An
     if isinstance(response, ResponsesResponse):
         changed["output"] = tuple(_item(item, restore, redaction) for item in response.output)
     return attrs.evolve(response, **changed)
+
+
+def _image(image: GeneratedImage, text: Rewrite) -> GeneratedImage:
+    revised = image.revised_prompt
+    return image if revised is None else attrs.evolve(image, revised_prompt=text(revised))
 
 
 def _item(item: OutputItem, text: Rewrite, redaction: Redaction) -> OutputItem:
