@@ -34,6 +34,7 @@ from provmw import pricing
 from provmw.cli.check import notes
 from provmw.config import ProviderConfig
 from provmw.manager import ServiceManager
+from provmw.operations.responses_api import TOOL_UNITS
 from provmw.plugins import PluginHost
 from provmw.pricing import CATALOGUE_PROVIDERS, Price, PriceTable
 from provmw.responses import Usage
@@ -120,7 +121,9 @@ def compared(*, bundled: bool = False) -> Iterator[tuple[str, str, str, catalogu
     table = PriceTable()
     for provider, provider_id, name, model in MODELS:
         price = provmw_price(table, provider, name) if name is not None else None
-        if name is not None and price is not None and (id(price) in BUNDLED) == bundled and not price.units:
+        # the built-in tools' fees (web search...) are units beside a chat model's tokens: still compared
+        media = price is not None and bool(set(price.units) - set(TOOL_UNITS.values()))
+        if name is not None and price is not None and (id(price) in BUNDLED) == bundled and not media:
             yield provider, provider_id, name, model, price
 
 

@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 from provmw.config import ProviderConfig
-from provmw.errors import BudgetExceededError, GuardRefusedError, MalformedResponseError, ProvmwError
+from provmw.errors import (
+    BudgetExceededError,
+    ConfigurationError,
+    GuardRefusedError,
+    MalformedResponseError,
+    ProvmwError,
+)
 from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost, PluginPolicy
 from provmw.pools import Pool
@@ -91,10 +97,6 @@ async def test_a_rerank_answer_cannot_bill_more_search_units_than_its_worst_case
     assert await billed_usd(tmp_path / "l.sqlite3") <= LIMIT_USD
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a Responses call naming previous_response_id is bounded without the "
-                                       "stored conversation the provider bills as input (ResponsesRequest."
-                                       "input_bytes), and its answer's input tokens are not held to any bound, so "
-                                       "a strict budget settles past its limit")
 async def test_a_continued_response_never_settles_past_a_strict_limit(
         fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
     price = {"input_usd_per_mtok": 10.0, "output_usd_per_mtok": 10.0}
@@ -104,7 +106,8 @@ async def test_a_continued_response_never_settles_past_a_strict_limit(
         # OpenAI bills the stored conversation again as this call's input: 200,000 tokens here
         fake.script(Fault(usage={"input_tokens": 200_000, "output_tokens": 5, "total_tokens": 200_005}),
                     route="responses")
-        await manager.respond("and then?", previous_response_id=first.response_id)
+        with pytest.raises(ConfigurationError):  # fixed: its worst case is unknown, refused before it is sent
+            await manager.respond("and then?", previous_response_id=first.response_id)
     assert await billed_usd(tmp_path / "l.sqlite3") <= LIMIT_USD
 
 
@@ -214,9 +217,6 @@ async def test_an_images_revised_prompt_comes_back_restored(fake: FakeProvider) 
 # --- extra_body on the Responses wire ---------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="bug: _openai_responses.responses_body checks extra_body only against the "
-                                       "body's own keys, not the options it adds after (max_output_tokens, text), "
-                                       "so extra_body replaces the output bound the call was priced and reserved on")
 async def test_extra_body_cannot_raise_a_responses_calls_output_bound(fake: FakeProvider,
                                                                       builtin_only: PluginHost) -> None:
     config = openai_config(fake, options={"max_tokens": 10})
@@ -226,17 +226,16 @@ async def test_extra_body_cannot_raise_a_responses_calls_output_bound(fake: Fake
     assert all(r.body.get("max_output_tokens", 10) <= 10 for r in fake.received)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a previous_response_id given through extra_body reaches the wire while "
-                                       "the request says none, so a call continuing a stored response is cached "
-                                       "(and judged deterministic and translatable) against ADR 0052/0054")
 async def test_a_call_continuing_a_stored_response_through_extra_body_is_never_cached(
         fake: FakeProvider, builtin_only: PluginHost) -> None:
     settings = Settings(configurations={"oa": openai_config(fake)}, middleware={"cache": {"operations": ["responses"]}})
     async with ServiceManager(settings, host=builtin_only) as manager:
         first = await manager.respond("hi", store=True)
         asked = {"temperature": 0, "extra_body": {"previous_response_id": first.response_id}}
-        answers = [await manager.respond("go on", options=asked) for _ in range(2)]
-    assert not any(a.cached for a in answers)
+        for _ in range(2):  # fixed: refused each time, so never answered from the cache
+            with pytest.raises(ConfigurationError, match="previous_response_id"):
+                await manager.respond("go on", options=asked)
+    assert len(fake.received) == 1
 
 
 async def test_a_token_priced_rerank_never_settles_past_its_worst_case(
@@ -254,9 +253,6 @@ async def test_a_token_priced_rerank_never_settles_past_its_worst_case(
     assert await billed_usd(tmp_path / "l.sqlite3") <= 0.005
 
 
-@pytest.mark.xfail(strict=True, reason="bug: ResponsesRequest.deterministic counts a seed, but the Responses wire "
-                                       "takes none (_openai_responses drops it), so a sampled answer (default "
-                                       "temperature) is cached and served again as if it were reproducible")
 async def test_a_responses_call_whose_seed_the_wire_drops_is_not_cached(fake: FakeProvider,
                                                                          builtin_only: PluginHost) -> None:
     settings = Settings(configurations={"oa": openai_config(fake)}, middleware={"cache": {"operations": ["responses"]}})
@@ -273,10 +269,6 @@ async def test_a_transcription_filename_with_a_line_break_is_a_typed_error(fake:
             await manager.transcribe(wav(1.0), filename="a.wav\r\nX-Injected: 1")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a Responses call's built-in tools are billed per call by OpenAI (web "
-                                       "search $10 to $25 per 1,000 calls, file search $2.50, a code interpreter "
-                                       "container $0.03), but their output items are dropped unread and no unit "
-                                       "prices them: the worst case and the ledger leave the fees out")
 async def test_a_web_search_calls_fee_is_in_its_cost(hostile: HostileProvider, builtin_only: PluginHost) -> None:
     searches = [{"type": "web_search_call", "id": f"ws_{i}", "status": "completed",
                  "action": {"type": "search", "query": "weather"}} for i in range(2)]
@@ -284,8 +276,9 @@ async def test_a_web_search_calls_fee_is_in_its_cost(hostile: HostileProvider, b
                "content": [{"type": "output_text", "text": "sunny", "annotations": []}]}
     hostile.answer(json.dumps({"id": "resp_1", "status": "completed", "model": "gpt-4o",
                                "output": [*searches, message], "usage": {"input_tokens": 10, "output_tokens": 2}}))
+    # the bundled price of gpt-4o, which names the tools' fees (a configuration's own price names its own units)
     config = ProviderConfig(identifier="oa", provider="openai", model="gpt-4o", base_url=hostile.openai_base_url,
-                            api_key=SENTINEL_KEY, price={"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 1.0})
+                            api_key=SENTINEL_KEY)
     async with ServiceManager(Settings(configurations={"oa": config}), host=builtin_only) as manager:
         answer = await manager.respond("weather in Paris?", builtin_tools=["web_search"])
     assert (answer.usage.cost_usd or 0.0) >= 2 * 10.0 / 1000  # two searches at $10 per 1,000 at least

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -48,11 +49,26 @@ from provmw.operations._responses_items import (
 )
 from provmw.responses import ProviderResponse
 
-__all__ = ["BUILTIN_TOOLS", "FunctionCall", "FunctionCallOutput", "InputItem", "MessageItem", "OutputItem",
-           "ReasoningItem", "ResponsesRequest", "ResponsesResponse", "finish_reason", "input_items", "item_from_dict",
-           "output_bound", "output_fields"]
+__all__ = ["BUILTIN_TOOLS", "RESERVED_EXTRA_BODY", "RESERVED_OPTIONS", "TOOL_UNITS", "UNPRICEABLE", "FunctionCall",
+           "FunctionCallOutput", "InputItem", "MessageItem", "OutputItem", "ReasoningItem", "ResponsesRequest",
+           "ResponsesResponse", "finish_reason", "input_items", "item_from_dict", "max_tool_calls", "output_bound",
+           "output_fields", "reserved_options"]
 
 BUILTIN_TOOLS = ("web_search", "file_search", "code_interpreter")
+# What each built-in tool is billed by (ADR 0052): a web or file search per call, a code interpreter per
+# container (session) it opens; a call opens at most one, the container its tool is given.
+TOOL_UNITS: Mapping[str, str] = MappingProxyType({
+    "web_search": "web_search_call", "file_search": "file_search_call", "code_interpreter": "code_interpreter_session"})
+# Fields a call sets by its own arguments, or that would make it something else than it was checked,
+# priced and keyed as (a stored conversation continued, a background job, a stream, other tools or
+# output): no option may set them, and neither may extra_body, which may not set max_tool_calls either
+# (the option its fees' bound is read from).
+RESERVED_OPTIONS = frozenset({"previous_response_id", "conversation", "prompt", "store", "instructions", "input",
+                              "include", "background", "stream", "text", "tools"})
+RESERVED_EXTRA_BODY = RESERVED_OPTIONS | {"max_tool_calls"}
+# A unit no price names: a worst case that holds it is unknown (Price.most_units_usd is None), so a
+# strict cost limit refuses the call before it is sent (``unknown_worst_case`` says why).
+UNPRICEABLE = "unpriceable"
 # What a provider adds around a request's text, in the largest figures of provmw._call.facts.ALLOWANCES,
 # counted as bytes of text (a byte is at most a token): per item, per image, per tool, once with tools.
 _PER_ITEM, _PER_IMAGE, _PER_TOOL, _WITH_TOOLS, _PER_REQUEST = 8, 48_200, 64, 600, 16
@@ -74,7 +90,31 @@ def _store(instance: object, attribute: attrs.Attribute[Any], value: object) -> 
 def _options(value: Mapping[str, Any] | None) -> FrozenMap:
     if value is not None and not isinstance(value, Mapping):
         raise ConfigurationError(f"options must be a mapping, got {type(value).__name__}")
-    return value if isinstance(value, FrozenMap) else FrozenMap(value)
+    options = value if isinstance(value, FrozenMap) else FrozenMap(value)
+    reserved_options(options)
+    return options
+
+
+def reserved_options(options: Mapping[str, Any]) -> None:
+    """Refuse ``options`` that set what the call sets itself (:data:`RESERVED_OPTIONS`), directly or
+    through ``extra_body``: a follow-up hidden there would escape the cache's rule and the budget's bound."""
+    extra = options.get("extra_body") or {}
+    taken = sorted(RESERVED_OPTIONS.intersection(options)) + sorted(
+        RESERVED_EXTRA_BODY.intersection(extra) if isinstance(extra, Mapping) else ())
+    if taken:
+        raise ConfigurationError(f"options must not set {', '.join(taken)} (directly or in extra_body): a Responses "
+                                 "call sets them by its own arguments (input, instructions, tools, builtin_tools, "
+                                 "previous_response_id, store, response_schema)")
+
+
+def max_tool_calls(options: Mapping[str, Any]) -> int | None:
+    """The ``max_tool_calls`` option (the wire's own, sent as it is): the most built-in tool calls a call makes."""
+    value = options.get("max_tool_calls")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"options.max_tool_calls must be an integer of 0 or more, got {value!r:.40}")
+    return value
 
 
 def _schema(value: object) -> FrozenMap | None:
@@ -148,14 +188,33 @@ class ResponsesRequest:
     def most_output_tokens(self, options: Mapping[str, Any]) -> int | None:
         return output_bound(options)
 
+    def unknown_worst_case(self, options: Mapping[str, Any]) -> str | None:
+        """Why no bound before sending holds what this call may be billed (None: one does), for a strict
+        budget's refusal: a stored conversation continued, or built-in tools without ``max_tool_calls``."""
+        if self.previous_response_id is not None:
+            return ("it continues a stored conversation (previous_response_id), which the provider bills as input "
+                    "again and no bound before sending can see; send its items with store=false instead, or use "
+                    "the budget's estimate mode")
+        if self.builtin_tools and max_tool_calls(options) is None:
+            return (f"its built-in tools ({', '.join(self.builtin_tools)}) are billed per call and it sets no "
+                    "max_tool_calls; set options.max_tool_calls, or use the budget's estimate mode")
+        return None
+
     def most_units(self, options: Mapping[str, Any]) -> Mapping[str, float]:
-        return {}
+        """The built-in tools' fees at worst: ``max_tool_calls`` calls of each search tool asked (a bound
+        above the dearest one's alone when both are), one code interpreter session; an unknown worst
+        case is the :data:`UNPRICEABLE` unit."""
+        if self.unknown_worst_case(options) is not None:
+            return {UNPRICEABLE: 1.0}
+        calls = float(max_tool_calls(options) or 0)
+        return {TOOL_UNITS[t]: 1.0 if t == "code_interpreter" else calls for t in self.builtin_tools}
 
     def deterministic(self, options: Mapping[str, Any]) -> bool:
-        """Temperature 0 or a seed; never a call that continues or keeps a stored response."""
-        if self.previous_response_id is not None or self.store:
+        """Temperature 0 (the Responses wire takes no seed); never a call that continues or keeps a stored
+        response, nor one with built-in tools, which read what changes outside it (the web, a vector store)."""
+        if self.previous_response_id is not None or self.store or self.builtin_tools:
             return False
-        return options.get("temperature") == 0 or options.get("seed") is not None
+        return options.get("temperature") == 0
 
     def texts(self) -> tuple[str, ...]:
         """The instructions, then each item's texts in order: text parts, a call's arguments, a tool's

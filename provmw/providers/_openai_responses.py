@@ -47,6 +47,8 @@ from provmw.http import (
 )
 from provmw.messages import TextPart, ToolSpec
 from provmw.operations.responses_api import (
+    TOOL_UNITS,
+    UNPRICEABLE,
     FunctionCall,
     MessageItem,
     OutputItem,
@@ -54,8 +56,10 @@ from provmw.operations.responses_api import (
     ResponsesRequest,
     ResponsesResponse,
     finish_reason,
+    max_tool_calls,
     output_bound,
     output_fields,
+    reserved_options,
 )
 from provmw.providers._opening import OpeningHint
 from provmw.providers._usage import UsageBody
@@ -149,7 +153,10 @@ def _format_of(form: object) -> Any:
 
 def responses_body(config: ProviderConfig, request: ResponsesRequest) -> dict[str, Any]:
     """The JSON body of a Responses call, as the OpenAI API documents it."""
-    options = _wire_options(merged_options(config, request.options))
+    merged = merged_options(config, request.options)
+    reserved_options(merged)  # the call's own are checked when it is made; a configuration's are here
+    max_tool_calls(merged)
+    options = _wire_options(merged)
     tools = [_function_tool(t) for t in request.tools]
     tools += [{"type": name, **_BUILTIN_DEFAULTS.get(name, {}), **_tool_options(options.pop(name, {}), name)}
               for name in request.builtin_tools]
@@ -163,7 +170,7 @@ def responses_body(config: ProviderConfig, request: ResponsesRequest) -> dict[st
     if request.response_schema is not None:
         options["text"] = {**options.get("text", {}), "format": _text_format(request.response_schema)}
     reasons = "reasoning" in options or any(isinstance(i, ReasoningItem) for i in request.input)
-    if not request.store and reasons and "include" not in options:
+    if not request.store and reasons:
         body["include"] = ["reasoning.encrypted_content"]
     extra = {"extra_body": options.pop("extra_body", {})}
     # What the call writes itself is what it was priced and checked on: no option may replace it, and
@@ -182,20 +189,22 @@ async def respond(http: HttpClient, config: ProviderConfig, request: ResponsesRe
         if isinstance(data, Mapping) and data.get("status") == "failed":
             raise _failed(data)
     try:
-        answer = _answer(serde.mapping(data, "response"), provider, config)
+        answer = _answer(serde.mapping(data, "response"), request, provider, config)
         answer = attrs.evolve(answer, rate_limit=openai_rate_limit(answered))
     except _SHAPE_ERRORS as exc:
         raise malformed(provider, config.model, exc) from None
     return answer
 
 
-def _answer(body: Mapping[str, Any], provider: str, config: ProviderConfig) -> ResponsesResponse:
+def _answer(body: Mapping[str, Any], request: ResponsesRequest, provider: str,
+            config: ProviderConfig) -> ResponsesResponse:
     output = _output(body, "response")
     status = serde.get(body, "status", str, "response", default=None)
     finish = finish_reason(status, _incomplete_reason(body), any(isinstance(i, FunctionCall) for i in output))
     return ResponsesResponse(
         provider=provider, model=serde.get(body, "model", str, "response", default=None) or config.model,
-        response_id=serde.get(body, "id", str, "response", default=None), usage=_usage(body, provider, config),
+        response_id=serde.get(body, "id", str, "response", default=None),
+        usage=_usage(body, request, provider, config),
         served_by=config.identifier, status=status, finish_reason=finish, **output_fields(output))
 
 
@@ -214,7 +223,7 @@ async def stream_respond(http: HttpClient, config: ProviderConfig, request: Resp
             if (failure := _failure(kind, data, event.data)) is not None:
                 raise failure
             try:
-                chunk = _chunk(kind, data, calls, provider, config)
+                chunk = _chunk(kind, data, calls, request, provider, config)
             except _SHAPE_ERRORS as exc:
                 raise malformed(provider, config.model, exc) from None
             if chunk is not None:
@@ -236,8 +245,8 @@ def _failed(response: object) -> InBandError:
     return InBandError(json.dumps({"error": error or {"message": "the response failed"}}))
 
 
-def _chunk(kind: str | None, data: Mapping[str, Any], calls: dict[int, FunctionCall], provider: str,
-           config: ProviderConfig) -> ChatChunk | None:
+def _chunk(kind: str | None, data: Mapping[str, Any], calls: dict[int, FunctionCall], request: ResponsesRequest,
+           provider: str, config: ProviderConfig) -> ChatChunk | None:
     """The chunk an event makes, if any: text, or the last one; a whole function call is kept for the last."""
     if kind == "response.output_text.delta":
         delta = serde.get(data, "delta", str, "event")
@@ -245,7 +254,7 @@ def _chunk(kind: str | None, data: Mapping[str, Any], calls: dict[int, FunctionC
     if kind == "response.output_item.done":
         _take_call(data, calls)
     elif kind in _LAST_EVENTS:
-        return _last(data, calls, provider, config)
+        return _last(data, calls, request, provider, config)
     return None
 
 
@@ -262,14 +271,15 @@ def _take_call(data: Mapping[str, Any], calls: dict[int, FunctionCall]) -> None:
         calls[serde.get(data, "output_index", int, "event", default=len(calls))] = item
 
 
-def _last(data: Mapping[str, Any], calls: dict[int, FunctionCall], provider: str, config: ProviderConfig) -> ChatChunk:
+def _last(data: Mapping[str, Any], calls: dict[int, FunctionCall], request: ResponsesRequest, provider: str,
+          config: ProviderConfig) -> ChatChunk:
     response = serde.get(data, "response", dict, "event")
     # The calls the stream handed whole; a server that sent none of them still lists them in its last event.
     taken = tuple(calls[i] for i in sorted(calls)) or tuple(
         i for i in _output(response, "event.response") if isinstance(i, FunctionCall))
     status = serde.get(response, "status", str, "event.response", default=None)
     return ChatChunk(finish_reason=finish_reason(status, _incomplete_reason(response), bool(taken)),
-                     usage=_usage(response, provider, config), tool_calls=output_fields(taken)["tool_calls"])
+                     usage=_usage(response, request, provider, config), tool_calls=output_fields(taken)["tool_calls"])
 
 
 def _output(body: Mapping[str, Any], where: str) -> tuple[OutputItem, ...]:
@@ -305,9 +315,31 @@ def _incomplete_reason(body: Mapping[str, Any]) -> str | None:
     return serde.get(details, "reason", str, "response.incomplete_details", default=None)
 
 
-def _usage(body: Mapping[str, Any], provider: str, config: ProviderConfig) -> Usage:
-    """The Responses wire's counts include their parts, as chat's do: input the cached, output the reasoning."""
+def _usage(body: Mapping[str, Any], request: ResponsesRequest, provider: str, config: ProviderConfig) -> Usage:
+    """The Responses wire's counts include their parts, as chat's do: input the cached, output the reasoning;
+    and the built-in tools' billed units, read from the output items."""
     usage = UsageBody.of(body.get("usage"), provider=provider, model=config.model)
-    return usage.usage(input_tokens=usage.count("input_tokens"), output_tokens=usage.count("output_tokens"),
-                       cached_input_tokens=usage.count("input_tokens_details", "cached_tokens"),
-                       reasoning_tokens=usage.count("output_tokens_details", "reasoning_tokens"))
+    counted = usage.usage(input_tokens=usage.count("input_tokens"), output_tokens=usage.count("output_tokens"),
+                          cached_input_tokens=usage.count("input_tokens_details", "cached_tokens"),
+                          reasoning_tokens=usage.count("output_tokens_details", "reasoning_tokens"))
+    units = _tool_units(body, request, provider, config)
+    return attrs.evolve(counted, units=units) if units else counted
+
+
+def _tool_units(body: Mapping[str, Any], request: ResponsesRequest, provider: str,
+                config: ProviderConfig) -> dict[str, float]:
+    """Each built-in tool's billed units: its call items (a search's), a code interpreter's containers
+    (one a call, unless its items name more); more than the call's worst case is malformed."""
+    items = [i for i in serde.get(body, "output", list, "response", default=None) or [] if isinstance(i, Mapping)]
+    containers = {i.get("container_id") for i in items if i.get("type") == "code_interpreter_call"}
+    counts = {"web_search_call": sum(i.get("type") == "web_search_call" for i in items),
+              "file_search_call": sum(i.get("type") == "file_search_call" for i in items),
+              TOOL_UNITS["code_interpreter"]: len(containers)}
+    units = {unit: float(n) for unit, n in counts.items() if n}
+    most = request.most_units(merged_options(config, request.options))
+    over = [] if UNPRICEABLE in most else [f"{n:g} {unit}" for unit, n in units.items() if n > most.get(unit, 0.0)]
+    if over:
+        raise MalformedResponseError(f"the answer reports {', '.join(over)}, above the call's worst case "
+                                     "(max_tool_calls, the built-in tools it asked)", provider=provider,
+                                     model=config.model)
+    return units

@@ -14,6 +14,7 @@ from provmw.errors import ConfigurationError, UnsupportedOperationError
 from provmw.messages import ImagePart, Message, TextPart, ToolCall, ToolSpec
 from provmw.operations import response_types
 from provmw.operations.responses_api import (
+    UNPRICEABLE,
     FunctionCall,
     FunctionCallOutput,
     MessageItem,
@@ -89,12 +90,13 @@ def test_needs_name_what_a_serving_adapter_must_offer(fields: dict[str, Any], ne
 
 @pytest.mark.parametrize(("fields", "options", "deterministic"), [
     ({}, {"temperature": 0}, True),
-    ({}, {"seed": 7}, True),
+    ({}, {"seed": 7}, False),  # the Responses wire takes no seed: a sampled answer is not reproducible
     ({}, {"temperature": 0.7}, False),
     ({"previous_response_id": "resp_1"}, {"temperature": 0}, False),
-    ({"store": True}, {"seed": 7}, False),
+    ({"store": True}, {"temperature": 0}, False),
+    ({"builtin_tools": ["web_search"]}, {"temperature": 0}, False),  # the web changes between calls
 ])
-def test_a_call_continuing_or_keeping_a_stored_response_is_never_deterministic(
+def test_only_temperature_0_without_stored_state_or_built_in_tools_is_deterministic(
         fields: dict[str, Any], options: dict[str, Any], deterministic: bool) -> None:
     assert ResponsesRequest("hi", **fields).deterministic(options) is deterministic
 
@@ -208,3 +210,23 @@ def test_a_cut_completion_is_an_incomplete_response() -> None:
 def test_from_completion_keeps_what_was_parsed() -> None:
     completion = CompletionResponse(provider="p", model="m", text='{"name": "Ada"}', parsed={"name": "Ada"})
     assert from_completion(completion, ResponsesRequest("hi", response_schema=PERSON)).parsed == {"name": "Ada"}
+
+
+@pytest.mark.parametrize("options", [{"previous_response_id": "resp_1"}, {"store": True}, {"text": {}},
+                                     {"extra_body": {"previous_response_id": "resp_1"}},
+                                     {"extra_body": {"max_tool_calls": 50}}, {"extra_body": {"include": []}}])
+def test_options_may_not_set_what_the_call_sets_itself(options: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError, match="options must not set"):
+        ResponsesRequest("hi", options=options)
+
+
+def test_a_continued_call_has_an_unknown_worst_case_that_says_why() -> None:
+    request = ResponsesRequest("go on", previous_response_id="resp_1")
+    assert "stored conversation" in (request.unknown_worst_case({}) or "")
+    assert request.most_units({}) == {UNPRICEABLE: 1.0}  # a unit no price names: a strict limit refuses it
+
+
+def test_built_in_tools_have_a_known_worst_case_only_with_max_tool_calls() -> None:
+    request = ResponsesRequest("hi", builtin_tools=["web_search", "code_interpreter"])
+    assert "max_tool_calls" in (request.unknown_worst_case({}) or "")
+    assert request.most_units({"max_tool_calls": 3}) == {"web_search_call": 3.0, "code_interpreter_session": 1.0}

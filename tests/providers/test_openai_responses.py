@@ -259,3 +259,37 @@ async def test_the_sdk_and_provmw_read_the_same_answer(fake: FakeProvider, http:
     ours = await provmw_read(fake, http, prompt, tools, stream)
     assert ours == sdk
     assert len(ours[1]) == (3 if tools else 0) and ours[3].startswith("resp_")
+
+
+def searched(calls: int) -> str:
+    """An answer of ``calls`` web search items and a message."""
+    items: list[dict[str, Any]] = [{"type": "web_search_call", "id": f"ws_{i}", "status": "completed"}
+                                   for i in range(calls)]
+    items.append({"type": "message", "id": "m", "role": "assistant",
+                  "content": [{"type": "output_text", "text": "sunny", "annotations": []}]})
+    return json.dumps({"id": "r", "status": "completed", "output": items,
+                       "usage": {"input_tokens": 5, "output_tokens": 1}})
+
+
+async def test_built_in_tool_calls_are_billed_units_and_max_tool_calls_is_sent(hostile: HostileProvider,
+                                                                               http: HttpClient) -> None:
+    hostile.answer(searched(2))
+    request = ResponsesRequest("weather?", builtin_tools=["web_search"], options={"max_tool_calls": 3})
+    response = await ADAPTER.respond(http, openai_config(hostile), request)  # type: ignore[arg-type]
+    assert dict(response.usage.units) == {"web_search_call": 2.0}
+    assert json.loads(hostile.requests[-1].body)["max_tool_calls"] == 3
+
+
+async def test_more_tool_calls_than_max_tool_calls_are_malformed(hostile: HostileProvider, http: HttpClient) -> None:
+    hostile.answer(searched(4))
+    request = ResponsesRequest("weather?", builtin_tools=["web_search"], options={"max_tool_calls": 3})
+    with pytest.raises(MalformedResponseError, match="4 web_search_call"):
+        await ADAPTER.respond(http, openai_config(hostile), request)  # type: ignore[arg-type]
+
+
+async def test_a_configurations_extra_body_may_not_continue_a_stored_response(fake: FakeProvider,
+                                                                             http: HttpClient) -> None:
+    config = openai_config(fake, options={"extra_body": {"previous_response_id": "resp_1"}})
+    with pytest.raises(ConfigurationError, match="previous_response_id"):
+        await ADAPTER.respond(http, config, ResponsesRequest("hi"))
+    assert fake.count() == 0
