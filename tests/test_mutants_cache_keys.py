@@ -4,17 +4,19 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from provmw._base.ids import _RandomBytes
 from provmw._call.facts import estimate_tokens, input_token_bound
 from provmw.config import ProviderConfig
-from provmw.context import FrozenMap, ProviderOperation
+from provmw.context import AttemptLog, CallFacts, FrozenMap, ProviderOperation
 from provmw.errors import ConfigurationError
 from provmw.messages import ImagePart, Message, TextPart, ToolSpec
 from provmw.operations.audio import TranscriptionRequest
 from provmw.requests import ChatRequest, CompletionRequest, is_deterministic, request_digest
+from provmw.testing import call_context
 from tests.test_planned_costs import facts
 
 GET = ToolSpec("get")
@@ -89,3 +91,19 @@ def test_a_configurations_temperature_zero_makes_a_chat_deterministic() -> None:
 def test_an_operation_beyond_chat_reads_its_configurations_options_for_determinism() -> None:
     hot = ProviderConfig(identifier="c", provider="openai", model="m", options={"temperature": 0.7})
     assert not is_deterministic(hot, TranscriptionRequest(audio=b"RIFF0000WAVE"))
+
+
+@pytest.mark.parametrize("read", [lambda m: m["tenant"], lambda m: m.get("tenant")])
+def test_a_deprecated_metadata_key_still_answers_and_names_the_fact_to_read(read: Any) -> None:
+    with pytest.warns(DeprecationWarning, match=r"^ctx\.metadata\['tenant'\] is deprecated: read ctx\.facts\.tenant$"):
+        assert read(call_context(tenant="acme").metadata) == "acme"
+
+
+def test_a_calls_response_schema_is_kept_frozen() -> None:
+    schema = CallFacts(response_schema={"type": "object"}).response_schema
+    assert isinstance(schema, FrozenMap) and schema == {"type": "object"}
+
+
+def test_a_calls_attempts_are_numbered_from_one() -> None:
+    log = AttemptLog()
+    assert (log.number(), log.number()) == (1, 2)
