@@ -1,0 +1,89 @@
+"""The gateway's error table: each error of the provmw tree to the status the SDKs act on, and the
+retry headers; a stream that fails after its first byte ends in the wire's in-band error event."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+
+from provmw import errors as e
+from provmw.gateway.errors import refusal_of, retry_headers
+from provmw.testing import FakeProvider, Fault
+from tests.gateway.test_server import Running, running_gateway
+
+TABLE = [
+    (e.BudgetExceededError("key:abc", limit=1, spent=1, reserved=0, period="day"), 429),
+    (e.LocalRateLimitError("slow down", limit="requests_per_minute", config_id="c", retry_after_s=2.0), 429),
+    (e.RateLimitError("throttled", status=429, retry_after_s=1.0), 429),
+    (e.RateLimitError("no quota", status=429, code="insufficient_quota"), 503),
+    (e.CircuitOpenError("chat", 5.0), 503),
+    (e.PoolUnavailableError("pool", 3.0, "cooling down"), 503),
+    (e.ProviderUnavailableError("down", status=503), 503),
+    (e.BudgetUnavailableError("budget store down"), 503),
+    (e.FallbackExhaustedError([e.FallbackAttempt("a", e.ProviderUnavailableError("down", retry_after_s=4.0))]), 503),
+    (e.FallbackExhaustedError([e.FallbackAttempt("a", e.InvalidRequestError("bad", status=400))]), 400),
+    (e.ConfigurationError("messages must be a list"), 400),
+    (e.GuardRefusedError("no", rule="iban"), 400),
+    (e.ContextLengthExceededError("too long", status=400), 400),
+    (e.AuthenticationError("bad key sk-123", status=401), 502),
+    (e.MalformedResponseError("not json"), 502),
+    (e.ProviderTimeoutError("slow", status=504), 504),
+    (e.DeadlineExceededError(10.0, 10.5), 504),
+    (RuntimeError("secret internals"), 500),
+]
+
+
+@pytest.mark.parametrize(("error", "status"), TABLE, ids=[type(error).__name__ for error, _ in TABLE])
+def test_each_error_has_its_status(error: BaseException, status: int) -> None:
+    assert refusal_of(error).status == status
+
+
+def test_a_budget_refusal_names_its_bucket_and_asks_for_no_retry() -> None:
+    refusal = refusal_of(e.BudgetExceededError("key:abc", limit=1, spent=1, reserved=0, period="day"))
+    assert "key:abc" in refusal.message and retry_headers(refusal)["x-should-retry"] == "false"
+
+
+def test_a_local_rate_limit_says_when_to_retry() -> None:
+    refusal = refusal_of(e.LocalRateLimitError("slow", limit="requests_per_minute", config_id="c", retry_after_s=1.5))
+    assert retry_headers(refusal) == {"retry-after-ms": "1500", "retry-after": "2"}
+
+
+def test_an_unavailable_fallback_chain_retries_after_its_soonest_member() -> None:
+    attempts = [e.FallbackAttempt("a", e.CircuitOpenError("a", 9.0)),
+                e.FallbackAttempt("b", e.ProviderUnavailableError("down", retry_after_s=4.0))]
+    assert refusal_of(e.FallbackExhaustedError(attempts)).retry_after_s == 4.0
+
+
+@pytest.mark.parametrize("error", [e.AuthenticationError("bad key sk-123", status=401), RuntimeError("internals")])
+def test_nothing_internal_is_shown(error: BaseException) -> None:
+    message = refusal_of(error).message
+    assert "sk-123" not in message and "internals" not in message
+
+
+@pytest.fixture
+async def gw(fake: FakeProvider, tmp_path: Path) -> AsyncIterator[Running]:
+    async with running_gateway(fake, tmp_path) as running:
+        yield running
+
+
+async def test_an_openai_stream_cut_after_its_first_chunk_ends_in_an_error_event(gw: Running) -> None:
+    gw.fake.script(Fault(stream_error_after=3))
+    client = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key=gw.key, max_retries=0)
+    stream = await client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "a b c d e"}],
+                                                  stream=True)
+    with pytest.raises(openai.APIError):
+        async for _ in stream:
+            pass
+
+
+async def test_an_anthropic_stream_cut_after_its_first_chunk_ends_in_an_error_event(gw: Running) -> None:
+    gw.fake.script(Fault(stream_error_after=4))
+    client = anthropic.AsyncAnthropic(base_url=gw.url, api_key=gw.key, max_retries=0)
+    async with client.messages.stream(model="claude", max_tokens=50,
+                                      messages=[{"role": "user", "content": "a b c d e"}]) as stream:
+        with pytest.raises(anthropic.APIStatusError):
+            await stream.get_final_message()
