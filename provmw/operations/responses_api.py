@@ -15,6 +15,11 @@ with ``encrypted_content``. Any other call is served by any chat adapter, transl
 ``provmw.operations.responses_chat`` (its docstring holds the rules), kept apart so that this
 module, which the operations table imports, never imports ``provmw.requests`` (which imports the
 table).
+A call's worst case is unknown, so that a strict budget refuses it before it is sent
+(``unknown_worst_case`` says why), when it continues a stored conversation, which the provider
+bills as input again, or asks built-in tools without ``max_tool_calls`` (each tool call is billed:
+``TOOL_UNITS``). No option, nor ``extra_body``, may set what the call sets by its own arguments
+(``RESERVED_OPTIONS``): a follow-up hidden there would escape the cache's rule and the bound.
 Whether an answer follows ``response_schema`` is judged above (the ``structured_output`` layer),
 which sets ``parsed``, as for chat.
 """

@@ -9,6 +9,10 @@ automatic container unless told); a ``response_schema`` as ``text.format``. A ca
 nothing (``store`` false) and may reason (a ``reasoning`` option, or reasoning items sent
 back) asks for ``reasoning.encrypted_content``, so that its reasoning can be sent back;
 a model that does not reason refuses that ``include``, so other calls do not ask.
+``max_tool_calls`` is sent as it is; no option (nor ``extra_body``) may set what the call sets itself
+(``responses_api.RESERVED_OPTIONS``). The built-in tools' billed units are read from the answer's
+output items (a ``web_search_call`` or ``file_search_call`` each, a code interpreter's containers),
+and more than the call's worst case (``max_tool_calls``) is malformed.
 Options are sent in the wire's own names: chat's output bound (``max_tokens``, which a
 configuration's options carry) as ``max_output_tokens``, ``reasoning_effort`` as
 ``reasoning.effort``, ``response_format`` as ``text.format``; chat options the wire does not

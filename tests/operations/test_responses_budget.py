@@ -6,7 +6,9 @@ import asyncio
 import time
 from pathlib import Path
 
-from provmw.errors import BudgetExceededError, ProvmwError
+import pytest
+
+from provmw.errors import BudgetExceededError, ConfigurationError, ProvmwError
 from provmw.manager import ServiceManager
 from provmw.operations.responses_api import ResponsesResponse
 from provmw.plugins import PluginHost
@@ -85,3 +87,27 @@ async def test_under_faults_the_ledger_has_one_row_per_request_sent(
     records = await ledger_records(tmp_path / "ledger.sqlite3")
     assert len(records) == fake.count(route="responses") > 40
     assert sum(not isinstance(o, ProvmwError) for o in outcomes) >= 30
+
+
+def priced_searches(fake: FakeProvider, path: Path) -> Settings:
+    """A strict $1 limit, and a web search at $0.40 a call."""
+    config = openai_config(fake, price={**PRICE, "units": {"web_search_call": 0.4}}, options={"max_tokens": 10})
+    return Settings(configurations={"oa": config}, middleware={
+        "budget": {"path": str(path), "limits": [{"scope": "global", "period": "total", "max_cost_usd": 1.0}]}})
+
+
+async def test_a_strict_limit_refuses_built_in_tools_without_max_tool_calls_before_sending(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    async with ServiceManager(priced_searches(fake, tmp_path / "b.sqlite3"), host=builtin_only) as manager:
+        with pytest.raises(ConfigurationError, match="worst-case cost"):
+            await manager.respond("weather?", builtin_tools=["web_search"])
+    assert fake.count(route="responses") == 0
+
+
+async def test_a_strict_limit_reserves_max_tool_calls_of_the_tools_fee(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    async with ServiceManager(priced_searches(fake, tmp_path / "b.sqlite3"), host=builtin_only) as manager:
+        await manager.respond("weather?", builtin_tools=["web_search"], options={"max_tool_calls": 2})  # $0.80
+        with pytest.raises(BudgetExceededError):  # three calls at $0.40: past the $1 limit
+            await manager.respond("weather?", builtin_tools=["web_search"], options={"max_tool_calls": 3})
+    assert fake.count(route="responses") == 1

@@ -293,3 +293,12 @@ async def test_a_configurations_extra_body_may_not_continue_a_stored_response(fa
     with pytest.raises(ConfigurationError, match="previous_response_id"):
         await ADAPTER.respond(http, config, ResponsesRequest("hi"))
     assert fake.count() == 0
+
+
+async def test_a_streams_last_chunk_carries_the_built_in_tools_units(hostile: HostileProvider,
+                                                                     http: HttpClient) -> None:
+    completed = {"type": "response.completed", "response": json.loads(searched(1))}
+    hostile.sse(json.dumps({"type": "response.output_text.delta", "delta": "sunny"}), json.dumps(completed))
+    chunks = await streamed(hostile, http, ResponsesRequest("weather?", builtin_tools=["web_search"],
+                                                            options={"max_tool_calls": 1}))
+    assert chunks[-1].usage is not None and dict(chunks[-1].usage.units) == {"web_search_call": 1.0}
