@@ -16,6 +16,7 @@ from aiohttp import web
 from provmw.gateway._endpoint import Call, json_body
 from provmw.gateway.errors import GatewayRefusal, Refusal, refusal_of
 from provmw.gateway.openai_wire import json_response, open_stream, options_of, sse_response
+from provmw.messages import ToolCall
 from provmw.responses import ChatChunk, Usage
 
 __all__ = ["form_body", "images", "moderations", "rerank", "responses", "speech", "transcriptions"]
@@ -76,49 +77,69 @@ async def responses(call: Call) -> web.StreamResponse:
                                    "completed", [item.to_dict() for item in answer.output], answer.usage))
 
 
-def _event(kind: str, sequence: int, payload: Mapping[str, Any]) -> bytes:
-    return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': sequence, **payload})}\n\n".encode()
+class _Events:
+    """A Responses stream's events, numbered as the wire numbers them."""
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        self.response, self.sequence = response, 0
+
+    async def send(self, kind: str, payload: Mapping[str, Any]) -> None:
+        event = {"type": kind, "sequence_number": self.sequence, **payload}
+        self.sequence += 1
+        await self.response.write(f"event: {kind}\ndata: {json.dumps(event)}\n\n".encode())
 
 
 async def _responses_stream(call: Call) -> web.StreamResponse:
     chunks: AsyncGenerator[ChatChunk, None] = call.manager.stream_respond(_input(call),
                                                                           **_respond_arguments(call))
     first = await open_stream(chunks)
-    response = await sse_response(call)
+    events = _Events(await sse_response(call))
     response_id, item_id = f"resp_{uuid.uuid4().hex}", f"msg_{uuid.uuid4().hex}"
-    await response.write(_event("response.created", 0, {"response": _response(call, response_id, "in_progress",
-                                                                               [], None)}))
+    await events.send("response.created", {"response": _response(call, response_id, "in_progress", [], None)})
     item = {"type": "message", "id": item_id, "role": "assistant", "status": "in_progress", "content": []}
-    await response.write(_event("response.output_item.added", 1, {"output_index": 0, "item": item}))
+    await events.send("response.output_item.added", {"output_index": 0, "item": item})
     async with contextlib.aclosing(chunks):
-        await _response_events(call, response, response_id, item_id, first, chunks)
-    return response
+        await _response_events(call, events, response_id, item_id, first, chunks)
+    return events.response
 
 
-async def _response_events(call: Call, response: web.StreamResponse, response_id: str, item_id: str,
+async def _response_events(call: Call, events: _Events, response_id: str, item_id: str,
                            first: ChatChunk | None, chunks: AsyncGenerator[ChatChunk, None]) -> None:
-    sequence, text, usage, chunk = 2, [], None, first
+    """The text as deltas of one message item, then each function call as an item of its own."""
+    text: list[str] = []
+    calls: list[ToolCall] = []
+    usage, chunk = None, first
     where = {"item_id": item_id, "output_index": 0, "content_index": 0}
     try:
         while chunk is not None:
             if chunk.text:
                 text.append(chunk.text)
-                await response.write(_event("response.output_text.delta", sequence, {**where, "delta": chunk.text}))
-                sequence += 1
+                await events.send("response.output_text.delta", {**where, "delta": chunk.text})
+            calls += chunk.tool_calls
             usage, chunk = chunk.usage or usage, await anext(chunks, None)
     except Exception as exc:  # after the first byte only an in-band error event can say it
         refusal = refusal_of(exc)
-        await response.write(_event("error", sequence, {"code": refusal.code, "message": refusal.message,
-                                                        "param": None}))
+        await events.send("error", {"code": refusal.code, "message": refusal.message, "param": None})
         return
     call.used(usage)
     whole = "".join(text)
-    await response.write(_event("response.output_text.done", sequence, {**where, "text": whole}))
+    await events.send("response.output_text.done", {**where, "text": whole})
     item = {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
             "content": [{"type": "output_text", "text": whole, "annotations": []}]}
-    await response.write(_event("response.output_item.done", sequence + 1, {"output_index": 0, "item": item}))
-    await response.write(_event("response.completed", sequence + 2,
-                                {"response": _response(call, response_id, "completed", [item], usage)}))
+    await events.send("response.output_item.done", {"output_index": 0, "item": item})
+    output = [item, *[await _function_call(events, index, tool) for index, tool in enumerate(calls, 1)]]
+    await events.send("response.completed", {"response": _response(call, response_id, "completed", output, usage)})
+
+
+async def _function_call(events: _Events, index: int, tool: ToolCall) -> dict[str, Any]:
+    item = {"type": "function_call", "id": f"fc_{tool.id}", "call_id": tool.id, "name": tool.name,
+            "arguments": tool.arguments, "status": "completed"}
+    await events.send("response.output_item.added", {"output_index": index,
+                                                      "item": {**item, "arguments": "", "status": "in_progress"}})
+    await events.send("response.function_call_arguments.done", {"item_id": item["id"], "output_index": index,
+                                                                "arguments": tool.arguments})
+    await events.send("response.output_item.done", {"output_index": index, "item": item})
+    return item
 
 
 async def images(call: Call) -> web.StreamResponse:

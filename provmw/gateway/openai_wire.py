@@ -171,6 +171,9 @@ async def _write_chunks(response: web.StreamResponse, head: str, first: ChatChun
 
 async def completions(call: Call) -> web.StreamResponse:
     """POST /v1/completions (unary)."""
+    if call.body.get("stream"):
+        raise GatewayRefusal(Refusal(400, "invalid_request_error", "/v1/completions does not stream here; use "
+                                     "/v1/chat/completions", "invalid_request", "stream"))
     prompt = call.body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]

@@ -72,3 +72,8 @@ async def test_a_disabled_key_is_the_sdks_authentication_error(gw: Running) -> N
 async def test_an_unknown_model_is_the_sdks_not_found_error(gw: Running) -> None:
     with pytest.raises(anthropic.NotFoundError):
         await sdk(gw).messages.create(model="claude-nope", max_tokens=10, messages=HELLO)
+
+
+async def test_models_list_in_anthropics_shape(gw: Running) -> None:
+    page = await sdk(gw).models.list()
+    assert [m.id for m in page.data] == ["chat", "claude", "rank", "fast"]

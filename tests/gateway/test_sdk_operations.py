@@ -9,6 +9,7 @@ from pathlib import Path
 import aiohttp
 import openai
 import pytest
+from openai.types.responses import FunctionToolParam, ResponseCompletedEvent, ResponseFunctionToolCall
 
 from provmw.testing import FakeProvider
 from tests.gateway.test_server import Running, running_gateway
@@ -68,3 +69,20 @@ async def test_a_rerank_in_coheres_shape(gw: Running) -> None:
         answer = await response.json()
     assert response.status == 200 and len(answer["results"]) == 2
     assert answer["results"][0]["relevance_score"] >= answer["results"][1]["relevance_score"]
+
+
+async def test_a_streamed_response_sends_its_function_calls(gw: Running) -> None:
+    tool: FunctionToolParam = {
+        "type": "function", "name": "weather", "description": "the weather in a city", "strict": False,
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+    events = [e async for e in await sdk(gw).responses.create(model="chat", input="weather in Paris?",
+                                                               tools=[tool], stream=True)]
+    done = events[-1]
+    assert isinstance(done, ResponseCompletedEvent)
+    calls = [item for item in done.response.output if isinstance(item, ResponseFunctionToolCall)]
+    assert calls and calls[0].name == "weather"
+
+
+async def test_a_streamed_completion_is_refused_400(gw: Running) -> None:
+    with pytest.raises(openai.BadRequestError):
+        await sdk(gw).completions.create(model="chat", prompt="say hi", stream=True)
