@@ -193,3 +193,16 @@ async def test_the_secret_is_in_no_log_metric_or_answer(gw: Running, client: aio
     async with client.get(f"{gw.url}/metrics") as response:
         metrics = await response.text()
     assert secret not in caplog.text and secret not in metrics and secret not in str(answer)
+
+
+async def test_the_ledger_holds_the_keys_user_never_its_secret(fake: FakeProvider, tmp_path: Path,
+                                                               client: aiohttp.ClientSession) -> None:
+    async with running_gateway(fake, tmp_path, user="alice") as gw:
+        status, _, _ = await post(client, gw, "/v1/chat/completions", CHAT)
+    ledger = _files_bytes(tmp_path, "ledger.sqlite3*")
+    assert status == 200 and b"alice" in ledger and gw.key.rsplit("_", 1)[1].encode() not in ledger
+
+
+def _files_bytes(folder: Path, pattern: str) -> bytes:
+    """Every byte of the files matching ``pattern`` (the database and its WAL), read once the gateway closed."""
+    return b"".join(p.read_bytes() for p in folder.glob(pattern))
