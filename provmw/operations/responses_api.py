@@ -56,12 +56,14 @@ from provmw.responses import ProviderResponse
 
 __all__ = ["BUILTIN_TOOLS", "RESERVED_EXTRA_BODY", "RESERVED_OPTIONS", "TOOL_UNITS", "UNPRICEABLE", "FunctionCall",
            "FunctionCallOutput", "InputItem", "MessageItem", "OutputItem", "ReasoningItem", "ResponsesRequest",
-           "ResponsesResponse", "finish_reason", "input_items", "item_from_dict", "max_tool_calls", "output_bound",
-           "output_fields", "reserved_options"]
+           "ResponsesResponse", "code_interpreter_unit", "finish_reason", "input_items", "item_from_dict",
+           "max_tool_calls", "output_bound", "output_fields", "reserved_options"]
 
 BUILTIN_TOOLS = ("web_search", "file_search", "code_interpreter")
 # What each built-in tool is billed by (ADR 0052): a web or file search per call, a code interpreter per
-# container (session) it opens; a call opens at most one, the container its tool is given.
+# container (session). A call whose tool asks an automatic container (the default) opens one, whether
+# the model runs code or not; one naming a container opens none (it was billed when created). A container
+# of more memory than the default 1 GB costs more: its unit is named for it (code_interpreter_session:4g).
 TOOL_UNITS: Mapping[str, str] = MappingProxyType({
     "web_search": "web_search_call", "file_search": "file_search_call", "code_interpreter": "code_interpreter_session"})
 # Fields a call sets by its own arguments, or that would make it something else than it was checked,
@@ -110,6 +112,16 @@ def reserved_options(options: Mapping[str, Any]) -> None:
         raise ConfigurationError(f"options must not set {', '.join(taken)} (directly or in extra_body): a Responses "
                                  "call sets them by its own arguments (input, instructions, tools, builtin_tools, "
                                  "previous_response_id, store, response_schema)")
+
+
+def code_interpreter_unit(options: Mapping[str, Any]) -> str | None:
+    """The unit the call's code interpreter is billed in (None: it names a container, and opens none)."""
+    tool = options.get("code_interpreter") or {}
+    container = tool.get("container", {}) if isinstance(tool, Mapping) else {}
+    if not isinstance(container, Mapping):
+        return None  # a container's id
+    memory = container.get("memory_limit")
+    return TOOL_UNITS["code_interpreter"] if memory in (None, "1g") else f"{TOOL_UNITS['code_interpreter']}:{memory}"
 
 
 def max_tool_calls(options: Mapping[str, Any]) -> int | None:
@@ -207,12 +219,14 @@ class ResponsesRequest:
 
     def most_units(self, options: Mapping[str, Any]) -> Mapping[str, float]:
         """The built-in tools' fees at worst: ``max_tool_calls`` calls of each search tool asked (a bound
-        above the dearest one's alone when both are), one code interpreter session; an unknown worst
-        case is the :data:`UNPRICEABLE` unit."""
+        above the dearest one's alone when both are), and the container a code interpreter opens; an
+        unknown worst case is the :data:`UNPRICEABLE` unit."""
         if self.unknown_worst_case(options) is not None:
             return {UNPRICEABLE: 1.0}
         calls = float(max_tool_calls(options) or 0)
-        return {TOOL_UNITS[t]: 1.0 if t == "code_interpreter" else calls for t in self.builtin_tools}
+        units = {TOOL_UNITS[t]: calls for t in self.builtin_tools if t != "code_interpreter"}
+        session = code_interpreter_unit(options) if "code_interpreter" in self.builtin_tools else None
+        return units if session is None else {**units, session: 1.0}
 
     def deterministic(self, options: Mapping[str, Any]) -> bool:
         """Temperature 0 (the Responses wire takes no seed); never a call that continues or keeps a stored

@@ -51,7 +51,6 @@ from provmw.http import (
 )
 from provmw.messages import TextPart, ToolSpec
 from provmw.operations.responses_api import (
-    TOOL_UNITS,
     UNPRICEABLE,
     FunctionCall,
     MessageItem,
@@ -59,6 +58,7 @@ from provmw.operations.responses_api import (
     ReasoningItem,
     ResponsesRequest,
     ResponsesResponse,
+    code_interpreter_unit,
     finish_reason,
     max_tool_calls,
     output_bound,
@@ -332,15 +332,18 @@ def _usage(body: Mapping[str, Any], request: ResponsesRequest, provider: str, co
 
 def _tool_units(body: Mapping[str, Any], request: ResponsesRequest, provider: str,
                 config: ProviderConfig) -> dict[str, float]:
-    """Each built-in tool's billed units: its call items (a search's), a code interpreter's containers
-    (one a call, unless its items name more); more than the call's worst case is malformed."""
+    """Each built-in tool's billed units: its call items (a search's), and the containers a code interpreter
+    opened (one, used or not, unless its items name more); more than the call's worst case is malformed."""
+    options = merged_options(config, request.options)
     items = [i for i in serde.get(body, "output", list, "response", default=None) or [] if isinstance(i, Mapping)]
-    containers = {i.get("container_id") for i in items if i.get("type") == "code_interpreter_call"}
     counts = {"web_search_call": sum(i.get("type") == "web_search_call" for i in items),
-              "file_search_call": sum(i.get("type") == "file_search_call" for i in items),
-              TOOL_UNITS["code_interpreter"]: len(containers)}
+              "file_search_call": sum(i.get("type") == "file_search_call" for i in items)}
+    session = code_interpreter_unit(options) if "code_interpreter" in request.builtin_tools else None
+    if session is not None:
+        containers = {i.get("container_id") for i in items if i.get("type") == "code_interpreter_call"}
+        counts[session] = max(1, len(containers))
     units = {unit: float(n) for unit, n in counts.items() if n}
-    most = request.most_units(merged_options(config, request.options))
+    most = request.most_units(options)
     over = [] if UNPRICEABLE in most else [f"{n:g} {unit}" for unit, n in units.items() if n > most.get(unit, 0.0)]
     if over:
         raise MalformedResponseError(f"the answer reports {', '.join(over)}, above the call's worst case "

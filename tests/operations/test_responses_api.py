@@ -230,3 +230,13 @@ def test_built_in_tools_have_a_known_worst_case_only_with_max_tool_calls() -> No
     request = ResponsesRequest("hi", builtin_tools=["web_search", "code_interpreter"])
     assert "max_tool_calls" in (request.unknown_worst_case({}) or "")
     assert request.most_units({"max_tool_calls": 3}) == {"web_search_call": 3.0, "code_interpreter_session": 1.0}
+
+
+@pytest.mark.parametrize(("tool", "units"), [
+    ({}, {"code_interpreter_session": 1.0}),  # an automatic container: opened by the call
+    ({"container": {"type": "auto", "memory_limit": "4g"}}, {"code_interpreter_session:4g": 1.0}),
+    ({"container": "cntr_1"}, {}),  # a container named: billed when it was created
+])
+def test_a_code_interpreter_is_billed_the_container_it_opens(tool: dict[str, Any], units: dict[str, float]) -> None:
+    request = ResponsesRequest("hi", builtin_tools=["code_interpreter"])
+    assert request.most_units({"max_tool_calls": 5, "code_interpreter": tool}) == units

@@ -302,3 +302,11 @@ async def test_a_streams_last_chunk_carries_the_built_in_tools_units(hostile: Ho
     chunks = await streamed(hostile, http, ResponsesRequest("weather?", builtin_tools=["web_search"],
                                                             options={"max_tool_calls": 1}))
     assert chunks[-1].usage is not None and dict(chunks[-1].usage.units) == {"web_search_call": 1.0}
+
+
+async def test_a_code_interpreter_container_is_billed_though_no_code_ran(hostile: HostileProvider,
+                                                                        http: HttpClient) -> None:
+    hostile.answer(searched(0))
+    request = ResponsesRequest("2+2?", builtin_tools=["code_interpreter"], options={"max_tool_calls": 1})
+    response = await ADAPTER.respond(http, openai_config(hostile), request)  # type: ignore[arg-type]
+    assert dict(response.usage.units) == {"code_interpreter_session": 1.0}
