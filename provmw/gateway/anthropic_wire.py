@@ -178,6 +178,8 @@ async def _blocks(call: Call, response: web.StreamResponse, first: ChatChunk | N
                 index += 1
             usage, finish = chunk.usage or usage, chunk.finish_reason or finish
             chunk = await anext(chunks, None)
+    except ConnectionResetError:  # the client went away: nobody is left to tell
+        return
     except Exception as exc:  # after the first byte only an in-band error event can say it
         error = json.loads(anthropic_error(refusal_of(exc)).text or "{}")["error"]
         await response.write(_event("error", {"error": error}))

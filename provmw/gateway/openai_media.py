@@ -117,6 +117,8 @@ async def _response_events(call: Call, events: _Events, response_id: str, item_i
                 await events.send("response.output_text.delta", {**where, "delta": chunk.text})
             calls += chunk.tool_calls
             usage, chunk = chunk.usage or usage, await anext(chunks, None)
+    except ConnectionResetError:  # the client went away: nobody is left to tell
+        return
     except Exception as exc:  # after the first byte only an in-band error event can say it
         refusal = refusal_of(exc)
         await events.send("error", {"code": refusal.code, "message": refusal.message, "param": None})

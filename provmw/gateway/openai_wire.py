@@ -161,6 +161,8 @@ async def _write_chunks(response: web.StreamResponse, head: str, first: ChatChun
                                  f'{finish}}}]}}\n\n'.encode())
             usage, role = chunk.usage or usage, ""
             chunk = await anext(chunks, None)
+    except ConnectionResetError:  # the client went away: nobody is left to tell
+        return _FAILED
     except Exception as exc:  # after the first byte only an in-band error event can say it
         refusal = refusal_of(exc)
         error = {"message": refusal.message, "type": refusal.kind, "code": refusal.code}
