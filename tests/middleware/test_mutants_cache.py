@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import attrs
+import pytest
 
 from provmw.context import ProviderOperation
+from provmw.errors import ConfigurationError
 from provmw.middleware.cache import CacheMiddleware, CacheOptions
+from provmw.operations.audio import TranscriptionResponse
 from provmw.responses import EmbeddingResponse, ProviderResponse
 from provmw.stores.cache import MemoryCacheStore
 from provmw.testing import ScriptedNext, call_context
@@ -82,3 +85,41 @@ async def test_the_memory_store_keeps_at_most_max_entries_answers() -> None:
     for caller in ("k1", "k2"):  # two callers: two keys
         await cache.handle(ctx(caller), CONFIG, ScriptedNext(ANSWER))
     assert isinstance(cache.store, MemoryCacheStore) and cache.store.entries == 1
+
+
+def transcribed(text: str) -> TranscriptionResponse:
+    return TranscriptionResponse(provider="openai", model="whisper-1", text=text)
+
+
+async def kept_bytes(answer: ProviderResponse) -> int:
+    """The bytes the memory store counts once the cache kept a transcription's ``answer``."""
+    cache = CacheMiddleware(CacheOptions(operations=("transcription",)))
+    await cache.handle(ctx(operation=ProviderOperation.TRANSCRIPTION), CONFIG, ScriptedNext(answer))
+    assert isinstance(cache.store, MemoryCacheStore)
+    return cache.store.bytes
+
+
+async def test_an_answer_beyond_chat_is_kept_whole() -> None:
+    assert await kept_bytes(transcribed("hello")) > 0
+
+
+async def test_an_answer_beyond_chat_counts_four_bytes_a_character_of_its_json_against_max_bytes() -> None:
+    assert await kept_bytes(transcribed("x" * 200)) - await kept_bytes(transcribed("x" * 100)) == 400
+
+
+def test_operations_given_as_a_string_are_refused_saying_so() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        CacheOptions(operations="chat")
+    assert str(refused.value) == "operations must be a list, got the string 'chat'"
+
+
+def test_an_unknown_operation_is_refused_with_the_operations_there_are() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        CacheOptions(operations=["chatt"])
+    assert str(refused.value).startswith("operations: 'chatt' is not one of chat, completion, embedding, ")
+
+
+def test_shared_namespaces_given_as_a_string_are_refused_saying_so() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        CacheOptions(shared_namespaces="team")
+    assert str(refused.value) == "shared_namespaces must be a list, got the string 'team'"
