@@ -206,3 +206,10 @@ async def test_the_ledger_holds_the_keys_user_never_its_secret(fake: FakeProvide
 def _files_bytes(folder: Path, pattern: str) -> bytes:
     """Every byte of the files matching ``pattern`` (the database and its WAL), read once the gateway closed."""
     return b"".join(p.read_bytes() for p in folder.glob(pattern))
+
+
+async def test_not_ready_while_the_key_store_does_not_answer(gw: Running, client: aiohttp.ClientSession) -> None:
+    await gw.keys.aclose()
+    async with client.get(f"{gw.url}/health/ready") as ready, client.get(f"{gw.url}/health") as live:
+        assert ready.status == 503 and (await ready.json())["status"] == "not_ready"
+        assert live.status == 200
