@@ -142,9 +142,11 @@ class Principal:
     budgets: tuple[Any, ...] = attrs.field(default=(), converter=_budgets, eq=False)
 
     def subject(self, scope: str) -> str | None:
-        """The principal's name in ``scope`` (``key``, ``team`` or ``organisation``), if it has one."""
-        return self.key if scope == "key" else self.team if scope == "team" else \
-            self.organisation if scope == "organisation" else None
+        """The principal's name in ``scope`` (``key``, ``team`` or ``organisation``), if it has one; a team
+        is named within its organisation (``acme/search``): two organisations' teams never share a bucket."""
+        if scope == "team" and self.team is not None:
+            return self.team if self.organisation is None else f"{self.organisation}/{self.team}"
+        return self.key if scope == "key" else self.organisation if scope == "organisation" else None
 
 
 @attrs.frozen(kw_only=True)

@@ -58,7 +58,7 @@ def _action(actions: Any, name: str, help: str) -> argparse.ArgumentParser:
 def _budget_arguments(budget: argparse.ArgumentParser) -> None:
     whose = budget.add_mutually_exclusive_group(required=True)
     whose.add_argument("--key", metavar="KEY_ID", help="one key's budget")
-    whose.add_argument("--team", help="the budget every key of the team draws on")
+    whose.add_argument("--team", metavar="ORGANISATION/TEAM", help="the budget every key of the team draws on")
     whose.add_argument("--organisation", help="the budget every key of the organisation draws on")
     budget.add_argument("--period", choices=PERIODS, required=True)
     budget.add_argument("--max-cost-usd", type=float)

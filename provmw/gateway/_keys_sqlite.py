@@ -185,7 +185,7 @@ class SqliteKeyStore:
             rows = connection.execute(
                 f"SELECT {_LIMIT} FROM gateway_budgets WHERE (scope = 'key' AND subject = ?) "
                 "OR (scope = 'team' AND subject = ?) OR (scope = 'organisation' AND subject = ?) "
-                f"ORDER BY {_ORDER}", (record.key_id, record.team, record.organisation))
+                f"ORDER BY {_ORDER}", (record.key_id, f"{record.organisation}/{record.team}", record.organisation))
             return tuple(budget_limit(scope, subject, period, max_cost_usd=cost, max_tokens=tokens,
                                       max_requests=requests)
                          for scope, subject, period, cost, tokens, requests in rows)

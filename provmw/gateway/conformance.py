@@ -138,17 +138,17 @@ class KeyStoreConformance:
     async def test_budgets_for_holds_the_keys_teams_and_organisations_limits(self, store: KeyStore) -> None:
         _, record = await store.create("acme", team="search")
         await store.set_budget("organisation", "acme", "month", max_cost_usd=100.0)
-        await store.set_budget("team", "search", "week", max_tokens=1000)
+        await store.set_budget("team", "acme/search", "week", max_tokens=1000)
         await store.set_budget("key", record.key_id, "day", max_requests=10)
         assert await store.budgets_for(record) == (
             BudgetLimit(scope="key", match=record.key_id, period="day", max_requests=10),
-            BudgetLimit(scope="team", match="search", period="week", max_tokens=1000),
+            BudgetLimit(scope="team", match="acme/search", period="week", max_tokens=1000),
             BudgetLimit(scope="organisation", match="acme", period="month", max_cost_usd=100.0))
 
     async def test_budgets_for_leaves_out_other_keys_teams_and_organisations(self, store: KeyStore) -> None:
         _, record = await store.create("acme", team="search")
-        _, other = await store.create("globex", team="ads")
-        for scope, subject in (("key", other.key_id), ("team", "ads"), ("organisation", "globex")):
+        _, other = await store.create("globex", team="search")  # a team of the same name elsewhere
+        for scope, subject in (("key", other.key_id), ("team", "globex/search"), ("organisation", "globex")):
             await store.set_budget(scope, subject, "total", max_requests=1)  # type: ignore[arg-type]
         assert await store.budgets_for(record) == ()
 
@@ -161,7 +161,8 @@ class KeyStoreConformance:
         assert await store.budgets_for(record) == ()
 
     @pytest.mark.parametrize(("scope", "subject", "period", "maximum"), [
-        ("user", "ada", "day", 1), ("team", "", "day", 1), ("team", "t", "hour", 1), ("team", "t", "day", -1),
+        ("user", "ada", "day", 1), ("team", "", "day", 1), ("team", "a/t", "hour", 1), ("team", "a/t", "day", -1),
+        ("team", "t", "day", 1),
         ("key", "0123456789ab", "day", 1)])
     async def test_a_budget_badly_named_or_for_no_key_is_refused(self, store: KeyStore, scope: str, subject: str,
                                                                  period: str, maximum: int) -> None:

@@ -122,6 +122,9 @@ def budget_owner(scope: str, subject: str, period: str) -> None:
         raise ConfigurationError(f"scope must be one of {', '.join(KEY_SCOPES)}; got {scope!r}")
     if not isinstance(subject, str) or not subject.strip():
         raise ConfigurationError(f"a {scope} budget needs the {scope}'s name, got {subject!r}")
+    if scope == "team" and (subject.count("/") != 1 or not all(part.strip() for part in subject.split("/"))):
+        raise ConfigurationError(f"a team budget names its team within its organisation (ORGANISATION/TEAM, such "
+                                 f"as acme/search): two organisations' teams never share one; got {subject!r}")
     if period not in PERIODS:
         raise ConfigurationError(f"period must be one of {', '.join(PERIODS)}; got {period!r}")
 

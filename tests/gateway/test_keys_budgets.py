@@ -53,11 +53,11 @@ async def test_the_strictest_of_key_team_and_organisation_binds(fake: FakeProvid
     _, first = await store.create("acme", team="search")
     _, second = await store.create("acme", team="search")
     await store.set_budget("key", first.key_id, "total", max_requests=10)
-    await store.set_budget("team", "search", "total", max_requests=2)
+    await store.set_budget("team", "acme/search", "total", max_requests=2)
     await store.set_budget("organisation", "acme", "total", max_requests=10)
     async with manager(fake, builtin_only, tmp_path) as m:
         await m.chat("a", principal=await principal(store, first))
         await m.chat("b", principal=first.principal(await store.budgets_for(first)))  # the record's shortcut
-        with pytest.raises(BudgetExceededError, match="team:search"):
+        with pytest.raises(BudgetExceededError, match="team:acme/search"):
             await m.chat("c", principal=await principal(store, second))
     assert fake.count() == 2

@@ -66,7 +66,7 @@ async def test_a_budget_set_reaches_the_principal_once_the_ttl_has_passed(store:
     clock = Clock()
     cache = KeyCache(store, clock=clock)
     assert (await cache.principal(record)).budgets == ()
-    await store.set_budget("team", "search", "day", max_requests=3)
+    await store.set_budget("team", "acme/search", "day", max_requests=3)
     assert (await cache.principal(record)).budgets == ()  # within the TTL: as it was
     clock.now += 2.0
     assert [b.max_requests for b in (await cache.principal(record)).budgets] == [3]

@@ -102,10 +102,10 @@ def test_rotate_prints_a_new_key_and_a_second_rotation_of_the_old_is_refused(
 
 
 def test_budget_sets_and_removes_a_teams_limit_before_any_key(config: str) -> None:
-    assert keys(config, "budget", "--team", "search", "--period", "day", "--max-requests", "3",
-                "--max-cost-usd", "2.5") == (0, "team:search day: $2.5, 3 requests\n")
-    assert keys(config, "budget", "--team", "search", "--period", "day", "--remove") == \
-        (0, "team:search day: removed\n")
+    assert keys(config, "budget", "--team", "acme/search", "--period", "day", "--max-requests", "3",
+                "--max-cost-usd", "2.5") == (0, "team:acme/search day: $2.5, 3 requests\n")
+    assert keys(config, "budget", "--team", "acme/search", "--period", "day", "--remove") == \
+        (0, "team:acme/search day: removed\n")
 
 
 def test_a_budget_with_neither_a_maximum_nor_remove_is_refused(config: str,

@@ -87,6 +87,6 @@ async def test_a_verify_is_one_read_by_primary_key(store: SqliteKeyStore) -> Non
 
 
 async def test_a_key_budget_needs_the_key_to_exist_but_a_team_budget_does_not(store: SqliteKeyStore) -> None:
-    limit = await store.set_budget("team", "not-yet", "month", max_cost_usd=5.0)
+    limit = await store.set_budget("team", "acme/not-yet", "month", max_cost_usd=5.0)
     assert limit is not None
-    assert (limit.scope, limit.match, limit.max_cost_usd) == ("team", "not-yet", 5.0)
+    assert (limit.scope, limit.match, limit.max_cost_usd) == ("team", "acme/not-yet", 5.0)

@@ -50,7 +50,7 @@ async def test_a_teams_budget_binds_every_key_of_the_team(fake: FakeProvider, bu
     async with manager(fake, builtin_only, tmp_path) as m:
         await m.chat("a", principal=principal("k1", team))
         await m.chat("b", principal=principal("k2", team))
-        with pytest.raises(BudgetExceededError, match="team:blue"):
+        with pytest.raises(BudgetExceededError, match="team:acme/blue"):
             await m.chat("c", principal=principal("k3", team))
         await m.chat("d", principal=principal("k4", team, team="red"))
 
