@@ -6,7 +6,8 @@ The fake provider and the gateway each run in a process of their own, as in the 
 gateway call in every round, so both see the same machine load, and reports the medians and their
 difference (``-s`` shows it; ``extra_info`` keeps it in the saved JSON). Two stacks: "bare" (every
 built-in layer off: the server itself, the key check and the wire mapping) and "default" (the
-built-in stack, ledger and budgets included); and "floor", an aiohttp server that only forwards the
+built-in stack, ledger and budgets included), both with plugin autoload off (this environment's
+guard and otel plugins would add their own layers); and "floor", an aiohttp server that only forwards the
 bytes (``benchmarks._forwarder``): what any Python gateway on aiohttp adds at the least.
 """
 
@@ -60,7 +61,8 @@ def fake_url() -> Iterator[str]:
 def _settings(path: Path, fake_url: str, stack: str) -> Path:
     text = (f'[configurations.chat]\nprovider = "openai"\nmodel = "gpt-4o-mini"\nbase_url = "{fake_url}/v1"\n'
             f'api_key_env = "BENCH_UPSTREAM_KEY"\n[middleware.usage]\npath = "{path / "ledger.sqlite3"}"\n'
-            f'[middleware.budget]\npath = "{path / "budget.sqlite3"}"\n')
+            f'[middleware.budget]\npath = "{path / "budget.sqlite3"}"\n'
+            '[plugins]\nautoload = false\n')  # provmw's own stack, whatever else this environment installed
     if stack == "bare":
         text += "".join(f"[middleware.{name}]\nenabled = false\n" for name in BUILTIN if name not in ("usage",
                                                                                                        "budget"))
