@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -103,3 +104,12 @@ async def test_the_secret_reaches_no_log(gw: Running, caplog: pytest.LogCaptureF
     with pytest.raises(openai.NotFoundError):
         await client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
     assert gw.key.rsplit("_", 1)[1] not in caplog.text
+
+
+async def test_a_json_schema_response_format_is_the_calls_schema(gw: Running) -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+              "additionalProperties": False}
+    answer = await sdk(gw).chat.completions.create(
+        model="chat", messages=[{"role": "user", "content": "a city"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": schema, "strict": True}})
+    assert isinstance(json.loads(answer.choices[0].message.content or "")["city"], str)
