@@ -198,6 +198,8 @@ class CallFacts:
     needs: frozenset[str] = frozenset()
     _unmet: FrozenMap = attrs.field(default=_EMPTY, converter=_freeze, alias="unmet")
     response_schema: FrozenMap | None = attrs.field(default=None, converter=_freeze_or_none)
+    # Why no bound before sending holds what the call may be billed (None: one does; provmw.operations).
+    unknown_worst_case: str | None = None
     digest: Callable[[], str] | None = attrs.field(default=None, eq=False, repr=False)
     rebuild: Callable[[ProviderRequest], CallFacts] | None = attrs.field(default=None, eq=False, repr=False)
     # Computes (max_input_tokens, planned_cost_usd, estimated_cost_usd) on first read: only budgets

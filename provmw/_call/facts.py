@@ -118,6 +118,7 @@ def call_facts(operation: ProviderOperation, config: ProviderConfig, request: Pr
         idempotency_key=_text("idempotency_key", idempotency_key),
         deterministic=is_deterministic(config, request), sizes=sizes_and_unmet, bounds=bounds,
         stream=stream, needs=needs, response_schema=getattr(request, "response_schema", None), chain=tuple(chain),
+        unknown_worst_case=_unknown_worst_case(config, request),
         digest=lambda: request_digest(operation, config, request),
         rebuild=lambda changed: call_facts(
             operation, config, changed, chain=chain, prices=prices, known_controls=known_controls, user=user,
@@ -370,6 +371,13 @@ def _text(name: str, value: object) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ConfigurationError(f"{name} must be a string, got {type(value).__name__} {value!r}")
     return value
+
+
+def _unknown_worst_case(config: ProviderConfig, request: ProviderRequest) -> str | None:
+    if isinstance(request, ChatRequest | CompletionRequest | EmbeddingRequest):
+        return None
+    says = getattr(request, "unknown_worst_case", None)
+    return None if says is None else says(merged_options(config, request.options))
 
 
 def _principal(value: object) -> Principal | None:

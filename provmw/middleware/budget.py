@@ -231,13 +231,16 @@ class BudgetMiddleware:
         facts = ctx.facts
         # Strict reserves the true bound (ADR 0015); estimate mode the estimate, else the bound.
         planned = facts.planned_cost_usd if strict or facts.estimated_cost_usd is None else facts.estimated_cost_usd
+        if strict and facts.unknown_worst_case is not None and any(
+                limit.max_cost_usd is not None or limit.max_tokens is not None for limit in limits):
+            raise ConfigurationError(f"budget: the worst case of a call on {config.identifier!r} cannot be known "
+                                     f"before it is sent: {facts.unknown_worst_case}")
         if planned is None and strict and any(limit.max_cost_usd is not None for limit in limits):
             raise ConfigurationError(
                 f"budget: the worst-case cost of a call on {config.identifier!r} is unknown (a configuration in "
-                "its chain has no price, or the call sets no max_tokens and the model's ceiling is unknown, or "
-                "its units have no bound, as audio whose file states no duration: only WAV, FLAC and MP3 do); "
-                "strict cost limits need it: add [configurations.<name>.price] (with max_output_tokens) "
-                "or options.max_tokens, or send WAV, FLAC or MP3")
+                "its chain has no price, or none for a unit it bills, or the call sets no max_tokens and the "
+                "model's ceiling is unknown); strict cost limits need it: add [configurations.<name>.price] "
+                "(with max_output_tokens, or its units) or options.max_tokens")
         output = facts.max_output_tokens
         if output is None and ctx.operation is not ProviderOperation.EMBEDDING:
             if strict and any(limit.max_tokens is not None for limit in limits):

@@ -41,6 +41,10 @@ class OperationRequest(Protocol):
     redaction: prompts, inputs, a query and its documents), in a fixed order; ``with_texts``
     is the same request with those replaced, given in that order (ADR 0048). What it sends as
     bytes (audio, images) is not text: a guard can neither read nor rewrite it.
+
+    Optional (read with ``getattr``): ``unknown_worst_case(options) -> str | None``, why no bound
+    before sending holds what the call may be billed (a stored conversation continued, audio that
+    states no duration), which a strict budget's refusal then names.
     """
 
     @property

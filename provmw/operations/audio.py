@@ -219,6 +219,13 @@ class TranscriptionRequest:
         most = most_audio_seconds(self.audio)
         return {UNBOUNDED_AUDIO: 1.0} if most is None else {"audio_second": float(most)}
 
+    def unknown_worst_case(self, options: Mapping[str, Any]) -> str | None:
+        """Why no bound before sending holds the seconds billed (None: one does)."""
+        if most_audio_seconds(self.audio) is not None:
+            return None
+        return ("its audio states no duration a bound could be read from (only WAV, FLAC and MP3 do); send one of "
+                "those, or use the budget's estimate mode")
+
     def deterministic(self, options: Mapping[str, Any]) -> bool:
         return _temperature(options) == 0
 

@@ -209,10 +209,19 @@ async def test_a_strict_cost_limit_on_a_call_without_a_worst_case_says_what_to_a
     with pytest.raises(ConfigurationError) as refused:
         await middleware.handle(call_context(planned_cost_usd=None, max_output_tokens=20), CONFIG, ScriptedNext())
     assert str(refused.value) == (
-        "budget: the worst-case cost of a call on 'oa' is unknown (a configuration in its chain has no price, or the "
-        "call sets no max_tokens and the model's ceiling is unknown, or its units have no bound, as audio whose "
-        "file states no duration: only WAV, FLAC and MP3 do); strict cost limits need it: add "
-        "[configurations.<name>.price] (with max_output_tokens) or options.max_tokens, or send WAV, FLAC or MP3")
+        "budget: the worst-case cost of a call on 'oa' is unknown (a configuration in its chain has no price, or none "
+        "for a unit it bills, or the call sets no max_tokens and the model's ceiling is unknown); strict cost limits "
+        "need it: add [configurations.<name>.price] (with max_output_tokens, or its units) or options.max_tokens")
+
+
+@pytest.mark.parametrize("limit", [{"max_cost_usd": 1.0}, {"max_tokens": 1000}])
+async def test_a_strict_limit_on_a_call_whose_worst_case_cannot_be_known_names_why(limit: dict[str, float]) -> None:
+    middleware = budget({"scope": "global", "period": "total", **limit})
+    ctx = call_context(planned_cost_usd=1.0, max_output_tokens=20, unknown_worst_case="it continues a conversation")
+    with pytest.raises(ConfigurationError) as refused:
+        await middleware.handle(ctx, CONFIG, ScriptedNext())
+    assert str(refused.value) == ("budget: the worst case of a call on 'oa' cannot be known before it is sent: "
+                                  "it continues a conversation")
 
 
 async def test_a_further_attempt_is_not_counted_as_another_request() -> None:

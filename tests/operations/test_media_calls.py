@@ -187,7 +187,7 @@ async def test_a_strict_cost_limit_refuses_audio_of_no_known_bound_before_sendin
         fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
     config = openai_config(fake, model="whisper-1")
     async with ServiceManager(settings(config, tmp_path / "l.sqlite3", max_cost_usd=1.0), host=builtin_only) as m:
-        with pytest.raises(ConfigurationError, match="audio whose file states no duration"):
+        with pytest.raises(ConfigurationError, match="cannot be known before it is sent: its audio states no duration"):
             await m.transcribe(OGG, filename="a.ogg")
     assert fake.count(route="transcriptions") == 0
 

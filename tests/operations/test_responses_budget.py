@@ -99,7 +99,7 @@ def priced_searches(fake: FakeProvider, path: Path) -> Settings:
 async def test_a_strict_limit_refuses_built_in_tools_without_max_tool_calls_before_sending(
         fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
     async with ServiceManager(priced_searches(fake, tmp_path / "b.sqlite3"), host=builtin_only) as manager:
-        with pytest.raises(ConfigurationError, match="worst-case cost"):
+        with pytest.raises(ConfigurationError, match="cannot be known before it is sent: its built-in tools"):
             await manager.respond("weather?", builtin_tools=["web_search"])
     assert fake.count(route="responses") == 0
 
