@@ -22,7 +22,7 @@ from provmw.responses import ChatChunk, Usage
 __all__ = ["form_body", "images", "moderations", "rerank", "responses", "speech", "transcriptions"]
 
 RESPONSES_OPTIONS = ("temperature", "top_p", "max_output_tokens", "parallel_tool_calls", "tool_choice", "metadata",
-                     "reasoning")
+                     "reasoning", "max_tool_calls")
 SPEECH_TYPES = {"mp3": "audio/mpeg", "opus": "audio/opus", "aac": "audio/aac", "flac": "audio/flac",
                 "wav": "audio/wav", "pcm": "audio/pcm"}
 

@@ -48,7 +48,8 @@ from provmw.responses import CompletionResponse
 __all__ = ["from_completion", "to_chat"]
 
 # Options only the Responses wire reads; a translated call leaves them out (see the docstring).
-_RESPONSES_ONLY = frozenset({"include", "truncation", "text", "background", "reasoning", "max_output_tokens"})
+_RESPONSES_ONLY = frozenset({"include", "truncation", "text", "background", "reasoning", "max_output_tokens",
+                            "max_tool_calls"})
 
 
 def to_chat(request: ResponsesRequest) -> ChatRequest:
