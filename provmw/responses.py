@@ -324,6 +324,9 @@ class ChatChunk:
     attempts: tuple[Attempt, ...] = ()
     parsed: Any = attrs.field(default=None, hash=False)
     rate_limit: RateLimitHint | None = None
+    # The provider's id of the whole answer, on the last chunk of a stream whose wire says it (the Responses
+    # API's: what a later call names as ``previous_response_id``).
+    response_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types only; ``from_dict`` rebuilds an equal chunk."""
@@ -343,6 +346,7 @@ class ChatChunk:
             attempts=tuple(Attempt.from_dict(a) for a in serde.get(data, "attempts", list, where, default=[])),
             parsed=data.get("parsed"),
             rate_limit=_rate_limit(data),
+            response_id=serde.get(data, "response_id", str, where, default=None),
         )
 
 

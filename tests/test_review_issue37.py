@@ -142,9 +142,6 @@ async def test_a_follow_up_naming_another_configuration_is_not_sent_with_the_fir
     assert "sk-tenant-a-key" not in fake.received[-1].headers.get("Authorization", "")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: stream_respond(store=True) hands out ChatChunks, which carry no "
-                                       "response id, and records no home: a streamed stored response can never "
-                                       "be continued with previous_response_id")
 async def test_a_streamed_stored_response_can_be_continued(fake: FakeProvider, builtin_only: PluginHost) -> None:
     async with ServiceManager(Settings(configurations={"oa": openai_config(fake)}), host=builtin_only) as manager:
         chunks = [c async for c in manager.stream_respond("hello", store=True)]

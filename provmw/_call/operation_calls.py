@@ -111,6 +111,8 @@ class OperationCalls:
         arguments = self._home_of(previous_response_id, call_arguments("stream_respond", call))
         async with contextlib.aclosing(self._open_stream(ProviderOperation.RESPONSES, request, arguments)) as chunks:
             async for chunk in chunks:
+                if chunk.response_id is not None and chunk.served_by:
+                    self._homes[chunk.response_id] = chunk.served_by
                 yield chunk
 
     async def generate_image(self, /, prompt: str, *, size: str | None = None, quality: str | None = None,

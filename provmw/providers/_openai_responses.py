@@ -283,7 +283,8 @@ def _last(data: Mapping[str, Any], calls: dict[int, FunctionCall], request: Resp
         i for i in _output(response, "event.response") if isinstance(i, FunctionCall))
     status = serde.get(response, "status", str, "event.response", default=None)
     return ChatChunk(finish_reason=finish_reason(status, _incomplete_reason(response), bool(taken)),
-                     usage=_usage(response, request, provider, config), tool_calls=output_fields(taken)["tool_calls"])
+                     usage=_usage(response, request, provider, config), tool_calls=output_fields(taken)["tool_calls"],
+                     response_id=serde.get(response, "id", str, "event.response", default=None))
 
 
 def _output(body: Mapping[str, Any], where: str) -> tuple[OutputItem, ...]:

@@ -34,3 +34,13 @@ async def test_a_follow_up_naming_a_deployment_itself_stays_there(fake: FakeProv
         first = await manager.respond("hello", store=True, configuration="west")
         again = await manager.respond("again", previous_response_id=first.response_id, configuration="west")
     assert (first.served_by, again.served_by) == ("west", "west")
+
+
+async def test_a_streamed_stored_response_is_continued_on_its_deployment(fake: FakeProvider,
+                                                                        builtin_only: PluginHost) -> None:
+    async with ServiceManager(pooled(fake), host=builtin_only) as manager:
+        chunks = [c async for c in manager.stream_respond("hello", store=True)]
+        [last] = [c for c in chunks if c.response_id is not None]
+        served = {(await manager.respond("again", previous_response_id=last.response_id)).served_by
+                  for _ in range(12)}
+    assert served == {last.served_by}
