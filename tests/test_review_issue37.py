@@ -1,6 +1,8 @@
-"""A hostile review of issue 37 (the operations beyond chat): each test shows one bug, marked
-``xfail(strict=True)`` with the bug named, so the suite stays green until it is fixed (then the
-test passes, the strict xfail fails, and whoever fixed it drops the mark)."""
+"""What a hostile review of the operations beyond chat found, one test per bug, each fixed since:
+budgets overspent by what a provider reports past the worst case (seconds, images, search units,
+tokens, stored conversations, built-in tool fees), follow-ups moved out of the pool or configuration
+they name, options slipping past the cache rule, and the guard's placeholders in continued
+conversations and image answers."""
 
 from __future__ import annotations
 
