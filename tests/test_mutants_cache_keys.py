@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from provmw._base.ids import _RandomBytes
+from provmw._base.ids import _RandomBytes, new_call_id, new_correlation_id
 from provmw._call.facts import estimate_tokens, input_token_bound
 from provmw.config import ProviderConfig
 from provmw.context import AttemptLog, CallFacts, FrozenMap, ProviderOperation
@@ -107,3 +109,19 @@ def test_a_calls_response_schema_is_kept_frozen() -> None:
 def test_a_calls_attempts_are_numbered_from_one() -> None:
     log = AttemptLog()
     assert (log.number(), log.number()) == (1, 2)
+
+
+def uuids(make: Callable[[], str]) -> list[uuid.UUID]:
+    return [uuid.UUID(hex=make()) for _ in range(64)]
+
+
+@pytest.mark.parametrize(("make", "version"), [(new_call_id, 7), (new_correlation_id, 4)])
+def test_ids_are_uuids_of_their_version_and_the_rfc_variant(make: Callable[[], str], version: int) -> None:
+    assert {(u.version, u.variant) for u in uuids(make)} == {(version, uuid.RFC_4122)}
+
+
+@pytest.mark.parametrize("make", [new_call_id, new_correlation_id])
+def test_the_bits_beside_the_version_and_the_variant_stay_random(make: Callable[[], str]) -> None:
+    # Over 64 ids a fixed bit shows as one value; a random one takes both (all alike once in 2**63).
+    made = [u.bytes for u in uuids(make)]
+    assert ({b[6] & 0x01 for b in made}, {b[8] & 0x01 for b in made}) == ({0, 1}, {0, 1})
