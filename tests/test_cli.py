@@ -90,7 +90,7 @@ def test_the_demo_refuses_mallory_before_any_request_and_reads_the_ledger_back()
     header = next(line for line in text.splitlines() if line.split()[:2] == ["configuration", "calls"])
     assert header.split() == ["configuration", "calls", "attempts", "input_tokens", "output_tokens", "cost_usd",
                               "cache_hits", "errors", "billed_unknown"]
-    assert "38 ledger records" in text  # 30 requests and a cache hit, then 7 beyond chat
+    assert "40 ledger records" in text  # 30 requests and a cache hit, 7 beyond chat, 2 through the gateway
 
 
 def test_the_demo_explains_its_ledger_count_from_what_it_did() -> None:
@@ -100,7 +100,7 @@ def test_the_demo_explains_its_ledger_count_from_what_it_did() -> None:
                       out.getvalue(), re.M)
     assert found, out.getvalue()[-600:]
     records, requests, hits, expected = map(int, found.groups())
-    assert (requests, hits) == (37, 1) and records == expected == requests + hits
+    assert (requests, hits) == (39, 1) and records == expected == requests + hits
 
 
 def test_the_demo_says_the_backup_is_named_not_failed_over_to() -> None:
@@ -254,3 +254,12 @@ def test_the_demo_calls_every_operation_beyond_chat_each_priced() -> None:
     answers = [line for line in told.splitlines() if line.startswith("   -> ")]
     assert len(answers) == 7 and all("cost=$" in line for line in answers)
     assert "image:1024x1024:hd=1" in told and "search_unit=1" in told and "flagged" in told
+
+
+def test_the_demo_serves_the_openai_sdk_through_the_gateway_until_the_keys_budget_refuses() -> None:
+    out = io.StringIO()
+    asyncio.run(run_demo(out, PluginHost(PluginPolicy(autoload=False), environ={})))
+    told = out.getvalue().split("== 11.")[1].split("== Usage")[0]
+    answers = [line for line in told.splitlines() if line.startswith("   openai SDK -> ")]
+    assert [line.split(" -> ")[1][:6] for line in answers] == ["'echo:", "'echo:", "RateLi"]
+    assert "429: budget 'key:" in answers[2] and "pmk_" not in told

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 import attrs
 
+from provmw.cli.demo_gateway import tell_gateway
 from provmw.cli.demo_operations import operation_settings, tell_operations
 from provmw.cli.demo_pools import pool_settings, tell_pool
 from provmw.cli.demo_trace import DemoTracing, demo_tracing, unavailable, without_plugin_layers
@@ -222,6 +223,8 @@ async def _tell(story: _Story) -> None:
         await tell_pool(story)
     story.step("10. Beyond chat: the Responses API, an image, speech and its transcript, a rerank, a moderation")
     await tell_operations(story)
+    story.step("11. The gateway (`provmw serve`): a virtual key, the OpenAI SDK as its client, the key's budget")
+    await tell_gateway(story)
 
 
 def _table(story: _Story, table: str) -> None:
