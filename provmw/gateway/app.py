@@ -9,8 +9,6 @@ owner, ``provmw.gateway.serve``, does after the in-flight calls finished).
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 from typing import TYPE_CHECKING
 
@@ -19,6 +17,7 @@ from aiohttp import web
 from provmw.gateway import anthropic_wire, openai_media, openai_wire
 from provmw.gateway._endpoint import Gateway, GatewayOptions, endpoint
 from provmw.gateway.errors import anthropic_error, openai_error, refusal_of
+from provmw.gateway.health import HealthCheck, stack_state
 from provmw.gateway.metrics import CONTENT_TYPE
 
 if TYPE_CHECKING:
@@ -29,7 +28,7 @@ __all__ = ["GATEWAY", "GatewayOptions", "gateway_app"]
 
 log = logging.getLogger("provmw.gateway")
 GATEWAY = web.AppKey("provmw_gateway", Gateway)
-READY_TIMEOUT_S = 2.0
+HEALTH = web.AppKey("provmw_gateway_health", HealthCheck)
 
 # (path, endpoint name for metrics, handler); all on the OpenAI wire, with its error envelope.
 OPENAI_ROUTES = (
@@ -50,6 +49,7 @@ def gateway_app(manager: ServiceManager, keys: KeyStore, options: GatewayOptions
     gateway = Gateway(manager, keys, options)
     app = web.Application(client_max_size=options.max_body_bytes, handler_args={"max_field_size": 16384})
     app[GATEWAY] = gateway
+    app[HEALTH] = HealthCheck(manager, keys)
     for path, name, handler in OPENAI_ROUTES:
         app.router.add_post(path, endpoint(gateway, name, handler, openai_error))
     app.router.add_post("/v1/audio/transcriptions", endpoint(gateway, "transcriptions", openai_media.transcriptions,
@@ -77,16 +77,13 @@ async def _live(request: web.Request) -> web.StreamResponse:
 
 
 async def _ready(request: web.Request) -> web.StreamResponse:
-    """200 when the key store answers (the manager is built with the app); 503 with why otherwise."""
-    gateway = request.app[GATEWAY]
-    try:
-        await asyncio.wait_for(gateway.keys.get("0" * 12), READY_TIMEOUT_S)
-    except Exception as exc:
-        log.warning("readiness: the key store did not answer: %s", type(exc).__name__)
-        return web.Response(status=503, content_type="application/json",
-                            text=json.dumps({"status": "not_ready", "keys": type(exc).__name__}))
-    return web.json_response({"status": "ready", "degraded": []})
+    """200 ready; 200 degraded while the shared state does not answer (the gateway still serves, under
+    the outage rule); 503 while the key store does not answer (``provmw.gateway.health``, ADR 0056)."""
+    readiness = await request.app[HEALTH].readiness()
+    return web.json_response(readiness.body(), status=readiness.http_status)
 
 
 async def _metrics(request: web.Request) -> web.StreamResponse:
-    return web.Response(body=request.app[GATEWAY].metrics.render().encode(), headers={"content-type": CONTENT_TYPE})
+    gateway = request.app[GATEWAY]
+    text = gateway.metrics.render(await stack_state(gateway.manager))
+    return web.Response(body=text.encode(), headers={"content-type": CONTENT_TYPE})

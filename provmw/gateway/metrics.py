@@ -1,5 +1,7 @@
 """The gateway's counters, written in the Prometheus text format (0.0.4) by hand: requests by
-endpoint, status and key id, a latency histogram by endpoint, tokens and cost by key id.
+endpoint, status and key id, a latency histogram by endpoint, tokens and cost by key id; and the
+stack's gauges read at each scrape (``provmw.gateway.health.StackState``): each endpoint's breaker
+state, each pool deployment's calls in flight and cool-down.
 
 Only key ids (public) label anything; a key's secret never reaches this module.
 """
@@ -8,8 +10,13 @@ from __future__ import annotations
 
 import bisect
 import collections
+from typing import TYPE_CHECKING
 
 from provmw.responses import Usage
+from provmw.stores.breakers import BreakerState
+
+if TYPE_CHECKING:
+    from provmw.gateway.health import StackState
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
@@ -55,8 +62,8 @@ class Metrics:
         if usage.cost_usd:
             self._cost[key_id] = self._cost.get(key_id, 0.0) + usage.cost_usd
 
-    def render(self) -> str:
-        """Every metric in the text format."""
+    def render(self, stack: StackState | None = None) -> str:
+        """Every metric in the text format, with ``stack``'s gauges when given."""
         lines = ["# HELP provmw_gateway_requests_total Requests answered, by endpoint, status and key id.",
                  "# TYPE provmw_gateway_requests_total counter"]
         lines += [f'provmw_gateway_requests_total{{endpoint="{_label(n)}",status="{s}",key_id="{_label(k)}"}} {c}'
@@ -72,7 +79,35 @@ class Metrics:
         lines += ["# HELP provmw_gateway_cost_usd_total Cost in US dollars, by key id.",
                   "# TYPE provmw_gateway_cost_usd_total counter"]
         lines += [f'provmw_gateway_cost_usd_total{{key_id="{_label(k)}"}} {c!r}' for k, c in sorted(self._cost.items())]
+        if stack is not None:
+            lines += _stack_lines(stack)
         return "\n".join(lines) + "\n"
+
+
+def _stack_lines(stack: StackState) -> list[str]:
+    # A breaker's state as an enum gauge (one series per state, 1 for the current one), as
+    # Prometheus exporters write a state set.
+    lines = ["# HELP provmw_gateway_breaker_state Each endpoint's circuit breaker, by configuration: 1 for its state.",
+             "# TYPE provmw_gateway_breaker_state gauge"]
+    lines += [f'provmw_gateway_breaker_state{{configuration="{_label(b.configuration)}",state="{s.value}"}} '
+              f"{int(b.state is s)}" for b in stack.breakers for s in BreakerState]
+    lines += ["# HELP provmw_gateway_pool_in_flight Calls in flight on each pool deployment.",
+              "# TYPE provmw_gateway_pool_in_flight gauge"]
+    lines += [f'provmw_gateway_pool_in_flight{{{_pool_labels(p.pool, p.deployment)}}} {p.in_flight}'
+              for p in stack.pools]
+    lines += ["# HELP provmw_gateway_pool_cooling_down Whether a pool deployment is cooling down (1) or not (0).",
+              "# TYPE provmw_gateway_pool_cooling_down gauge"]
+    lines += [f'provmw_gateway_pool_cooling_down{{{_pool_labels(p.pool, p.deployment)}}} {int(p.cooldown_s > 0)}'
+              for p in stack.pools]
+    lines += ["# HELP provmw_gateway_pool_cooldown_seconds Seconds left of a pool deployment's cool-down.",
+              "# TYPE provmw_gateway_pool_cooldown_seconds gauge"]
+    lines += [f'provmw_gateway_pool_cooldown_seconds{{{_pool_labels(p.pool, p.deployment)}}} {p.cooldown_s!r}'
+              for p in stack.pools]
+    return lines
+
+
+def _pool_labels(pool: str, deployment: str) -> str:
+    return f'pool="{_label(pool)}",deployment="{_label(deployment)}"'
 
 
 def _histogram_lines(name: str, endpoint: str, histogram: _Histogram) -> list[str]:

@@ -53,6 +53,11 @@ class RedisBreakerStore:
         if admission.probe:  # a permit lost to an outage is given up after probe_lease_s
             await self._state.run(lambda: self._release(keys=self._keys(key), args=[admission.generation]))
 
+    async def state(self, key: str) -> BreakerState:
+        """The breaker's state as stored (closed if never seen; an open one reads open until a call probes it)."""
+        found = await self._state.run(lambda: self._state.client.hget(self._keys(key)[0], "s"))
+        return _STATES[int(found or 0)]
+
     def _keys(self, key: str) -> list[str]:
         tagged = f"{self._prefix}{{{key}}}"  # the window shares its breaker's slot
         return [tagged, tagged + ":w"]
