@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from provmw.gateway import anthropic_wire, openai_media, openai_wire
+from provmw.gateway import anthropic_wire, openai_media, openai_wire, ui
 from provmw.gateway._endpoint import Gateway, GatewayOptions, endpoint
 from provmw.gateway.errors import anthropic_error, openai_error, refusal_of
 from provmw.gateway.health import HealthCheck, stack_state
@@ -59,6 +59,7 @@ def gateway_app(manager: ServiceManager, keys: KeyStore, options: GatewayOptions
     app.router.add_get("/health", _live)
     app.router.add_get("/health/ready", _ready)
     app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/ui", ui.status_page(gateway))  # 404 unless PROVMW_ADMIN_TOKEN is set
     return app
 
 
