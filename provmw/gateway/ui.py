@@ -186,7 +186,9 @@ def _share(used: float, limit: float | None) -> float:
 def _bar(fill: float) -> Html:
     width = min(100.0, fill * 100)
     full = " full" if fill >= 1 else ""
-    return Html(f'<span class="bar{full}"><span style="width:{width:.1f}%"></span></span>{fill * 100:.1f}%')
+    # 3 significant digits, never in exponent form: a tiny fill reads 0.0033%, not 0.0%.
+    return Html(f'<span class="bar{full}"><span style="width:{width:.1f}%"></span></span>'
+                f'{plain(float(f"{fill * 100:.3g}"))}%')
 
 
 async def _spend(manager: ServiceManager, zone: ZoneInfo, now: float) -> str:

@@ -46,7 +46,7 @@ async def test_a_key_budget_shows_its_fill_after_traffic(gw: Running, client: ai
     rows = {row[0]: row for row in tables((await page(client, gw))[1])["budget-buckets"][1:]}
     bucket = rows[f"key:{gw.record.key_id}"]
     assert bucket[2] == "4 requests"
-    assert (bucket[6], bucket[7]) == ("1", "25.0%")
+    assert (bucket[6], bucket[7]) == ("1", "25%")
 
 
 async def test_the_configured_global_budget_shows_the_ledgers_cost(gw: Running, client: aiohttp.ClientSession) -> None:
