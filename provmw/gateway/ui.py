@@ -16,6 +16,7 @@ budget is set.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hmac
 import logging
@@ -47,6 +48,7 @@ log = logging.getLogger("provmw.gateway")
 ADMIN_TOKEN_ENV = "PROVMW_ADMIN_TOKEN"
 SPEND_DAYS = 31  # the ledger's spend shown: the last 31 days, so a page view never reads all history
 KEYS_SHOWN = 500
+SECTION_TIMEOUT_S = 5.0  # a store that hangs (a network partition) leaves its section unread, not the page
 # The page runs no script and loads nothing: even a value that escaped escaping could not act.
 HEADERS = {"content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
            "cache-control": "no-store", "x-content-type-options": "nosniff", "referrer-policy": "no-referrer"}
@@ -108,7 +110,7 @@ async def render_page(gateway: Gateway) -> str:
 
 async def _guarded(anchor: str, content: Awaitable[str]) -> str:
     try:
-        return await content
+        return await asyncio.wait_for(content, SECTION_TIMEOUT_S)
     except Exception as exc:  # a store out (Redis, PostgreSQL) leaves its section, not the page, unreadable
         log.warning("status page: %s unavailable: %s", anchor, type(exc).__name__)
         return f"<p class=note>Unavailable: the store did not answer ({escape(type(exc).__name__)}).</p>"
@@ -145,22 +147,28 @@ async def _budgets(gateway: Gateway, zone: ZoneInfo, now: float) -> str:
     if "budget" not in _layers(manager):
         return "<p>The budget layer is off.</p>"
     configured = section_options(manager.settings, BUDGET).limits
-    limits = tuple(dict.fromkeys((*configured, *await _key_limits(gateway))))
+    keyed, note = await _key_limits(gateway)
     states = await manager.state.budget_store().states(now=now)
-    rows = budget_rows(states, limits, zone, now)
-    note = ("<p class=note>Key and team spend shows in their buckets, which exist where a key or team budget "
-            "is set; fill is spent plus reserved against the limit, the fullest dimension.</p>")
+    rows = budget_rows(states, tuple(dict.fromkeys((*configured, *keyed))), zone, now)
+    note += ("<p class=note>Key and team spend shows in their buckets, which exist where a key or team budget "
+             "is set; fill is spent plus reserved against the limit, the fullest dimension.</p>")
     if not rows:
         return "<p>No bucket has been drawn on in the current windows.</p>" + note
     return _budget_table(rows, states) + note
 
 
-async def _key_limits(gateway: Gateway) -> list[BudgetLimit]:
-    """The key store's limits (keys', teams', organisations'), through the server's short-lived cache."""
+async def _key_limits(gateway: Gateway) -> tuple[list[BudgetLimit], str]:
+    """The key store's limits (keys', teams', organisations'), through the server's short-lived cache;
+    none, and a note saying why, while the store does not answer (the configured ones still show)."""
     found: list[BudgetLimit] = []
-    for record in await gateway.keys.list():
-        found += await gateway.cache.budgets_for(record)
-    return found
+    try:
+        for record in await gateway.keys.list():
+            found += await gateway.cache.budgets_for(record)
+    except Exception as exc:
+        log.warning("status page: the key store did not answer: %s", type(exc).__name__)
+        return [], (f"<p class=note>The key store did not answer ({escape(type(exc).__name__)}): the key, team "
+                    "and organisation budgets it holds are not shown.</p>")
+    return found, ""
 
 
 def _budget_table(rows: Sequence[dict[str, Any]], states: Iterable[BucketState]) -> str:

@@ -134,3 +134,14 @@ async def test_a_pool_shows_its_strategy_and_each_deployments_load(fake: FakePro
     assert shown["pools"][1][:3] == ["gpt", "order", "chat"]
     assert shown["pool-loads"][1:] == [["gpt", "chat", "0", "0"]]
     assert shown["deployment-states"][1][3] == "gpt"
+
+
+async def test_a_key_store_that_fails_leaves_its_parts_unavailable_not_the_page(gw: Running,
+                                                                              client: aiohttp.ClientSession) -> None:
+    await chat(client, gw, gw.key)
+    await gw.keys.aclose()  # the key store no longer answers
+    status, html = await page(client, gw)
+    assert status == 200
+    assert html.count("Unavailable: the store did not answer") == 1  # the keys
+    assert "The key store did not answer" in html
+    assert {"stack-layers", "budget-buckets", "spend-by-user"} <= set(tables(html))
