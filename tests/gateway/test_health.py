@@ -43,6 +43,7 @@ def document(fake: FakeProvider, tmp_path: Path, **middleware: Any) -> dict[str,
     """A configuration "chat" on the fake, the ledger and budgets in ``tmp_path``, retries off."""
     return {"default": "chat",
             "configurations": {"chat": {"provider": "openai", "model": "gpt-test", "base_url": fake.openai_base_url,
+                                        "options": {"max_tokens": 100},  # a cost limit needs a worst case
                                         "price": {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}}},
             "middleware": {"usage": {"path": str(tmp_path / "ledger.sqlite3")},
                            "budget": {"path": str(tmp_path / "budget.sqlite3")},
