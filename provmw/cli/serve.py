@@ -6,7 +6,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from provmw.gateway.app import GatewayOptions
 
 __all__ = ["add_serve_command", "serve_command"]
 
@@ -22,20 +25,30 @@ def add_serve_command(commands: Any, command: Callable[[Any, str, str], argparse
     serve.add_argument("--max-concurrent-per-key", type=int, default=64, help="more in flight per key get 429")
     serve.add_argument("--shutdown-grace-s", type=float, default=30.0,
                        help="on SIGTERM/SIGINT, how long calls in flight may take to finish (default: 30)")
+    serve.add_argument("--workers", type=_positive, default=1,
+                       help="processes sharing the port (Linux SO_REUSEPORT), each with its own manager; the parent "
+                       "starts again one that exits (default: 1, served in this process)")
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
+    return number
 
 
 async def serve_command(args: argparse.Namespace, out: TextIO) -> int:
     """Serve until SIGTERM or SIGINT; prints the URL once listening."""
+    if args.workers > 1:
+        return await _serve_workers(args, out)
     from provmw.gateway import SqliteKeyStore
-    from provmw.gateway.app import GatewayOptions
     from provmw.gateway.keys import keys_path
     from provmw.gateway.serving import serve
     from provmw.manager import ServiceManager
 
     manager = ServiceManager.from_file(args.config)
     keys = SqliteKeyStore(Path(args.keys) if args.keys else keys_path(manager.settings))
-    options = GatewayOptions(max_body_bytes=args.max_body_bytes, max_concurrent_per_key=args.max_concurrent_per_key,
-                             shutdown_grace_s=args.shutdown_grace_s)
+    options = _options(args)
 
     def listening(url: str) -> None:
         out.write(f"provmw serve: listening on {url}\n")
@@ -44,3 +57,29 @@ async def serve_command(args: argparse.Namespace, out: TextIO) -> int:
     await serve(manager, keys, host=args.host, port=args.port, options=options, on_listening=listening)
     out.write("provmw serve: stopped\n")
     return 0
+
+
+async def _serve_workers(args: argparse.Namespace, out: TextIO) -> int:
+    """``--workers N``: the settings read here first, so a bad file stops before any worker starts."""
+    from provmw.gateway.keys import keys_path
+    from provmw.gateway.workers import WorkerSpec, run_workers
+    from provmw.settings import load_settings
+
+    settings = load_settings(args.config)
+    spec = WorkerSpec(config=args.config, keys=str(Path(args.keys) if args.keys else keys_path(settings)),
+                      host=args.host, port=args.port, options=_options(args), verbose=args.verbose)
+
+    def listening(url: str) -> None:
+        out.write(f"provmw serve: {args.workers} workers listening on {url}\n")
+        out.flush()
+
+    status = await run_workers(spec, args.workers, on_listening=listening)
+    out.write("provmw serve: stopped\n" if status == 0 else "provmw serve: stopped: a worker failed (see the log)\n")
+    return status
+
+
+def _options(args: argparse.Namespace) -> GatewayOptions:
+    from provmw.gateway.app import GatewayOptions
+
+    return GatewayOptions(max_body_bytes=args.max_body_bytes, max_concurrent_per_key=args.max_concurrent_per_key,
+                          shutdown_grace_s=args.shutdown_grace_s)

@@ -29,17 +29,18 @@ log = logging.getLogger("provmw.gateway")
 
 async def serve(manager: ServiceManager, keys: KeyStore, *, host: str = "127.0.0.1", port: int = 4000,
                 options: GatewayOptions | None = None, on_listening: Callable[[str], None] | None = None,
-                stop: asyncio.Event | None = None) -> None:
+                stop: asyncio.Event | None = None, reuse_port: bool = False) -> None:
     """Serve ``manager`` behind ``keys`` on ``host:port`` until ``stop`` is set or a SIGTERM/SIGINT
     arrives; ``on_listening`` gets the URL bound (``port=0`` picks a free one). Closes the manager
-    and the key store on the way out."""
+    and the key store on the way out. ``reuse_port``: share the port with other processes that
+    bind it so (``SO_REUSEPORT``: the kernel spreads connections over them; ``provmw.gateway.workers``)."""
     options = options if options is not None else GatewayOptions()
     stop = stop if stop is not None else asyncio.Event()
     runner = web.AppRunner(gateway_app(manager, keys, options), handler_cancellation=True, access_log=None,
                            shutdown_timeout=options.shutdown_grace_s)
     try:
         await runner.setup()
-        await web.TCPSite(runner, host, port).start()
+        await web.TCPSite(runner, host, port, reuse_port=reuse_port or None).start()
         bound_host, bound_port = runner.addresses[0][:2]
         url = f"http://{bound_host}:{bound_port}"
         log.info("provmw serve: listening on %s", url)
