@@ -11,8 +11,12 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from provmw.errors import ConfigurationError
 from provmw.gateway import KeyRecord, SqliteKeyStore
+
+pytestmark = pytest.mark.slow  # spawned interpreters: about ten seconds together
 
 PROCESSES = 8
 KEYS_EACH = 25
