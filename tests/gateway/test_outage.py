@@ -4,7 +4,8 @@
 Under the outage rule (ADR 0013, ADR 0056) a key with a budget is refused 503 before any request
 (the budget fails closed), a key without one is served; /health stays live, /health/ready says
 degraded and stays 200; once Redis is back the gateway is ready again and counts budgets in Redis
-without a restart; and the ledger holds a row for every request the provider received.
+without a restart; and the ledger holds a row for every request the provider received. Beside it,
+/metrics reads a breaker's state from the same Redis.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import pytest
 import redis
 
 from provmw.ci import service_missing
-from provmw.testing import FakeProvider
-from tests.gateway.test_health import CHAT, Served, document, served
+from provmw.testing import FakeProvider, Fault
+from tests.gateway.test_health import BREAKER, CHAT, Served, chat, document, metrics, served
 
 OUTAGE_S = 30.0  # the issue's figure: the test's one long wait
 CALLERS = 16
@@ -219,6 +220,16 @@ async def test_the_gateway_serves_through_a_redis_outage_and_recovers_without_a_
     assert sum(b.spent.requests for b in buckets if b.bucket.scope == "key") == served_budgeted
     # No ledger record lost: a row for every request the provider received (read once the gateway closed).
     assert ledger_rows(tmp_path) == fake.count()
+
+
+async def test_metrics_show_a_breaker_that_redis_keeps(fake: FakeProvider, tmp_path: Path,
+                                                      own_redis: OwnRedis) -> None:
+    fake.fail_randomly(1.0, Fault(status=503))
+    settings = {**document(fake, tmp_path, **BREAKER), "state": {"url": own_redis.url}}
+    async with served(settings, tmp_path) as gw, aiohttp.ClientSession() as session:
+        assert [await chat(session, gw) for _ in range(3)] == [503] * 3
+        text = await metrics(session, gw)
+    assert 'provmw_gateway_breaker_state{configuration="chat",state="open"} 1' in text
 
 
 def report(load: Load, probes: Probes, degraded_after_s: float, ready_after_s: float, rows: int,
