@@ -1,0 +1,117 @@
+"""A hostile client's review of the gateway: each test shows one bug, marked xfail until it is fixed."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+
+from provmw.testing import FakeProvider, Fault
+from tests.gateway.test_server import CHAT, Running, running_gateway
+
+
+def _ledger_rows(folder: Path) -> list[tuple[str | None, str | None]]:
+    with sqlite3.connect(folder / "ledger.sqlite3") as ledger:
+        return list(ledger.execute("SELECT status, user FROM usage"))
+
+
+async def _post(gw: Running, path: str, body: bytes | Mapping[str, Any]) -> tuple[int, str]:
+    headers = {"authorization": f"Bearer {gw.key}", "content-type": "application/json"}
+    async with aiohttp.ClientSession() as client:
+        sent = {"data": body} if isinstance(body, bytes) else {"json": body}
+        async with client.post(f"{gw.url}{path}", headers=headers, **sent) as response:
+            return response.status, await response.text()
+
+
+@pytest.mark.xfail(strict=True, reason="bug: json.loads' RecursionError escapes json_body's `except ValueError` "
+                   "(_endpoint.py): a deeply nested body is a 500 'internal error' with a traceback logged at ERROR, "
+                   "not a 400")
+async def test_a_deeply_nested_body_is_400_not_an_internal_error(fake: FakeProvider, tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    async with running_gateway(fake, tmp_path) as gw:
+        status, _ = await _post(gw, "/v1/chat/completions", b"[" * 100_000 + b"]" * 100_000)
+    assert status == 400 and not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.xfail(strict=True, reason="bug: /v1/responses passes any previous_response_id on (openai_media."
+                   "_respond_arguments): one organisation's key continues another's stored conversation with the "
+                   "operator's provider key")
+async def test_a_stored_response_cannot_be_continued_by_another_organisation(fake: FakeProvider,
+                                                                             tmp_path: Path) -> None:
+    async with running_gateway(fake, tmp_path) as gw:
+        other, _ = await gw.keys.create("globex")
+        acme = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key=gw.key, max_retries=0)
+        globex = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key=other, max_retries=0)
+        stored = await acme.responses.create(model="chat", input="acme's plan", store=True)
+        with pytest.raises(openai.APIStatusError):
+            await globex.responses.create(model="chat", input="what was it?", previous_response_id=stored.id)
+    assert fake.count() == 1
+
+
+@pytest.mark.xfail(strict=True, reason="bug: KeyRecord.guard is never read by the gateway (_endpoint.Call."
+                   "keywords): a key made with guard='strict' is served unguarded instead of failing closed")
+async def test_a_keys_guard_policy_is_enforced_or_the_call_refused(fake: FakeProvider, tmp_path: Path) -> None:
+    async with running_gateway(fake, tmp_path, guard="strict") as gw:
+        status, _ = await _post(gw, "/v1/chat/completions", CHAT)
+    assert status != 200 and fake.count() == 0
+
+
+@pytest.mark.xfail(strict=True, reason="bug: a key without a user takes the body's 'user' (_endpoint.Call.keywords), "
+                   "so a configured per-user budget is escaped by naming a new user on each request")
+async def test_a_per_user_budget_is_not_escaped_by_naming_another_user(fake: FakeProvider, tmp_path: Path) -> None:
+    limits = [{"scope": "user", "match": "*", "period": "day", "max_requests": 1}]
+    budget = {"budget": {"path": str(tmp_path / "b.sqlite3"), "limits": limits}}
+    async with running_gateway(fake, tmp_path, middleware=budget) as gw:
+        statuses = [(await _post(gw, "/v1/chat/completions", {**CHAT, "user": f"u{i}"}))[0] for i in range(3)]
+    assert statuses.count(200) == 1 and fake.count() == 1
+
+
+@pytest.mark.xfail(strict=True, reason="bug: the body's 'user' reaches the ledger unchecked (_endpoint.Call."
+                   "keywords): a lone surrogate makes the store refuse the record of a call sent upstream")
+async def test_a_client_chosen_user_cannot_cost_the_ledger_its_row(fake: FakeProvider, tmp_path: Path) -> None:
+    async with running_gateway(fake, tmp_path) as gw:
+        body = b'{"model": "chat", "user": "\\ud800", "messages": [{"role": "user", "content": "hi"}]}'
+        status, _ = await _post(gw, "/v1/chat/completions", body)
+    assert status != 200 or len(_ledger_rows(tmp_path)) == fake.count() == 1
+
+
+@pytest.mark.xfail(strict=True, reason="bug: the body's 'user' has no length bound (_endpoint.Call.keywords): any "
+                   "key holder writes megabytes per request into the operator's ledger")
+async def test_a_client_chosen_user_is_bounded_before_the_ledger(fake: FakeProvider, tmp_path: Path) -> None:
+    async with running_gateway(fake, tmp_path) as gw:
+        await _post(gw, "/v1/chat/completions", {**CHAT, "user": "u" * 1_000_000})
+    assert all(len(user or "") <= 1024 for _, user in _ledger_rows(tmp_path))
+
+
+@pytest.mark.xfail(strict=True, reason="bug: an upstream 404 becomes a 400 whose message (errors.py _INVALID: "
+                   "str(exc)) shows the operator's base_url and upstream model to the client")
+async def test_an_upstream_404_does_not_show_the_operators_base_url(fake: FakeProvider, tmp_path: Path) -> None:
+    fake.script(Fault(status=404, message="no such model"))
+    async with running_gateway(fake, tmp_path, middleware={"retry": {"enabled": False}}) as gw:
+        _, text = await _post(gw, "/v1/chat/completions", CHAT)
+    assert fake.url not in text and "gpt-test" not in text
+
+
+@pytest.mark.xfail(strict=True, reason="bug: the gateway's own rate limit (LocalRateLimitError) is told to the "
+                   "client as 'upstream openai/gpt-test rate limited' (errors._provider_message): wrong, and internal")
+async def test_a_local_rate_limit_is_not_blamed_on_the_upstream(fake: FakeProvider, tmp_path: Path) -> None:
+    limit = {"rate_limit": {"max_wait_s": 0, "limits": {"chat": {"requests_per_minute": 1}}}}
+    async with running_gateway(fake, tmp_path, middleware=limit) as gw:
+        await _post(gw, "/v1/chat/completions", CHAT)
+        status, text = await _post(gw, "/v1/chat/completions", CHAT)
+    assert status == 429 and "upstream" not in text and "gpt-test" not in text
+
+
+@pytest.mark.xfail(strict=True, reason="bug: a key store that does not answer is a 500 'internal error' logged with "
+                   "its traceback (errors._by_class), not a 503 with retry-after like the other shared-state outages")
+async def test_a_key_store_outage_is_503_not_an_internal_error(fake: FakeProvider, tmp_path: Path) -> None:
+    async with running_gateway(fake, tmp_path) as gw:
+        await gw.keys.aclose()  # the key was never verified: nothing cached
+        status, _ = await _post(gw, "/v1/chat/completions", CHAT)
+    assert status == 503
