@@ -206,18 +206,16 @@ async def _breakers(manager: ServiceManager) -> tuple[BreakerGauge, ...]:
     layer = next((m for m in manager.pipeline.middlewares if isinstance(m, CircuitBreakerMiddleware)), None)
     if layer is None:
         return ()
-    gauges = []
+    keys = {}
     for name, config in manager.settings.configurations.items():
         if config.provider == POOL_PROVIDER:
             continue
         try:  # the key the breaker keeps: by the credentials a call reads
-            key = endpoint_key(manager.settings.with_credentials(config))
+            keys[name] = endpoint_key(manager.settings.with_credentials(config))
         except ConfigurationError:
             continue  # its key variable is not set: no call has reached its breaker
-        state = await _breaker_state(layer.store, key)
-        if state is not None:
-            gauges.append(BreakerGauge(name, state))
-    return tuple(gauges)
+    states = await asyncio.gather(*(_breaker_state(layer.store, key) for key in keys.values()))
+    return tuple(BreakerGauge(name, state) for name, state in zip(keys, states, strict=True) if state is not None)
 
 
 async def _breaker_state(store: BreakerStore, key: str) -> BreakerState | None:
