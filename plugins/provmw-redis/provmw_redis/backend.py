@@ -10,6 +10,7 @@ default: refused before any request).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -110,6 +111,11 @@ class Health:
                         "pools use this process's state, budgets follow their failure_policy", type(exc).__name__, exc)
         self._outage = True
 
+    @property
+    def outage(self) -> bool:
+        """Whether Redis is taken to be down (since a failure, until a call succeeds)."""
+        return self._outage
+
     def ok(self) -> None:
         if self._outage:
             log.warning("redis state reachable again")
@@ -146,7 +152,11 @@ class RedisState:
         try:
             result = await call()
         except UNREACHABLE as exc:
+            starting = not self.health.outage
             self.health.failed(exc)
+            if starting:  # the pool's idle connections died with the server: each would fail once after it is back
+                with contextlib.suppress(Exception):
+                    await self.client.connection_pool.disconnect(inuse_connections=False)
             raise RedisUnavailableError(f"redis state unreachable: {type(exc).__name__}: {exc}") from exc
         except BaseException:
             self.health.ended()

@@ -138,3 +138,23 @@ async def test_pool_calls_are_served_while_redis_is_silent(fake: FakeProvider, p
     async with manager(pooled(fake, prefix)) as m:  # Redis accepts the connection and answers nothing
         answers = await asyncio.gather(*(m.chat("hello") for _ in range(20)))
     assert len(answers) == 20 and fake.count() == 20
+
+
+async def test_after_a_restart_no_connection_that_died_with_the_server_fails_a_call(own: OwnServer) -> None:
+    from provmw_redis.backend import Health, RedisState
+
+    from provmw.stores.shared import StateSettings
+
+    now = [0.0]
+    state = RedisState(StateSettings.from_table({"url": own.url}, "<test>"))
+    state.health = Health(1.0, clock=lambda: now[0])
+    await asyncio.gather(*(state.run(state.client.ping) for _ in range(8)))  # eight connections, idle now
+    own.kill()
+    with pytest.raises(Exception, match="unreachable"):
+        await state.run(state.client.ping)
+    own.start()  # the same port
+    now[0] += 2.0  # past retry_s: the next call is the probe
+    probe = await state.run(state.client.ping)  # would fail on a connection that died: "closed by server"
+    outcomes = await asyncio.gather(*(state.run(state.client.ping) for _ in range(8)), return_exceptions=True)
+    await state.aclose()
+    assert probe is True and outcomes == [True] * 8
