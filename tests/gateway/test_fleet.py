@@ -282,3 +282,23 @@ async def test_workers_that_cannot_start_make_the_parent_exit_non_zero(tmp_path:
     _, errors = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 1
     assert b"worker 0 did not start (exit code 2)" in errors and b"no provider adapter" in errors
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+async def test_workers_stop_when_their_parent_is_killed(fake: FakeProvider, tmp_path: Path) -> None:
+    await _one_key(tmp_path / "keys.sqlite3")
+    async with _served(_settings(tmp_path, fake), tmp_path / "keys.sqlite3", 2, "-v") as fleet:
+        found = [await _logged(fleet.stderr, rf"worker {n} \(pid (\d+)\) listening") for n in range(2)]
+        fleet.process.kill()
+        workers = [int(match[1]) for match in found]
+        deadline = time.monotonic() + 30
+        while any(_running(pid) for pid in workers):
+            assert time.monotonic() < deadline, "a worker still serves without its parent"
+            await asyncio.sleep(0.02)
