@@ -207,7 +207,8 @@ class ResponsesRequest:
 
     def unknown_worst_case(self, options: Mapping[str, Any]) -> str | None:
         """Why no bound before sending holds what this call may be billed (None: one does), for a strict
-        budget's refusal: a stored conversation continued, or built-in tools without ``max_tool_calls``."""
+        budget's refusal: a stored conversation continued, or built-in tools, whose results the model reads
+        as input tokens (pages found, file chunks, code output) that no bound before sending can see."""
         if self.previous_response_id is not None:
             return ("it continues a stored conversation (previous_response_id), which the provider bills as input "
                     "again and no bound before sending can see; send its items with store=false instead, or use "
@@ -215,13 +216,16 @@ class ResponsesRequest:
         if self.builtin_tools and max_tool_calls(options) is None:
             return (f"its built-in tools ({', '.join(self.builtin_tools)}) are billed per call and it sets no "
                     "max_tool_calls; set options.max_tool_calls, or use the budget's estimate mode")
+        if self.builtin_tools:
+            return (f"its built-in tools' results ({', '.join(self.builtin_tools)}) are read as input tokens that "
+                    "no bound before sending can see; use the budget's estimate mode for such calls")
         return None
 
     def most_units(self, options: Mapping[str, Any]) -> Mapping[str, float]:
         """The built-in tools' fees at worst: ``max_tool_calls`` calls of each search tool asked (a bound
         above the dearest one's alone when both are), and the container a code interpreter opens; an
         unknown worst case is the :data:`UNPRICEABLE` unit."""
-        if self.unknown_worst_case(options) is not None:
+        if self.previous_response_id is not None or (self.builtin_tools and max_tool_calls(options) is None):
             return {UNPRICEABLE: 1.0}
         calls = float(max_tool_calls(options) or 0)
         units = {TOOL_UNITS[t]: calls for t in self.builtin_tools if t != "code_interpreter"}

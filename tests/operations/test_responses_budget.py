@@ -104,10 +104,10 @@ async def test_a_strict_limit_refuses_built_in_tools_without_max_tool_calls_befo
     assert fake.count(route="responses") == 0
 
 
-async def test_a_strict_limit_reserves_max_tool_calls_of_the_tools_fee(
+async def test_a_strict_limit_refuses_built_in_tools_even_with_max_tool_calls(
         fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    # Their fees are bounded by max_tool_calls, but their results come back as input tokens nothing bounds.
     async with ServiceManager(priced_searches(fake, tmp_path / "b.sqlite3"), host=builtin_only) as manager:
-        await manager.respond("weather?", builtin_tools=["web_search"], options={"max_tool_calls": 2})  # $0.80
-        with pytest.raises(BudgetExceededError):  # three calls at $0.40: past the $1 limit
-            await manager.respond("weather?", builtin_tools=["web_search"], options={"max_tool_calls": 3})
-    assert fake.count(route="responses") == 1
+        with pytest.raises(ConfigurationError, match="results .* are read as input tokens"):
+            await manager.respond("weather?", builtin_tools=["web_search"], options={"max_tool_calls": 2})
+    assert fake.count(route="responses") == 0
