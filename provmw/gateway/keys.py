@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from provmw._base.periods import Period
     from provmw.settings import Settings
 
-__all__ = ["KEYS_FILE", "KEY_SCOPES", "KeyCache", "KeyRecord", "KeyScope", "KeyStore", "key_digest", "key_id_of",
-           "keys_path", "new_key"]
+__all__ = ["KEYS_FILE", "KEY_SCOPES", "NAME_MAX", "KeyCache", "KeyRecord", "KeyScope", "KeyStore", "check_name",
+           "key_digest", "key_id_of", "keys_path", "new_key"]
 
 KEYS_FILE = "provmw-keys.sqlite3"
 PREFIX = "pmk_"
@@ -52,6 +52,7 @@ _KEY_ID_CHARS = 12
 KEY_LENGTH = len(PREFIX) + _KEY_ID_CHARS + 1 + 43
 _SHAPE = re.compile(r"pmk_([0-9a-f]{12})_[A-Za-z0-9_-]{43}")
 _KEY_ID = re.compile(r"[0-9a-f]{12}")
+NAME_MAX = 128  # an organisation, team or user name: it goes into every ledger row and bucket of the key's calls
 
 
 def new_key() -> tuple[str, str]:
@@ -79,8 +80,21 @@ def _key_id(instance: object, attribute: attrs.Attribute[str], value: str) -> No
 
 
 def _name(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise ConfigurationError(f"{attribute.name}: expected a non-empty name, got {value!r}")
+    if value is not None:
+        check_name(attribute.name, value, owner=attribute.name in ("organisation", "team"))
+
+
+def check_name(field: str, value: object, *, owner: bool = True) -> None:
+    """Refuse (``ConfigurationError`` naming ``field``) a name that is empty, over ``NAME_MAX`` characters
+    or not printable (control characters, lone surrogates: the ledger and the logs take it as given), or,
+    for an organisation or team (``owner``), holds a '/': a team's bucket is ``ORGANISATION/TEAM``, and a
+    slash would let organisation 'a/b' team 'c' and organisation 'a' team 'b/c' share one."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"{field}: expected a non-empty name, got {value!r}")
+    if len(value) > NAME_MAX or not value.isprintable() or (owner and "/" in value):
+        shown = repr(value[:40]) + ("..." if len(value) > 40 else "")
+        slash = " and no '/'" if owner else ""
+        raise ConfigurationError(f"{field}: a name is at most {NAME_MAX} printable characters{slash}, got {shown}")
 
 
 def _names(value: Iterable[str]) -> tuple[str, ...]:
@@ -125,6 +139,12 @@ def budget_owner(scope: str, subject: str, period: str) -> None:
     if scope == "team" and (subject.count("/") != 1 or not all(part.strip() for part in subject.split("/"))):
         raise ConfigurationError(f"a team budget names its team within its organisation (ORGANISATION/TEAM, such "
                                  f"as acme/search): two organisations' teams never share one; got {subject!r}")
+    if scope == "team":
+        organisation, team = subject.split("/")
+        check_name("organisation", organisation)
+        check_name("team", team)
+    elif scope == "organisation":
+        check_name("organisation", subject)
     if period not in PERIODS:
         raise ConfigurationError(f"period must be one of {', '.join(PERIODS)}; got {period!r}")
 

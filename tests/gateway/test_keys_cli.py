@@ -115,6 +115,15 @@ def test_a_budget_with_neither_a_maximum_nor_remove_is_refused(config: str,
     assert "--max-requests, or --remove" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("whose", "field"), [(("--organisation", "a/b"), "organisation"),
+                                              (("--team", "a/b\x07"), "team"), (("--team", "a\n/b"), "organisation")])
+def test_a_budget_for_a_name_no_key_may_have_is_refused_naming_the_field(
+        config: str, capsys: pytest.CaptureFixture[str], whose: tuple[str, str], field: str) -> None:
+    created(config)
+    assert keys(config, "budget", *whose, "--period", "day", "--max-requests", "1")[0] == 2
+    assert f"{field}: a name is at most" in capsys.readouterr().err
+
+
 def test_a_budget_for_an_unknown_key_is_refused(config: str, capsys: pytest.CaptureFixture[str]) -> None:
     created(config)
     assert keys(config, "budget", "--key", "0123456789ab", "--period", "day", "--max-requests", "1")[0] == 2

@@ -51,5 +51,19 @@ def test_a_record_with_a_bad_field_is_refused(fields: dict[str, object]) -> None
         KeyRecord(**{"key_id": "0123456789ab", "organisation": "acme", **fields})  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(("field", "value"), [("organisation", "a/b"), ("team", "b/c"), ("organisation", "ac\nme"),
+                                               ("team", "t\x00"), ("user", "\ud800"), ("user", "u" * 129),
+                                               ("organisation", "o" * 129)])
+def test_a_name_with_a_slash_a_control_character_or_too_long_is_refused_naming_its_field(field: str,
+                                                                                         value: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"^{field}: "):
+        KeyRecord(**{"key_id": "0123456789ab", "organisation": "acme", field: value})  # type: ignore[arg-type]
+
+
+def test_a_user_may_hold_a_slash_and_names_may_hold_spaces_and_any_script() -> None:
+    record = KeyRecord(key_id="0123456789ab", organisation="Acme Société", team="équipe ü", user="ada/ops")
+    assert (record.organisation, record.user) == ("Acme Société", "ada/ops")
+
+
 def test_a_single_model_name_is_one_name_not_its_letters() -> None:
     assert KeyRecord(key_id="0123456789ab", organisation="acme", models="gpt").models == ("gpt",)
