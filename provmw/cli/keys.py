@@ -23,6 +23,9 @@ __all__ = ["add_keys_command", "keys_command"]
 
 Command = Callable[[Any, str, str], argparse.ArgumentParser]
 _SHOWN_ONCE = "the key above is shown this once: provmw keeps only its hash, so store it now"
+# Fail closed (ADR 0055): a key whose calls should be guarded is refused, never served unguarded.
+_GUARD_REFUSED = ("warning: provmw serve refuses this key's calls (503) until the gateway applies per-key guard "
+                  "policies; {guard!r} is recorded for then")
 
 
 def add_keys_command(commands: Any, command: Command) -> argparse.ArgumentParser:
@@ -32,10 +35,12 @@ def add_keys_command(commands: Any, command: Command) -> argparse.ArgumentParser
     create = _action(actions, "create", "a new key, printed once (only its hash is kept)")
     create.add_argument("--organisation", required=True, help="who pays: the organisation the key belongs to")
     create.add_argument("--team", help="the key's team (a team budget covers all its keys)")
-    create.add_argument("--user", help="the ledger's user for the key's calls (else the request's 'user')")
+    create.add_argument("--user", help="the user of the key's calls: ledger rows, per-user budgets, cache scope "
+                        "(default: the key id; never the request's 'user')")
     create.add_argument("--model", dest="models", action="append", default=[], metavar="NAME",
                         help="a configuration, pool or alias the key may call (repeatable; default: all)")
-    create.add_argument("--guard", help="the guard policy the key's calls go through")
+    create.add_argument("--guard", help="the guard policy the key's calls go through (not applied yet: the gateway "
+                        "refuses such a key's calls, 503)")
     create.add_argument("--name", default="", help="a label for people")
     listing = _action(actions, "list", "the keys (no secret, no hash), oldest first")
     listing.add_argument("--organisation", help="only this organisation's")
@@ -98,6 +103,8 @@ def _store_path(args: argparse.Namespace) -> Path:
 async def _create(store: KeyStore, args: argparse.Namespace, out: TextIO) -> int:
     whole, record = await store.create(args.organisation, team=args.team, user=args.user, models=args.models,
                                        guard=args.guard, name=args.name)
+    if record.guard is not None:
+        _note(_GUARD_REFUSED.format(guard=record.guard))
     return _shown_once(whole, record, out)
 
 

@@ -9,13 +9,14 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 from aiohttp import web
 
 from provmw.context import Principal
-from provmw.gateway.errors import GatewayRefusal, Refusal, refusal_of
+from provmw.errors import ConfigurationError
+from provmw.gateway.errors import SHARED_STATE_RETRY_S, GatewayRefusal, Own, Refusal, refusal_of
 from provmw.gateway.keys import KeyCache, KeyRecord, KeyStore
 from provmw.gateway.metrics import Metrics
 
@@ -27,6 +28,13 @@ if TYPE_CHECKING:
 __all__ = ["Call", "Caller", "Gateway", "GatewayOptions", "endpoint", "json_body"]
 
 log = logging.getLogger("provmw.gateway")
+T = TypeVar("T")
+
+
+def positive_int(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A limit of 0 would turn aiohttp's body limit off or refuse every request; below, every one."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{attribute.name} must be a positive integer, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -35,8 +43,8 @@ class GatewayOptions:
     a verified key is trusted before the store is asked again, and the grace given to in-flight calls
     on shutdown."""
 
-    max_body_bytes: int = 8 * 1024 * 1024
-    max_concurrent_per_key: int = 64
+    max_body_bytes: int = attrs.field(default=8 * 1024 * 1024, validator=positive_int)
+    max_concurrent_per_key: int = attrs.field(default=64, validator=positive_int)
     key_cache_ttl_s: float = 2.0
     key_cache_entries: int = 10_000
     shutdown_grace_s: float = 30.0
@@ -73,12 +81,12 @@ class Gateway:
         if not presented:
             raise _refusal(401, "authentication_error", "no API key: send 'Authorization: Bearer <key>' or "
                            "'x-api-key: <key>'", "missing_api_key")
-        record = await self.cache.verify(presented)
+        record = await self._store(self.cache.verify(presented))
         if record is None:
             raise _refusal(401, "authentication_error", "invalid API key", "invalid_api_key")
         if record.disabled:
             raise _refusal(401, "authentication_error", f"API key {record.key_id} is disabled", "key_disabled")
-        budgets = await self.cache.budgets_for(record)
+        budgets = await self._store(self.cache.budgets_for(record))
         kept = self._callers.get(record.key_id)
         if kept is not None and kept.record is record and kept.budgets is budgets:
             return kept
@@ -86,6 +94,15 @@ class Gateway:
             self._callers.clear()
         caller = self._callers[record.key_id] = Caller(record, budgets, record.principal(budgets))
         return caller
+
+    async def _store(self, answer: Awaitable[T]) -> T:
+        """The key store's answer; one that fails is a 503 like the other shared-state outages."""
+        try:
+            return await answer
+        except Exception as exc:
+            log.warning("the key store did not answer: %s: %s", type(exc).__name__, exc)
+            raise _refusal(503, "service_unavailable", "the gateway's key store is unavailable",
+                           "service_unavailable", retry_after_s=SHARED_STATE_RETRY_S) from None
 
     def allowed(self, caller: Caller) -> tuple[str, ...]:
         """The model names the caller may use."""
@@ -118,13 +135,26 @@ class Call:
         return self.gateway.manager
 
     def keywords(self) -> dict[str, Any]:
-        """``configuration``, ``user``, ``tenant`` and ``principal``: all a client decides is the model."""
+        """``configuration``, ``user``, ``tenant`` and ``principal``: all a client decides is the model.
+
+        The user is the key's user, else its id: never the body's ``user`` (OpenAI's end-user label),
+        which would let a client pick its per-user budget, cache scope and ledger rows (ADR 0055). A
+        key naming a guard policy is refused: the gateway cannot apply one yet, so it fails closed."""
         record = self.caller.record
-        user = record.user
-        if user is None and isinstance(given := self.body.get("user"), str):
-            user = given
-        return {"configuration": self.model, "user": user, "tenant": record.organisation,
-                "principal": self.caller.principal}
+        if record.guard is not None:
+            raise GatewayRefusal(Refusal(503, "service_unavailable", f"guard policy {record.guard!r} is not "
+                                         "available", "guard_policy_unavailable", should_retry=False))
+        return {"configuration": self.model, "user": record.user if record.user is not None else record.key_id,
+                "tenant": record.organisation, "principal": self.caller.principal}
+
+    def own(self) -> Own:
+        """What a refusal may show this caller: its own buckets and its body's field names."""
+        record, principal = self.caller.record, self.caller.principal
+        subjects = {"key": record.key_id, "organisation": record.organisation, "tenant": record.organisation,
+                    "team": principal.subject("team")}
+        buckets = {f"{scope}:{name}" for scope, name in subjects.items() if name}
+        buckets.update(f"user:{user}" for user in (record.user, record.key_id) if user)
+        return Own(frozenset(buckets), tuple(name for name in self.body if isinstance(name, str)))
 
     def used(self, usage: Usage | None) -> None:
         """Count what the call used for the key's metrics."""
@@ -143,7 +173,7 @@ def endpoint(gateway: Gateway, name: str, handler: Handler, envelope: Envelope, 
     slots, limit = gateway.in_flight, gateway.options.max_concurrent_per_key
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        started, key_id = time.perf_counter(), "-"
+        started, key_id, call = time.perf_counter(), "-", None
         try:
             caller = await gateway.caller(request)
             key_id = caller.record.key_id
@@ -159,7 +189,7 @@ def endpoint(gateway: Gateway, name: str, handler: Handler, envelope: Envelope, 
             finally:
                 slots[key_id] -= 1
         except Exception as exc:  # every failure leaves in the wire's envelope; CancelledError passes
-            refusal = refusal_of(exc)
+            refusal = refusal_of(exc, call.own()) if call is not None else refusal_of(exc)
             log.info("%s %s: %s %s", name, key_id, refusal.status, refusal.code)
             response = envelope(refusal)
         gateway.metrics.observe(name, response.status, key_id, time.perf_counter() - started)
@@ -177,7 +207,7 @@ async def json_body(request: web.Request) -> Mapping[str, Any]:
                        "request_too_large") from None
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
         body = None
     if not isinstance(body, dict):
         raise _refusal(400, "invalid_request_error", "the request body must be a JSON object", "invalid_json")

@@ -115,7 +115,7 @@ class KeyRecord:
     team: str | None = attrs.field(default=None, validator=_name)
     user: str | None = attrs.field(default=None, validator=_name)
     models: tuple[str, ...] = attrs.field(default=(), converter=_names)  # empty: every name
-    guard: str | None = None
+    guard: str | None = attrs.field(default=None, validator=_name)
     disabled: bool = False
     created_at: float = 0.0
     rotated_from: str | None = None

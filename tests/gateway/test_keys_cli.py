@@ -141,3 +141,15 @@ def test_keys_names_another_store(config: str, tmp_path: Path) -> None:
     status, text = keys(config, "create", "--organisation", "acme", "--keys", str(other))
     assert status == 0
     assert record(other, key_id(text.split("\n", 1)[0])) is not None
+
+
+def test_create_with_a_guard_warns_that_the_gateway_refuses_the_keys_calls(
+        config: str, capsys: pytest.CaptureFixture[str]) -> None:
+    created(config, "--guard", "strict")
+    assert "refuses this key's calls (503) until the gateway applies per-key guard policies" in \
+        capsys.readouterr().err
+
+
+def test_create_without_a_guard_does_not_warn(config: str, capsys: pytest.CaptureFixture[str]) -> None:
+    created(config)
+    assert "per-key guard" not in capsys.readouterr().err

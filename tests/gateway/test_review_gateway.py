@@ -57,16 +57,12 @@ async def test_a_stored_response_cannot_be_continued_by_another_organisation(fak
     assert fake.count() == 1
 
 
-@pytest.mark.xfail(strict=True, reason="bug: KeyRecord.guard is never read by the gateway (_endpoint.Call."
-                   "keywords): a key made with guard='strict' is served unguarded instead of failing closed")
 async def test_a_keys_guard_policy_is_enforced_or_the_call_refused(fake: FakeProvider, tmp_path: Path) -> None:
     async with running_gateway(fake, tmp_path, guard="strict") as gw:
         status, _ = await _post(gw, "/v1/chat/completions", CHAT)
     assert status != 200 and fake.count() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a key without a user takes the body's 'user' (_endpoint.Call.keywords), "
-                   "so a configured per-user budget is escaped by naming a new user on each request")
 async def test_a_per_user_budget_is_not_escaped_by_naming_another_user(fake: FakeProvider, tmp_path: Path) -> None:
     limits = [{"scope": "user", "match": "*", "period": "day", "max_requests": 1}]
     budget = {"budget": {"path": str(tmp_path / "b.sqlite3"), "limits": limits}}
@@ -75,8 +71,6 @@ async def test_a_per_user_budget_is_not_escaped_by_naming_another_user(fake: Fak
     assert statuses.count(200) == 1 and fake.count() == 1
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the body's 'user' reaches the ledger unchecked (_endpoint.Call."
-                   "keywords): a lone surrogate makes the store refuse the record of a call sent upstream")
 async def test_a_client_chosen_user_cannot_cost_the_ledger_its_row(fake: FakeProvider, tmp_path: Path) -> None:
     async with running_gateway(fake, tmp_path) as gw:
         body = b'{"model": "chat", "user": "\\ud800", "messages": [{"role": "user", "content": "hi"}]}'
@@ -84,8 +78,6 @@ async def test_a_client_chosen_user_cannot_cost_the_ledger_its_row(fake: FakePro
     assert status != 200 or len(_ledger_rows(tmp_path)) == fake.count() == 1
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the body's 'user' has no length bound (_endpoint.Call.keywords): any "
-                   "key holder writes megabytes per request into the operator's ledger")
 async def test_a_client_chosen_user_is_bounded_before_the_ledger(fake: FakeProvider, tmp_path: Path) -> None:
     async with running_gateway(fake, tmp_path) as gw:
         await _post(gw, "/v1/chat/completions", {**CHAT, "user": "u" * 1_000_000})
