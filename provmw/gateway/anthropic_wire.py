@@ -12,11 +12,10 @@ from typing import Any
 
 from aiohttp import web
 
-from provmw.errors import ConfigurationError
 from provmw.gateway._endpoint import Call
-from provmw.gateway.errors import anthropic_error, refusal_of
+from provmw.gateway.errors import anthropic_error, invalid_field, refusal_of
 from provmw.gateway.openai_wire import json_response, open_stream, sse_response
-from provmw.messages import ContentPart, ImagePart, Message, TextPart, ToolCall, ToolSpec
+from provmw.messages import ContentPart, ImagePart, Message, TextPart, ToolCall
 from provmw.responses import ChatChunk, CompletionResponse, Usage
 
 __all__ = ["messages"]
@@ -30,7 +29,7 @@ def _parts(content: Any, where: str) -> tuple[list[ContentPart], list[ToolCall],
     if isinstance(content, str):
         return [TextPart(content)], [], []
     if not isinstance(content, list):
-        raise ConfigurationError(f"{where}.content must be a string or a list of content blocks")
+        raise invalid_field(f"{where}.content", "must be a string or a list of content blocks")
     parts: list[ContentPart] = []
     calls: list[ToolCall] = []
     results: list[Message] = []
@@ -39,29 +38,56 @@ def _parts(content: Any, where: str) -> tuple[list[ContentPart], list[ToolCall],
         if kind == "text":
             parts.append(TextPart(block.get("text")))
         elif kind == "image":
-            parts.append(_image(block.get("source") or {}, f"{where}.content[{i}]"))
+            parts.append(_image(block.get("source"), f"{where}.content[{i}].source"))
         elif kind == "tool_use":
             calls.append(ToolCall(block.get("id"), block.get("name"), json.dumps(block.get("input") or {})))
         elif kind == "tool_result":
             results.append(Message.tool(block.get("tool_use_id"), _text(block.get("content"))))
         elif kind not in ("thinking", "redacted_thinking"):
-            raise ConfigurationError(f"{where}.content[{i}].type {kind!r} is not supported")
+            raise invalid_field(f"{where}.content[{i}].type", "is not a supported content block type")
     return parts, calls, results
 
 
-def _image(source: Mapping[str, Any], where: str) -> ImagePart:
+def _image(source: object, where: str) -> ImagePart:
+    if not isinstance(source, Mapping):
+        raise invalid_field(where, "must be an object")
     if source.get("type") == "url":
-        return ImagePart(url=source.get("url"))
+        return ImagePart(url=_string(source.get("url"), f"{where}.url"))
+    data = source.get("data")
+    if not isinstance(data, str):
+        raise invalid_field(f"{where}.data", "must be a base64 string")
     try:
-        data = base64.b64decode(source.get("data") or "", validate=True)
+        decoded = base64.b64decode(data, validate=True)
     except ValueError:
-        raise ConfigurationError(f"{where}.source.data is not valid base64") from None
-    return ImagePart(data=data, media_type=source.get("media_type") or "image/png")
+        raise invalid_field(f"{where}.data", "is not valid base64") from None
+    media_type = source.get("media_type")
+    return ImagePart(data=decoded, media_type=_string(media_type, f"{where}.media_type") if media_type else
+                     "image/png")
+
+
+def _string(value: object, field: str) -> str:
+    if not isinstance(value, str):
+        raise invalid_field(field, "must be a string")
+    return value
+
+
+def _tools(tools: object) -> list[dict[str, Any]]:
+    """Anthropic's tools in provmw's shape (``provmw.messages.tools_from`` checks the rest)."""
+    if not isinstance(tools, list):
+        raise invalid_field("tools", "must be a list of tools")
+    specs = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, Mapping):
+            raise invalid_field(f"tools[{i}]", "must be an object")
+        specs.append({"name": tool.get("name"), "description": tool.get("description") or "",
+                      "parameters": tool.get("input_schema") or {}})
+    return specs
 
 
 def _text(content: Any) -> str:
     if isinstance(content, list):
-        return "".join(b.get("text", "") for b in content if isinstance(b, Mapping) and b.get("type") == "text")
+        return "".join(text for b in content if isinstance(b, Mapping) and b.get("type") == "text"
+                       and isinstance(text := b.get("text"), str))
     return content if isinstance(content, str) else ""
 
 
@@ -70,11 +96,11 @@ def conversation(body: Mapping[str, Any]) -> list[Message]:
     turns = [Message.system(_text(body["system"]))] if body.get("system") else []
     given = body.get("messages")
     if not isinstance(given, list) or not given:
-        raise ConfigurationError("messages must be a non-empty list")
+        raise invalid_field("messages", "must be a non-empty list")
     for i, turn in enumerate(given):
         role = turn.get("role") if isinstance(turn, Mapping) else None
         if role not in ("user", "assistant"):
-            raise ConfigurationError(f"messages[{i}].role must be user or assistant, got {role!r}")
+            raise invalid_field(f"messages[{i}].role", "must be user or assistant")
         parts, calls, results = _parts(turn.get("content"), f"messages[{i}]")
         turns += results
         if parts or calls:
@@ -109,7 +135,7 @@ def _call(call: Call, stream: bool) -> Any:
     turns, tools = conversation(body), body.get("tools")
     manager = call.manager
     if tools:
-        specs = [ToolSpec(t.get("name"), t.get("description") or "", t.get("input_schema") or {}) for t in tools]
+        specs = _tools(tools)
         return (manager.stream_chat_with_tools if stream else manager.chat_with_tools)(turns, specs, **keywords)
     return (manager.stream_chat if stream else manager.chat)(turns, **keywords)
 

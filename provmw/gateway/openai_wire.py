@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from provmw.gateway._endpoint import Call
-from provmw.gateway.errors import GatewayRefusal, Refusal, refusal_of
+from provmw.gateway.errors import GatewayRefusal, Refusal, invalid_field, refusal_of
 from provmw.messages import ToolCall, messages_from
 from provmw.responses import ChatChunk, CompletionResponse, Usage
 
@@ -49,7 +49,13 @@ def schema_of(body: Mapping[str, Any], options: dict[str, Any]) -> Any:
     """``response_format: {"type": "json_schema", ...}`` as ``response_schema``; other formats stay options."""
     fmt = body.get("response_format")
     if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
-        return (fmt.get("json_schema") or {}).get("schema") or {"type": "object"}
+        given = fmt.get("json_schema") or {}
+        if not isinstance(given, Mapping):
+            raise invalid_field("response_format.json_schema", "must be an object")
+        schema = given.get("schema") or {"type": "object"}
+        if not isinstance(schema, Mapping):
+            raise invalid_field("response_format.json_schema.schema", "must be an object")
+        return schema
     if fmt is not None:
         options["response_format"] = fmt
     return None

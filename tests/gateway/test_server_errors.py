@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from provmw import errors as e
-from provmw.gateway.errors import refusal_of, retry_headers
+from provmw.gateway.errors import Own, refusal_of, retry_headers
 from provmw.testing import FakeProvider, Fault
 from tests.gateway.test_server import Running, running_gateway
 
@@ -42,9 +42,17 @@ def test_each_error_has_its_status(error: BaseException, status: int) -> None:
     assert refusal_of(error).status == status
 
 
-def test_a_budget_refusal_names_its_bucket_and_asks_for_no_retry() -> None:
-    refusal = refusal_of(e.BudgetExceededError("key:abc", limit=1, spent=1, reserved=0, period="day"))
+def test_a_refusal_by_the_callers_own_budget_names_its_bucket_and_asks_for_no_retry() -> None:
+    refusal = refusal_of(e.BudgetExceededError("key:abc", limit=1, spent=1, reserved=0, period="day"),
+                         Own(buckets=frozenset({"key:abc"})))
     assert "key:abc" in refusal.message and retry_headers(refusal)["x-should-retry"] == "false"
+
+
+def test_a_refusal_by_a_shared_budget_says_only_when_it_resets() -> None:
+    exhausted = e.BudgetExceededError("global:*", limit=7, spent=9, reserved=0, period="day",
+                                      resets_at="2999-01-01T00:00:00+00:00")
+    refusal = refusal_of(exhausted, Own(buckets=frozenset({"key:abc"})))
+    assert refusal.message == "budget exhausted; it resets at 2999-01-01T00:00:00+00:00" and refusal.retry_after_s
 
 
 def test_a_local_rate_limit_says_when_to_retry() -> None:
