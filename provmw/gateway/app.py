@@ -16,7 +16,7 @@ from aiohttp import web
 
 from provmw.gateway import anthropic_wire, openai_media, openai_wire, ui
 from provmw.gateway._endpoint import Gateway, GatewayOptions, endpoint
-from provmw.gateway.errors import anthropic_error, openai_error, refusal_of
+from provmw.gateway.errors import anthropic_error, envelope_errors, openai_error, refusal_of
 from provmw.gateway.health import HealthCheck, stack_state
 from provmw.gateway.metrics import CONTENT_TYPE
 
@@ -47,7 +47,8 @@ def gateway_app(manager: ServiceManager, keys: KeyStore, options: GatewayOptions
     """The gateway on ``manager``, its callers verified by ``keys``."""
     options = options if options is not None else GatewayOptions()
     gateway = Gateway(manager, keys, options)
-    app = web.Application(client_max_size=options.max_body_bytes, handler_args={"max_field_size": 16384})
+    app = web.Application(client_max_size=options.max_body_bytes, handler_args={"max_field_size": 16384},
+                          middlewares=[envelope_errors])
     app[GATEWAY] = gateway
     app[HEALTH] = HealthCheck(manager, keys)
     for path, name, handler in OPENAI_ROUTES:

@@ -219,8 +219,8 @@ def openai_error(refusal: Refusal) -> web.Response:
 
 
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                    503: "overloaded_error", 504: "timeout_error"}
+                    404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
+                    429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error"}
 
 
 def anthropic_error(refusal: Refusal) -> web.Response:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import anthropic
 import openai
 import pytest
@@ -95,3 +97,24 @@ async def test_an_anthropic_stream_cut_after_its_first_chunk_ends_in_an_error_ev
                                       messages=[{"role": "user", "content": "a b c d e"}]) as stream:
         with pytest.raises(anthropic.APIStatusError):
             await stream.get_final_message()
+
+
+async def _raw(gw: Running, method: str, path: str, **headers: str) -> tuple[int, dict[str, Any], Any]:
+    async with aiohttp.ClientSession() as session, session.request(method, f"{gw.url}{path}",
+                                                                    headers=headers) as response:
+        return response.status, dict(response.headers), await response.json(content_type=None)
+
+
+async def test_an_unknown_route_is_404_in_openais_envelope(gw: Running) -> None:
+    status, _, body = await _raw(gw, "POST", "/v1/no-such-thing")
+    assert status == 404 and body["error"]["code"] == "not_found"
+
+
+async def test_a_wrong_method_is_405_in_openais_envelope_with_the_methods_allowed(gw: Running) -> None:
+    status, headers, body = await _raw(gw, "GET", "/v1/chat/completions")
+    assert status == 405 and body["error"]["type"] == "invalid_request_error" and headers["Allow"] == "POST"
+
+
+async def test_a_wrong_method_on_the_messages_path_is_in_anthropics_envelope(gw: Running) -> None:
+    status, _, body = await _raw(gw, "GET", "/v1/messages")
+    assert status == 405 and body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
