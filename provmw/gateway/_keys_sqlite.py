@@ -19,7 +19,18 @@ from typing import TYPE_CHECKING
 import attrs
 
 from provmw.errors import ConfigurationError
-from provmw.gateway.keys import KeyRecord, KeyScope, budget_limit, budget_owner, key_digest, key_id_of, new_key
+from provmw.gateway.keys import (
+    RESPONSES_KEPT_S,
+    KeyRecord,
+    KeyScope,
+    budget_limit,
+    budget_owner,
+    check_name,
+    is_response_id,
+    key_digest,
+    key_id_of,
+    new_key,
+)
 from provmw.middleware.budget import BudgetLimit
 from provmw.stores._sqlite import SqliteDatabase, transaction
 
@@ -38,6 +49,11 @@ CREATE INDEX IF NOT EXISTS gateway_keys_by_organisation ON gateway_keys (organis
 -- A key has at most one successor: two rotations of it at once, in two processes, cannot both win.
 CREATE UNIQUE INDEX IF NOT EXISTS gateway_keys_successor ON gateway_keys (rotated_from)
     WHERE rotated_from IS NOT NULL;
+-- Which organisation's call made each stored response (a previous_response_id is continued only by it).
+CREATE TABLE IF NOT EXISTS gateway_responses (
+    response_id TEXT PRIMARY KEY, organisation TEXT NOT NULL, created_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS gateway_responses_by_age ON gateway_responses (created_at);
 CREATE TABLE IF NOT EXISTS gateway_budgets (
     scope TEXT NOT NULL, subject TEXT NOT NULL, period TEXT NOT NULL, max_cost_usd REAL, max_tokens INTEGER,
     max_requests INTEGER, PRIMARY KEY (scope, subject, period)
@@ -189,6 +205,34 @@ class SqliteKeyStore:
             return tuple(budget_limit(scope, subject, period, max_cost_usd=cost, max_tokens=tokens,
                                       max_requests=requests)
                          for scope, subject, period, cost, tokens, requests in rows)
+
+        return await self.db.run(read)
+
+    async def record_response(self, response_id: str, organisation: str) -> None:
+        if not is_response_id(response_id):
+            raise ConfigurationError(f"response_id: not a provider's response id: {response_id!r:.80}")
+        check_name("organisation", organisation)
+        now = self._clock()
+
+        def write(connection: sqlite3.Connection) -> None:
+            with transaction(connection):
+                # The expired go with each write: by the age index, a few rows at most each time.
+                connection.execute("DELETE FROM gateway_responses WHERE created_at < ?", (now - RESPONSES_KEPT_S,))
+                connection.execute("INSERT INTO gateway_responses (response_id, organisation, created_at) "
+                                   "VALUES (?, ?, ?) ON CONFLICT (response_id) DO NOTHING",
+                                   (response_id, organisation, now))
+
+        await self.db.run(write)
+
+    async def response_owner(self, response_id: str) -> str | None:
+        if not is_response_id(response_id):
+            return None
+        since = self._clock() - RESPONSES_KEPT_S
+
+        def read(connection: sqlite3.Connection) -> str | None:
+            row = connection.execute("SELECT organisation FROM gateway_responses WHERE response_id = ? AND "
+                                     "created_at >= ?", (response_id, since)).fetchone()
+            return None if row is None else str(row[0])
 
         return await self.db.run(read)
 

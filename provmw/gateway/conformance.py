@@ -12,7 +12,9 @@ The contract: the whole key comes back once, from ``create`` and ``rotate``, and
 later holds its secret; ``verify`` finds a key by its whole text only (a malformed, unknown or
 wrong one is None) and returns a disabled key's record marked disabled; a key rotates once,
 to a successor with the same owner, models and key budgets, leaving one of the two enabled;
-``budgets_for`` holds the key's, its team's and its organisation's limits, and only those.
+``budgets_for`` holds the key's, its team's and its organisation's limits, and only those;
+an organisation or team name with a '/' is refused; ``response_owner`` answers the organisation
+a response was first recorded for, and None for any other id.
 """
 
 from __future__ import annotations
@@ -168,6 +170,31 @@ class KeyStoreConformance:
                                                                  period: str, maximum: int) -> None:
         with pytest.raises(ConfigurationError):
             await store.set_budget(scope, subject, period, max_requests=maximum)  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize(("organisation", "team"), [("a/b", "c"), ("a", "b/c"), ("ac\x00me", None),
+                                                        ("o" * 129, None)])
+    async def test_a_key_for_an_organisation_or_team_no_bucket_can_name_is_refused(
+            self, store: KeyStore, organisation: str, team: str | None) -> None:
+        with pytest.raises(ConfigurationError):
+            await store.create(organisation, team=team)
+        assert await store.list() == []
+
+    async def test_a_recorded_response_is_owned_by_its_organisation_and_others_are_unknown(
+            self, store: KeyStore) -> None:
+        await store.record_response("resp_1", "acme")
+        assert await store.response_owner("resp_1") == "acme"
+        assert await store.response_owner("resp_2") is None
+        assert await store.response_owner("x" * 10_000) is None
+
+    async def test_a_response_keeps_its_first_owner(self, store: KeyStore) -> None:
+        await store.record_response("resp_1", "acme")
+        await store.record_response("resp_1", "globex")
+        assert await store.response_owner("resp_1") == "acme"
+
+    @pytest.mark.parametrize("response_id", ["", "r" * 257, "resp\n1"])
+    async def test_a_response_id_no_provider_gives_is_not_recorded(self, store: KeyStore, response_id: str) -> None:
+        with pytest.raises(ConfigurationError):
+            await store.record_response(response_id, "acme")
 
     async def test_keys_and_budgets_outlive_the_store_object(self) -> None:
         if not self.durable:

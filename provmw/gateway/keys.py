@@ -39,8 +39,9 @@ if TYPE_CHECKING:
     from provmw._base.periods import Period
     from provmw.settings import Settings
 
-__all__ = ["KEYS_FILE", "KEY_SCOPES", "NAME_MAX", "KeyCache", "KeyRecord", "KeyScope", "KeyStore", "check_name",
-           "key_digest", "key_id_of", "keys_path", "new_key"]
+__all__ = ["KEYS_FILE", "KEY_SCOPES", "NAME_MAX", "RESPONSES_KEPT_S", "RESPONSE_ID_MAX", "KeyCache", "KeyRecord",
+           "KeyScope", "KeyStore", "check_name", "is_response_id", "key_digest",
+           "key_id_of", "keys_path", "new_key"]
 
 KEYS_FILE = "provmw-keys.sqlite3"
 PREFIX = "pmk_"
@@ -52,6 +53,9 @@ _KEY_ID_CHARS = 12
 KEY_LENGTH = len(PREFIX) + _KEY_ID_CHARS + 1 + 43
 _SHAPE = re.compile(r"pmk_([0-9a-f]{12})_[A-Za-z0-9_-]{43}")
 _KEY_ID = re.compile(r"[0-9a-f]{12}")
+# How long a stored response may be continued through the gateway (OpenAI keeps stored responses 30 days).
+RESPONSES_KEPT_S = 30 * 86_400
+RESPONSE_ID_MAX = 256  # longer is no provider's id: refused unread
 NAME_MAX = 128  # an organisation, team or user name: it goes into every ledger row and bucket of the key's calls
 
 
@@ -130,6 +134,12 @@ class KeyRecord:
         return Principal(key=self.key_id, team=self.team, organisation=self.organisation, budgets=tuple(budgets))
 
 
+def is_response_id(value: object) -> bool:
+    """Whether ``value`` could be a provider's response id: a non-empty printable string of at most
+    ``RESPONSE_ID_MAX`` characters (anything else is no stored response: it is not looked up)."""
+    return isinstance(value, str) and 0 < len(value) <= RESPONSE_ID_MAX and value.isprintable()
+
+
 def budget_owner(scope: str, subject: str, period: str) -> None:
     """Check a key, team or organisation budget's scope, name and period (``ConfigurationError``)."""
     if scope not in KEY_SCOPES:
@@ -199,6 +209,15 @@ class KeyStore(Protocol):
 
     async def budgets_for(self, record: KeyRecord) -> tuple[BudgetLimit, ...]:
         """The limits of the key, its team and its organisation, as ``Principal.budgets``."""
+        ...
+
+    async def record_response(self, response_id: str, organisation: str) -> None:
+        """Note that a call of ``organisation`` made the stored response ``response_id`` (its first
+        owner keeps it); entries older than ``RESPONSES_KEPT_S`` may go."""
+        ...
+
+    async def response_owner(self, response_id: str) -> str | None:
+        """The organisation whose call made ``response_id``, None if unknown or older than ``RESPONSES_KEPT_S``."""
         ...
 
     async def aclose(self) -> None:

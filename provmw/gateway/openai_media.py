@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, Mapping
@@ -15,6 +16,7 @@ from aiohttp import web
 
 from provmw.gateway._endpoint import Call, json_body
 from provmw.gateway.errors import GatewayRefusal, Refusal, refusal_of
+from provmw.gateway.keys import is_response_id
 from provmw.gateway.openai_wire import json_response, open_stream, options_of, sse_response
 from provmw.messages import ToolCall
 from provmw.responses import ChatChunk, Usage
@@ -23,6 +25,7 @@ __all__ = ["form_body", "images", "moderations", "rerank", "responses", "speech"
 
 RESPONSES_OPTIONS = ("temperature", "top_p", "max_output_tokens", "parallel_tool_calls", "tool_choice", "metadata",
                      "reasoning", "max_tool_calls")
+log = logging.getLogger("provmw.gateway")
 SPEECH_TYPES = {"mp3": "audio/mpeg", "opus": "audio/opus", "aac": "audio/aac", "flac": "audio/flac",
                 "wav": "audio/wav", "pcm": "audio/pcm"}
 
@@ -67,12 +70,41 @@ def _response(call: Call, response_id: str, status: str, output: list[Any], usag
             "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "temperature": None, "top_p": None}
 
 
+async def _check_previous(call: Call, arguments: Mapping[str, Any]) -> None:
+    """Refuse (404, as for an unknown id) a ``previous_response_id`` that no call of the caller's organisation
+    made through this gateway: a stored conversation is only its maker's to continue (ADR 0055)."""
+    previous = arguments["previous_response_id"]
+    if previous is None:
+        return
+    if not isinstance(previous, str):
+        raise _invalid("previous_response_id must be a string", "previous_response_id")
+    if not is_response_id(previous) or await call.gateway.keys.response_owner(previous) != \
+            call.caller.record.organisation:
+        raise GatewayRefusal(Refusal(404, "invalid_request_error", f"Previous response with id "
+                                     f"{repr(previous)[:80]} not found.", "previous_response_not_found",
+                                     "previous_response_id"))
+
+
+async def _record(call: Call, arguments: Mapping[str, Any], response_id: str | None) -> None:
+    """Note the organisation of a stored response, so that it alone may continue it."""
+    if response_id is None or not arguments["store"]:
+        return  # an answer not stored cannot be continued: nothing to own
+    try:
+        await call.gateway.keys.record_response(response_id, call.caller.record.organisation)
+    except Exception as exc:  # the answer is the client's already; only continuing it will be refused
+        log.warning("response %.80s of %s not recorded (%s): it cannot be continued through the gateway",
+                    response_id, call.caller.record.key_id, type(exc).__name__)
+
+
 async def responses(call: Call) -> web.StreamResponse:
     """POST /v1/responses."""
+    arguments = _respond_arguments(call)
+    await _check_previous(call, arguments)
     if call.body.get("stream"):
-        return await _responses_stream(call)
-    answer = await call.manager.respond(_input(call), **_respond_arguments(call))
+        return await _responses_stream(call, arguments)
+    answer = await call.manager.respond(_input(call), **arguments)
     call.used(answer.usage)
+    await _record(call, arguments, answer.response_id)
     return json_response(_response(call, answer.response_id or f"resp_{uuid.uuid4().hex}", answer.status or
                                    "completed", [item.to_dict() for item in answer.output], answer.usage))
 
@@ -89,9 +121,8 @@ class _Events:
         await self.response.write(f"event: {kind}\ndata: {json.dumps(event)}\n\n".encode())
 
 
-async def _responses_stream(call: Call) -> web.StreamResponse:
-    chunks: AsyncGenerator[ChatChunk, None] = call.manager.stream_respond(_input(call),
-                                                                          **_respond_arguments(call))
+async def _responses_stream(call: Call, arguments: Mapping[str, Any]) -> web.StreamResponse:
+    chunks: AsyncGenerator[ChatChunk, None] = call.manager.stream_respond(_input(call), **arguments)
     first = await open_stream(chunks)
     events = _Events(await sse_response(call))
     response_id, item_id = f"resp_{uuid.uuid4().hex}", f"msg_{uuid.uuid4().hex}"
@@ -99,16 +130,18 @@ async def _responses_stream(call: Call) -> web.StreamResponse:
     item = {"type": "message", "id": item_id, "role": "assistant", "status": "in_progress", "content": []}
     await events.send("response.output_item.added", {"output_index": 0, "item": item})
     async with contextlib.aclosing(chunks):
-        await _response_events(call, events, response_id, item_id, first, chunks)
+        kept = await _response_events(call, events, response_id, item_id, first, chunks)
+    await _record(call, arguments, kept)
     return events.response
 
 
 async def _response_events(call: Call, events: _Events, response_id: str, item_id: str,
-                           first: ChatChunk | None, chunks: AsyncGenerator[ChatChunk, None]) -> None:
-    """The text as deltas of one message item, then each function call as an item of its own."""
+                           first: ChatChunk | None, chunks: AsyncGenerator[ChatChunk, None]) -> str | None:
+    """The text as deltas of one message item, then each function call as an item of its own; the
+    provider's id of the response (on the last chunk), named in ``response.completed``."""
     text: list[str] = []
     calls: list[ToolCall] = []
-    usage, chunk = None, first
+    usage, chunk, kept = None, first, None
     where = {"item_id": item_id, "output_index": 0, "content_index": 0}
     try:
         while chunk is not None:
@@ -116,13 +149,14 @@ async def _response_events(call: Call, events: _Events, response_id: str, item_i
                 text.append(chunk.text)
                 await events.send("response.output_text.delta", {**where, "delta": chunk.text})
             calls += chunk.tool_calls
+            kept = chunk.response_id or kept
             usage, chunk = chunk.usage or usage, await anext(chunks, None)
     except ConnectionResetError:  # the client went away: nobody is left to tell
-        return
+        return None
     except Exception as exc:  # after the first byte only an in-band error event can say it
         refusal = refusal_of(exc)
         await events.send("error", {"code": refusal.code, "message": refusal.message, "param": None})
-        return
+        return None
     call.used(usage)
     whole = "".join(text)
     await events.send("response.output_text.done", {**where, "text": whole})
@@ -130,7 +164,9 @@ async def _response_events(call: Call, events: _Events, response_id: str, item_i
             "content": [{"type": "output_text", "text": whole, "annotations": []}]}
     await events.send("response.output_item.done", {"output_index": 0, "item": item})
     output = [item, *[await _function_call(events, index, tool) for index, tool in enumerate(calls, 1)]]
-    await events.send("response.completed", {"response": _response(call, response_id, "completed", output, usage)})
+    completed = _response(call, kept or response_id, "completed", output, usage)
+    await events.send("response.completed", {"response": completed})
+    return kept
 
 
 async def _function_call(events: _Events, index: int, tool: ToolCall) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 
 from provmw.gateway import SqliteKeyStore
 from provmw.gateway.conformance import MALFORMED_KEYS
-from provmw.gateway.keys import KeyRecord, key_digest
+from provmw.gateway.keys import RESPONSES_KEPT_S, KeyRecord, key_digest
 
 
 @pytest.fixture
@@ -90,3 +90,17 @@ async def test_a_key_budget_needs_the_key_to_exist_but_a_team_budget_does_not(st
     limit = await store.set_budget("team", "acme/not-yet", "month", max_cost_usd=5.0)
     assert limit is not None
     assert (limit.scope, limit.match, limit.max_cost_usd) == ("team", "acme/not-yet", 5.0)
+
+
+async def test_a_response_older_than_thirty_days_is_unknown_and_goes_with_the_next_write(tmp_path: Path) -> None:
+    now = [1_000_000_000.0]
+    store = SqliteKeyStore(tmp_path / "keys.sqlite3", clock=lambda: now[0])
+    try:
+        await store.record_response("resp_old", "acme")
+        now[0] += RESPONSES_KEPT_S + 1
+        assert await store.response_owner("resp_old") is None
+        await store.record_response("resp_new", "acme")
+    finally:
+        await store.aclose()
+    with sqlite3.connect(tmp_path / "keys.sqlite3") as db:
+        assert db.execute("SELECT response_id FROM gateway_responses").fetchall() == [("resp_new",)]
