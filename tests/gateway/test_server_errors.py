@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from provmw import errors as e
-from provmw.gateway.errors import Own, refusal_of, retry_headers
+from provmw.gateway.errors import SHARED_STATE_RETRY_S, Own, refusal_of, retry_headers
 from provmw.testing import FakeProvider, Fault
 from tests.gateway.test_server import Running, running_gateway
 
@@ -118,3 +118,26 @@ async def test_a_wrong_method_is_405_in_openais_envelope_with_the_methods_allowe
 async def test_a_wrong_method_on_the_messages_path_is_in_anthropics_envelope(gw: Running) -> None:
     status, _, body = await _raw(gw, "GET", "/v1/messages")
     assert status == 405 and body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+
+
+def test_an_upstream_error_says_one_fixed_sentence_without_the_operators_internals() -> None:
+    error = e.InvalidRequestError("404 from http://10.0.0.7/v1/chat", provider="openai", model="gpt-secret", status=404)
+    message = refusal_of(error).message
+    assert "10.0.0.7" not in message and "gpt-secret" not in message and "openai" not in message
+
+
+def test_a_validation_error_names_the_requests_own_fields_and_nothing_else() -> None:
+    error = e.ConfigurationError("temperature must be at most 2 (configuration 'internal-eu' at http://10.0.0.7)")
+    refusal = refusal_of(error, Own(fields=("model", "temperature")))
+    assert refusal.message == "the request is invalid (see temperature)" and refusal.param == "temperature"
+
+
+def test_a_shared_state_outage_is_503_with_retry_after_and_no_store_address() -> None:
+    refusal = refusal_of(e.BudgetUnavailableError("budget: the store could not reserve (redis://10.0.0.9:6379)"))
+    assert refusal.status == 503 and refusal.retry_after_s == SHARED_STATE_RETRY_S and "redis" not in refusal.message
+
+
+async def test_a_key_store_outage_says_when_to_retry(gw: Running) -> None:
+    await gw.keys.aclose()  # the key was never verified: nothing cached
+    status, headers, body = await _raw(gw, "POST", "/v1/chat/completions", authorization=f"Bearer {gw.key}")
+    assert status == 503 and headers["Retry-After"] == "1" and body["error"]["code"] == "service_unavailable"
