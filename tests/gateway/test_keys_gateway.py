@@ -50,3 +50,12 @@ async def test_a_key_with_a_guard_policy_is_refused_503_in_anthropics_envelope(
         status, answer, _ = await post(client, gw, "/v1/messages", body)
     assert status == 503 and answer["error"]["message"] == "guard policy 'strict' is not available"
     assert fake.count() == 0
+
+
+async def test_anthropics_metadata_user_id_does_not_choose_the_user_either(
+        fake: FakeProvider, tmp_path: Path, client: aiohttp.ClientSession) -> None:
+    body = {"model": "claude", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}],
+            "metadata": {"user_id": "mallory"}}
+    async with running_gateway(fake, tmp_path) as gw:
+        status, _, _ = await post(client, gw, "/v1/messages", body)
+    assert status == 200 and _ledger_users(tmp_path) == [gw.record.key_id]
