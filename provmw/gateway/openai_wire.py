@@ -202,9 +202,10 @@ async def embeddings(call: Call) -> web.StreamResponse:
     """POST /v1/embeddings; ``encoding_format: base64`` (the OpenAI SDK's default) as little-endian float32."""
     body = call.body
     inputs = body.get("input")
+    if not isinstance(inputs, str | list):  # the manager says which items of a list are not strings
+        raise invalid_field("input", "must be a string or a list of strings")
     dimensions = body.get("dimensions")
-    answer = await call.manager.embed(inputs if isinstance(inputs, str | list) else None,  # type: ignore[arg-type]
-                                      dimensions=dimensions if isinstance(dimensions, int) else None,
+    answer = await call.manager.embed(inputs, dimensions=dimensions if isinstance(dimensions, int) else None,
                                       **call.keywords())
     call.used(answer.usage)
     encode = _base64 if body.get("encoding_format") == "base64" else list

@@ -141,3 +141,11 @@ async def test_a_key_store_outage_says_when_to_retry(gw: Running) -> None:
     await gw.keys.aclose()  # the key was never verified: nothing cached
     status, headers, body = await _raw(gw, "POST", "/v1/chat/completions", authorization=f"Bearer {gw.key}")
     assert status == 503 and headers["Retry-After"] == "1" and body["error"]["code"] == "service_unavailable"
+
+
+@pytest.mark.parametrize("given", [5, None, {"a": 1}], ids=["number", "null", "object"])
+async def test_an_embedding_input_of_the_wrong_type_is_400_naming_it(gw: Running, given: object) -> None:
+    async with aiohttp.ClientSession() as session, session.post(
+            f"{gw.url}/v1/embeddings", json={"model": "chat", "input": given},
+            headers={"authorization": f"Bearer {gw.key}"}) as response:
+        assert response.status == 400 and (await response.json())["error"]["param"] == "input"
