@@ -60,6 +60,13 @@ class TestBedrockConformance(AdapterConformance):
     }
     # Bedrock takes images as bytes or S3 locations, never a web URL (refused before sending).
     image_url = "s3://bucket/a.png"
+    # Rerank is Agent Runtime's /rerank (the fake's bedrock_rerank route); its answer carries no id.
+    operation_routes: ClassVar[Mapping[str, str]] = {**AdapterConformance.operation_routes, "rerank": "bedrock_rerank"}
+    operation_models: ClassVar[Mapping[str, str]] = {**AdapterConformance.operation_models,
+                                                     "rerank": "cohere.rerank-v3-5:0"}
+    operation_ids: ClassVar[Mapping[str, str]] = {
+        op: prefix for op, prefix in AdapterConformance.operation_ids.items() if op != "rerank"}
+
     @pytest.fixture
     async def fake(self) -> AsyncIterator[FakeProvider]:
         async with FakeProvider(wires=[BedrockWire()]) as server:

@@ -1,4 +1,4 @@
-"""The Bedrock Runtime adapter: Converse for chat, ConverseStream for streams; no embeddings.
+"""The Bedrock Runtime adapter: Converse for chat, ConverseStream for streams, Agent Runtime's Rerank; no embeddings.
 
 A configuration with ``api_key`` sends it as a Bedrock API key (``Authorization: Bearer``);
 one without is signed with AWS SigV4 from botocore's credential chain (``signing``).
@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from provmw import wire
 from provmw.config import ProviderConfig
 from provmw.errors import (
+    ConfigurationError,
     MalformedResponseError,
     ProviderTimeoutError,
     ResponseTooLargeError,
@@ -22,15 +23,16 @@ from provmw.errors import (
 )
 from provmw.http import HttpClient, ReadLimits, decode_json, malformed, wire_errors
 from provmw.messages import Message
+from provmw.operations.rerank import RerankRequest, RerankResponse
 from provmw.providers import Capabilities
 from provmw.requests import ChatRequest, CompletionRequest, EmbeddingRequest
 from provmw.responses import ChatChunk, CompletionResponse, EmbeddingResponse
 from provmw.scrubbing import Scrubber
-from provmw_bedrock import answers
+from provmw_bedrock import answers, rerank
 from provmw_bedrock.converse import request_body
 from provmw_bedrock.errors import ERROR_CODES, error_type_header, in_band_error
 from provmw_bedrock.eventstream import EventMessage, EventStreamDecoder, EventStreamError, EventTooLargeError
-from provmw_bedrock.signing import AwsAuth, sent_secrets, sign
+from provmw_bedrock.signing import Account, AwsAuth, sent_secrets, sign
 
 if TYPE_CHECKING:
     from botocore.session import Session
@@ -41,6 +43,8 @@ __all__ = ["EVENT_STREAM", "BedrockAdapter"]
 EVENT_STREAM = "application/vnd.amazon.eventstream"
 # What a malformed answer raises while it is read; ``malformed`` turns each into one error.
 _SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
+# And a rerank answer's value its response class refuses (a negative index) is malformed too.
+_RANKED_ERRORS = (*_SHAPE_ERRORS, ConfigurationError)
 
 
 class BedrockAdapter:
@@ -49,7 +53,7 @@ class BedrockAdapter:
     name = "bedrock"
     api_key_env = "AWS_BEARER_TOKEN_BEDROCK"  # what AWS's own SDKs read a Bedrock API key from
     ambient_credentials = True  # a configuration without a key is signed from AWS's credential chain
-    capabilities = Capabilities(embeddings=False, schema=True)
+    capabilities = Capabilities(embeddings=False, schema=True, rerank=True)
 
     def __init__(self, *, session: Callable[[], Session] | None = None) -> None:
         """``session`` makes the botocore session a configuration's region and credentials come
@@ -79,6 +83,22 @@ class BedrockAdapter:
                     request: EmbeddingRequest) -> EmbeddingResponse:
         raise UnsupportedOperationError(self.name, "embedding")
 
+    async def rerank(self, http: HttpClient, config: ProviderConfig, request: RerankRequest) -> RerankResponse:
+        """Bedrock Agent Runtime's Rerank (``provmw_bedrock.rerank`` says how it is sent and billed)."""
+        with wire_errors(ERROR_CODES, provider=self.name, model=config.model), error_type_header():
+            account = await self._auth.account(config, signed=config.api_key is None)
+            url = rerank.rerank_url(config, account.region)
+            sent_url, body, headers, sent = await self._signed(
+                config, account, url, rerank.rerank_body(config, request, account.region), "application/json")
+        with wire_errors(ERROR_CODES, provider=self.name, model=config.model), error_type_header(), sent:
+            data = await http.post_json(sent_url, body, headers)
+        try:
+            results = rerank.rerank_results(wire.mapping(data, "response"), request)
+        except _RANKED_ERRORS as exc:
+            raise malformed(self.name, config.model, exc) from None
+        return RerankResponse(provider=self.name, model=config.model, usage=rerank.rerank_usage(request),
+                              served_by=config.identifier, results=results)
+
     async def stream_chat(self, http: HttpClient, config: ProviderConfig,
                           request: ChatRequest) -> AsyncIterator[ChatChunk]:
         reader = answers.StreamReader(config.model)
@@ -97,13 +117,19 @@ class BedrockAdapter:
 
     async def _request(self, config: ProviderConfig, request: ChatRequest, operation: str,
                        accept: str) -> tuple[URL, bytes, dict[str, str], Scrubber]:
-        """The URL, body and headers of a call, signed unless the configuration has a key, and
-        the scrubber of the credentials they carry."""
-        bearer = config.api_key.reveal() if config.api_key else None
-        account = await self._auth.account(config, signed=bearer is None)
+        """The URL, body and headers of a Converse call, signed unless the configuration has a key,
+        and the scrubber of the credentials they carry."""
+        account = await self._auth.account(config, signed=config.api_key is None)
         # The model id is one path segment (an ARN's ":" and "/" escaped), sent as it was signed.
         url = f"{account.endpoint}/model/{quote(config.model, safe='-_.~')}/{operation}"
-        body = json.dumps(request_body(config, request), separators=(",", ":"), allow_nan=False).encode()
+        return await self._signed(config, account, url, request_body(config, request), accept)
+
+    async def _signed(self, config: ProviderConfig, account: Account, url: str, payload: dict[str, Any],
+                      accept: str) -> tuple[URL, bytes, dict[str, str], Scrubber]:
+        """``payload`` to ``url`` as sent: its bytes, its headers with a bearer key or a SigV4
+        signature, and the scrubber of the credentials they carry."""
+        bearer = config.api_key.reveal() if config.api_key else None
+        body = json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
         headers = {"Content-Type": "application/json", "Accept": accept, **config.headers}
         if bearer is not None:
             headers["Authorization"] = f"Bearer {bearer}"

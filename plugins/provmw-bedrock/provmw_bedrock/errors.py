@@ -63,6 +63,10 @@ ERROR_CODES = ErrorCodes(
         "InternalServerException": ProviderUnavailableError,
         "ModelErrorException": ProviderUnavailableError,
         "ModelStreamErrorException": ProviderUnavailableError,
+        # Rerank's (Agent Runtime): a service it depends on failed (424), or answered badly (502).
+        "DependencyFailedException": ProviderUnavailableError,
+        "BadGatewayException": ProviderUnavailableError,
+        "ConflictException": InvalidRequestError,
         "ModelTimeoutException": ProviderTimeoutError,
         "ValidationException": InvalidRequestError,
         "ResourceNotFoundException": InvalidRequestError,

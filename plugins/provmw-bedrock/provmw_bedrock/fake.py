@@ -1,13 +1,14 @@
-"""``BedrockWire``: the Converse and ConverseStream wire for ``provmw.testing.FakeProvider``.
+"""``BedrockWire``: the Converse, ConverseStream and Rerank wire for ``provmw.testing.FakeProvider``.
 
     async with FakeProvider(wires=[BedrockWire()]) as fake:
         config = ProviderConfig(identifier="b", provider="bedrock", model="anthropic.claude-v2",
                                 base_url=fake.url, api_key="bedrock-key")
 
-It answers as the other fake wires do ("echo: <last user text>", one token a word; with
+Converse answers as the other fake wires do ("echo: <last user text>", one token a word; with
 tools, one call of the first tool, or of the one ``toolChoice`` names, per non-empty line of
 the last user message; the ``json_answer`` tool of a ``response_schema`` gets an object the
-schema accepts). Streams are AWS event-stream messages with both CRCs; an in-band error is an
+schema accepts). Rerank (route ``bedrock_rerank``) ranks as the fake's Cohere wire does
+(``provmw.testing.wire_rank``) and, as Bedrock's, reports no usage. Streams are AWS event-stream messages with both CRCs; an in-band error is an
 exception message. Differences from AWS, all deliberate: an error answer names its type in
 the body's ``__type`` (a fake wire cannot set headers; give ``Fault(headers={"x-amzn-errortype":
 ...})`` to test the header), a stall with keepalives is silent (the framing has none), and
@@ -21,16 +22,19 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from provmw.testing import Tokenizer
+from provmw.testing.wire_rank import cohere_rerank
 from provmw_bedrock.adapter import EVENT_STREAM
 from provmw_bedrock.converse import SCHEMA_TOOL
 from provmw_bedrock.eventstream import encode_message
 
-__all__ = ["BedrockWire", "converse_answer", "converse_events", "event_frame"]
+__all__ = ["BedrockWire", "converse_answer", "converse_events", "event_frame", "rerank_answer"]
 
 # The exception AWS names for each status it documents for Converse.
 _ERROR_TYPES = {400: "ValidationException", 403: "AccessDeniedException", 404: "ResourceNotFoundException",
                 408: "ModelTimeoutException", 424: "ModelErrorException", 429: "ThrottlingException",
                 500: "InternalServerException", 503: "ServiceUnavailableException"}
+# Rerank's (Agent Runtime) exceptions where they differ from Converse's.
+_RERANK_ERROR_TYPES = {**_ERROR_TYPES, 408: None, 424: "DependencyFailedException", 502: "BadGatewayException"}
 _IMAGE_TOKENS = 85
 
 
@@ -127,6 +131,27 @@ def converse_events(answer: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, 
     yield "metadata", {"usage": answer.get("usage"), "metrics": answer.get("metrics", {"latencyMs": 1})}
 
 
+def _rerank_texts(body: Mapping[str, Any]) -> tuple[str, list[str]]:
+    queries = body.get("queries") or [{}]
+    query = str((queries[0].get("textQuery") or {}).get("text", ""))
+    sources = [s.get("inlineDocumentSource") or {} for s in body.get("sources", [])]
+    return query, [str((s.get("textDocument") or {}).get("text", "")) for s in sources]
+
+
+def _rerank_model(body: Mapping[str, Any]) -> str:
+    ranking = (body.get("rerankingConfiguration") or {}).get("bedrockRerankingConfiguration") or {}
+    arn = str((ranking.get("modelConfiguration") or {}).get("modelArn", ""))
+    return arn.rpartition("foundation-model/")[2] or arn
+
+
+def rerank_answer(body: Mapping[str, Any], count: Tokenizer) -> dict[str, Any]:
+    """A Rerank answer to ``body``: ranked as the fake's Cohere wire ranks, in Bedrock's names, no usage."""
+    query, documents = _rerank_texts(body)
+    ranking = (body.get("rerankingConfiguration") or {}).get("bedrockRerankingConfiguration") or {}
+    ranked = cohere_rerank({"query": query, "documents": documents, "top_n": ranking.get("numberOfResults")}, count)
+    return {"results": [{"index": r["index"], "relevanceScore": r["relevance_score"]} for r in ranked["results"]]}
+
+
 def event_frame(event_type: str, data: Mapping[str, Any]) -> bytes:
     """One event message of a ConverseStream."""
     return encode_message({":event-type": event_type, ":content-type": "application/json",
@@ -134,22 +159,24 @@ def event_frame(event_type: str, data: Mapping[str, Any]) -> bytes:
 
 
 class BedrockWire:
-    """Bedrock Runtime's Converse (``/model/{id}/converse``) and ConverseStream routes."""
+    """Bedrock Runtime's Converse (``/model/{id}/converse``) and ConverseStream routes, and Agent
+    Runtime's Rerank (``bedrock_rerank``: ``/rerank``, the model named by the ARN in its body)."""
 
     routes: Mapping[str, str] = {"converse": "/model/{model}/converse",
-                                 "converse_stream": "/model/{model}/converse-stream"}
+                                 "converse_stream": "/model/{model}/converse-stream",
+                                 "bedrock_rerank": "/rerank"}
     stream_content_type = EVENT_STREAM
     stream_preamble = b""
     keepalive = b""
 
     def model(self, route: str, path_model: str | None, body: Mapping[str, Any]) -> str:
-        return path_model or ""
+        return _rerank_model(body) if route == "bedrock_rerank" else path_model or ""
 
     def streams(self, route: str, body: Mapping[str, Any]) -> bool:
         return route == "converse_stream"
 
     def answer(self, route: str, body: Mapping[str, Any], count: Tokenizer) -> dict[str, Any]:
-        return converse_answer(body, count)
+        return rerank_answer(body, count) if route == "bedrock_rerank" else converse_answer(body, count)
 
     def with_usage(self, payload: dict[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:
         return {**payload, "usage": dict(usage)}
@@ -158,7 +185,7 @@ class BedrockWire:
         return [event_frame(kind, data) for kind, data in converse_events(payload)]
 
     def error_body(self, route: str, status: int, code: str | None, message: str) -> dict[str, Any]:
-        kind = code or _ERROR_TYPES.get(status)
+        kind = code or (_RERANK_ERROR_TYPES if route == "bedrock_rerank" else _ERROR_TYPES).get(status)
         return {"message": message, **({"__type": kind} if kind else {})}
 
     def error_frame(self, route: str, code: str | None, message: str) -> bytes:

@@ -1,7 +1,7 @@
 """Where a configuration's calls go and who signs them: region, endpoint and AWS SigV4.
 
 The region is the one in ``base_url``'s host when that is an AWS endpoint
-(``bedrock-runtime[-fips].REGION.amazonaws.com``, VPC endpoints included), else botocore's
+(``bedrock[-agent]-runtime[-fips].REGION.amazonaws.com``, VPC endpoints included), else botocore's
 (``AWS_DEFAULT_REGION``, then the profile's ``region``). Credentials are botocore's chain
 (environment, shared files and ``AWS_PROFILE``, SSO, container and instance roles),
 resolved once per configuration in a worker thread, since the chain may read files or ask
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 __all__ = ["SERVICE", "Account", "AwsAuth", "region_in", "sent_secrets", "sign"]
 
 SERVICE = "bedrock"  # the signing name of the bedrock-runtime endpoint
-_AWS_HOST = re.compile(r"(?:^|\.)bedrock-runtime(?:-fips)?\.([a-z]{2}(?:-[a-z]+)+-\d+)\.", re.IGNORECASE)
+# Bedrock Runtime (Converse) and Agent Runtime (Rerank) hosts both name their region.
+_AWS_HOST = re.compile(r"(?:^|\.)bedrock(?:-agent)?-runtime(?:-fips)?\.([a-z]{2}(?:-[a-z]+)+-\d+)\.", re.IGNORECASE)
 # Configurations resolved and kept; past it the oldest is forgotten (ad-hoc calls make one per model).
 _MAX_ACCOUNTS = 256
 
