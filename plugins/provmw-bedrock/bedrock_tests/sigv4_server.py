@@ -4,7 +4,7 @@ It rebuilds the canonical request from what arrived (method, raw path, the heade
 ``Authorization`` header says were signed, the body), signs it with the secret it knows
 for the access key at the ``X-Amz-Date`` given, and compares. A mismatch, an unknown key
 or a scope for another service or region is refused 403 with AWS's error type; a request
-that passes gets a Converse answer from the fake wire.
+that passes gets a Converse (or Rerank) answer from the fake wire.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from aiohttp import web
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-from provmw_bedrock.fake import converse_answer
+from provmw_bedrock.fake import converse_answer, rerank_answer
 
 from provmw.testing import words
 
@@ -30,7 +30,8 @@ _AUTHORIZATION = re.compile(r"AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<dat
 
 @attrs.define
 class SigV4Server:
-    """Serves ``/model/{model}/converse`` to requests signed with one of ``secrets`` (access key -> secret)."""
+    """Serves ``/model/{model}/converse`` and ``/rerank`` to requests signed with one of ``secrets``
+    (access key -> secret)."""
 
     secrets: Mapping[str, str]
     region: str
@@ -41,6 +42,7 @@ class SigV4Server:
     async def __aenter__(self) -> SigV4Server:
         app = web.Application()
         app.router.add_post("/model/{model}/converse", self._handle)
+        app.router.add_post("/rerank", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
@@ -57,7 +59,8 @@ class SigV4Server:
         if refusal is not None:
             kind, message = refusal
             return web.json_response({"message": message}, status=403, headers={"x-amzn-errortype": kind})
-        return web.json_response(converse_answer(json.loads(body), words))
+        answer = rerank_answer if request.path == "/rerank" else converse_answer
+        return web.json_response(answer(json.loads(body), words))
 
     def _refusal(self, request: web.Request, body: bytes) -> tuple[str, str] | None:
         match = _AUTHORIZATION.fullmatch(request.headers.get("Authorization", ""))

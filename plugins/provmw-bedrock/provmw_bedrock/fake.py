@@ -8,11 +8,12 @@ Converse answers as the other fake wires do ("echo: <last user text>", one token
 tools, one call of the first tool, or of the one ``toolChoice`` names, per non-empty line of
 the last user message; the ``json_answer`` tool of a ``response_schema`` gets an object the
 schema accepts). Rerank (route ``bedrock_rerank``) ranks as the fake's Cohere wire does
-(``provmw.testing.wire_rank``) and, as Bedrock's, reports no usage. Streams are AWS event-stream messages with both CRCs; an in-band error is an
-exception message. Differences from AWS, all deliberate: an error answer names its type in
-the body's ``__type`` (a fake wire cannot set headers; give ``Fault(headers={"x-amzn-errortype":
-...})`` to test the header), a stall with keepalives is silent (the framing has none), and
-signatures are not checked (the plugin's tests verify them with a server of their own).
+(``provmw.testing.wire_rank``) and, as Bedrock's, reports no usage. Streams are AWS
+event-stream messages with both CRCs; an in-band error is an exception message. Differences
+from AWS, all deliberate: an error answer names its type in the body's ``__type`` (a fake wire
+cannot set headers; give ``Fault(headers={"x-amzn-errortype": ...})`` to test the header), a
+stall with keepalives is silent (the framing has none), and signatures are not checked (the
+plugin's tests verify them with a server of their own).
 """
 
 from __future__ import annotations
