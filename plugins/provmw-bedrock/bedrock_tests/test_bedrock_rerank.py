@@ -77,6 +77,12 @@ def test_an_unbounded_answer_is_refused(rows: list[dict[str, Any]]) -> None:
         rerank_results({"results": rows}, APPLES)
 
 
+def test_an_answer_with_a_next_page_keeps_its_first(caplog: pytest.LogCaptureFixture) -> None:
+    answer = {"results": [{"index": 2, "relevanceScore": 0.9}], "nextToken": "page-2"}
+    assert [r.index for r in rerank_results(answer, APPLES)] == [2]
+    assert "next page" in caplog.text
+
+
 async def test_a_rerank_is_sent_signed_to_slash_rerank_with_its_arn(fake: FakeProvider, http: HttpClient) -> None:
     response = await BedrockAdapter().rerank(http, config(fake.url), APPLES)
     sent = fake.received[-1]
