@@ -8,15 +8,15 @@ sent as a foundation-model ARN (``arn:aws:bedrock:{region}::foundation-model/{mo
 configuration names an ARN itself.
 
 The answer holds each result's ``index`` and ``relevanceScore``, and no usage: Bedrock bills a
-query per 100 documents (Cohere Rerank 3.5 and Amazon Rerank 1.0, on its pricing page), reported
-as ``search_unit``s. An answer with an index outside the documents or given twice, a score that is
-not a finite number, or more results than asked is malformed.
+query per 100 documents (Cohere Rerank 3.5 and Amazon Rerank 1.0, on its pricing page; a long
+document as several), booked as the request's worst case in ``search_unit``s. An answer with an
+index outside the documents or given twice, a score that is not a finite number, or more results
+than asked is malformed.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -122,5 +122,7 @@ def _result(value: object, where: str, documents: int) -> RankedDocument:
 
 
 def rerank_usage(request: RerankRequest) -> Usage:
-    """What the call is billed: a query (``search_unit``) per 100 documents; the answer reports none."""
-    return Usage(units={"search_unit": float(math.ceil(len(request.documents) / DOCUMENTS_PER_QUERY))})
+    """What the call is billed: a query (``search_unit``) per 100 documents, a long document counted once
+    per chunk it is split into. The answer reports none, so the request's own worst case is booked (never
+    less than the bill: ``RerankRequest.most_units``)."""
+    return Usage(units=dict(request.most_units({})))
