@@ -125,3 +125,7 @@ def test_the_bits_beside_the_version_and_the_variant_stay_random(make: Callable[
     # Over 64 ids a fixed bit shows as one value; a random one takes both (all alike once in 2**63).
     made = [u.bytes for u in uuids(make)]
     assert ({b[6] & 0x01 for b in made}, {b[8] & 0x01 for b in made}) == ({0, 1}, {0, 1})
+
+
+def test_a_metadata_key_that_is_not_deprecated_is_read_with_get() -> None:
+    assert call_context(metadata={"trace": "t1"}).metadata.get("trace") == "t1"
