@@ -187,7 +187,7 @@ async def test_metrics_count_requests_and_tokens_by_key_id(gw: Running, client: 
 async def test_the_secret_is_in_no_log_metric_or_answer(gw: Running, client: aiohttp.ClientSession,
                                                         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    secret = gw.key.rsplit("_", 1)[1]
+    secret = gw.key.split("_", 2)[2]
     _, answer, _ = await post(client, gw, "/v1/chat/completions", CHAT)
     await post(client, gw, "/v1/chat/completions", {**CHAT, "model": "nope"})
     async with client.get(f"{gw.url}/metrics") as response:
@@ -200,7 +200,7 @@ async def test_the_ledger_holds_the_keys_user_never_its_secret(fake: FakeProvide
     async with running_gateway(fake, tmp_path, user="alice") as gw:
         status, _, _ = await post(client, gw, "/v1/chat/completions", CHAT)
     ledger = _files_bytes(tmp_path, "ledger.sqlite3*")
-    assert status == 200 and b"alice" in ledger and gw.key.rsplit("_", 1)[1].encode() not in ledger
+    assert status == 200 and b"alice" in ledger and gw.key.split("_", 2)[2].encode() not in ledger
 
 
 def _files_bytes(folder: Path, pattern: str) -> bytes:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from provmw._base import serde
+from provmw import wire as serde
 from provmw.config import ProviderConfig
 from provmw.errors import ConfigurationError, InvalidDataError, InvalidRequestError
 from provmw.operations.rerank import RankedDocument, RerankRequest
