@@ -7,9 +7,7 @@ conversations and image answers."""
 from __future__ import annotations
 
 import contextlib
-import io
 import json
-import wave
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +26,13 @@ from provmw.plugins import PluginHost, PluginPolicy
 from provmw.pools import Pool
 from provmw.settings import Settings
 from provmw.stores.usage import SqliteUsageStore
-from provmw.testing import FakeProvider, Fault
+from provmw.testing import FakeProvider, Fault, wav
 from tests.conftest import SENTINEL_KEY, openai_config
 from tests.hostile import HostileProvider
 
 LIMIT_USD = 0.01
 
 
-def wav(seconds: float) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16_000)
-        out.writeframes(bytes(2 * int(16_000 * seconds)))
-    return buffer.getvalue()
 
 
 def strict(configs: dict[str, ProviderConfig], ledger: Path, limit_usd: float = LIMIT_USD, **more: Any) -> Settings:

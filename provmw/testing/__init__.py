@@ -80,7 +80,7 @@ from provmw.testing.faults import (
     admin_routes,
     plans_from_arguments,
 )
-from provmw.testing.wire_media import FakeBinary, OpenAIMediaWire
+from provmw.testing.wire_media import FakeBinary, OpenAIMediaWire, wav
 from provmw.testing.wire_rank import RankWire
 from provmw.testing.wire_responses import ResponsesWire, WireRefusalError
 from provmw.testing.wires import AnthropicWire, FakeWire, OpenAIWire, Tokenizer, embedding_vector, sse, words
@@ -91,7 +91,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ROUTES", "SENTINEL_KEY", "AdapterConformance", "AnthropicWire", "FakeClock", "Fault", "FakeProvider",
            "FakeWire", "OpenAIWire", "RecordedRequest", "RequestLimit", "ScriptedNext", "Tokenizer",
-           "UsageStoreConformance", "call_context", "embedding_vector", "sse", "words"]
+           "UsageStoreConformance", "call_context", "embedding_vector", "sse", "words", "wav"]
 
 # Loaded on first use: `provmw demo` and `provmw fake-provider` import this module where
 # pytest, which the conformance suites need, is not installed.

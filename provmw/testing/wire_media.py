@@ -22,7 +22,7 @@ import attrs
 from provmw.testing.wires import CREATED, OpenAIWire, Tokenizer, words
 
 __all__ = ["PNG_1X1", "FakeBinary", "OpenAIMediaWire", "heard_seconds", "openai_images", "openai_speech",
-           "openai_transcription"]
+           "openai_transcription", "wav"]
 
 # The smallest valid PNG: one transparent pixel.
 PNG_1X1 = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAAB"
@@ -135,3 +135,14 @@ class OpenAIMediaWire(OpenAIWire):
     def with_usage(self, payload: Any, usage: Mapping[str, Any]) -> Any:
         """A fault's usage replaces a JSON answer's; bytes carry none."""
         return payload if isinstance(payload, FakeBinary) else super().with_usage(payload, usage)
+
+
+def wav(seconds: float, rate: int = 16_000, channels: int = 1, width: int = 2) -> bytes:
+    """A silent PCM WAV file of ``seconds``: audio a test can transcribe, whose duration its header states."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(channels)
+        out.setsampwidth(width)
+        out.setframerate(rate)
+        out.writeframes(bytes(int(rate * seconds) * channels * width))
+    return buffer.getvalue()

@@ -26,16 +26,7 @@ from provmw.operations.audio import (
     most_audio_seconds,
 )
 from provmw.responses import Usage
-
-
-def wav(seconds: float, rate: int = 16_000, channels: int = 1, width: int = 2) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(channels)
-        out.setsampwidth(width)
-        out.setframerate(rate)
-        out.writeframes(bytes(int(rate * seconds) * channels * width))
-    return buffer.getvalue()
+from provmw.testing import wav
 
 
 @pytest.mark.parametrize(("fields", "named"), [

@@ -4,8 +4,6 @@ sent, a call whose worst case exceeds what is left."""
 
 from __future__ import annotations
 
-import io
-import wave
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +15,8 @@ from provmw.manager import ServiceManager
 from provmw.plugins import PluginHost
 from provmw.settings import Settings
 from provmw.stores.usage import SqliteUsageStore, UsageRecord
-from provmw.testing import FakeProvider
+from provmw.testing import FakeProvider, wav
 from tests.conftest import openai_config
-
-
-def wav(seconds: float) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16_000)
-        out.writeframes(bytes(2 * int(16_000 * seconds)))
-    return buffer.getvalue()
 
 
 def settings(config: ProviderConfig, ledger: Path, max_cost_usd: float | None = None) -> Settings:

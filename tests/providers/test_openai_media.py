@@ -29,7 +29,7 @@ from provmw.pricing import PriceTable
 from provmw.providers import capabilities_of
 from provmw.providers.openai import OpenAIAdapter
 from provmw.responses import ProviderResponse
-from provmw.testing import FakeProvider, Fault
+from provmw.testing import FakeProvider, Fault, wav
 from provmw.testing.wire_media import PNG_1X1
 from tests.conftest import openai_config
 from tests.hostile import HostileProvider
@@ -38,14 +38,6 @@ ADAPTER = OpenAIAdapter()
 PNG = b"\x89PNG\r\n\x1a\nsource"
 
 
-def wav(seconds: float, rate: int = 16_000) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(bytes(2 * int(rate * seconds)))
-    return buffer.getvalue()
 
 
 def cost(config: ProviderConfig, response: ProviderResponse) -> float | None:

@@ -4,8 +4,6 @@ adapter read the same images, the same transcript and usage, and the same audio 
 from __future__ import annotations
 
 import base64
-import io
-import wave
 from collections.abc import AsyncIterator
 
 import pytest
@@ -15,20 +13,12 @@ from provmw.http import HttpClient
 from provmw.operations.audio import SpeechRequest, TranscriptionRequest
 from provmw.operations.images import ImageEditRequest, ImageRequest
 from provmw.providers.openai import OpenAIAdapter
-from provmw.testing import FakeProvider
+from provmw.testing import FakeProvider, wav
 from tests.conftest import openai_config
 
 ADAPTER = OpenAIAdapter()
 
 
-def wav(seconds: float) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16_000)
-        out.writeframes(bytes(2 * int(16_000 * seconds)))
-    return buffer.getvalue()
 
 
 @pytest.fixture

@@ -32,21 +32,13 @@ from provmw.plugins import PluginHost
 from provmw.responses import ProviderResponse
 from provmw.settings import PluginPolicy, Settings
 from provmw.stores.usage import SqliteUsageStore
-from provmw.testing import FakeProvider, Fault
+from provmw.testing import FakeProvider, Fault, wav
 from provmw.testing.wire_media import PNG_1X1
 
 ADAPTER = AzureOpenAIAdapter()
 Call = Callable[[HttpClient, ProviderConfig], Awaitable[ProviderResponse]]
 
 
-def wav(seconds: float) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16_000)
-        out.writeframes(bytes(2 * int(16_000 * seconds)))
-    return buffer.getvalue()
 
 
 # Each operation: the fake's route, the path after the deployment, and the call.

@@ -5,8 +5,6 @@ both read the same answers."""
 from __future__ import annotations
 
 import base64
-import io
-import wave
 from collections.abc import AsyncIterator
 
 import pytest
@@ -17,20 +15,12 @@ from azure_tests.azure_helpers import DEPLOYMENT, azure_config
 from provmw.http import HttpClient
 from provmw.operations.audio import SpeechRequest, TranscriptionRequest
 from provmw.operations.images import ImageEditRequest, ImageRequest
-from provmw.testing import FakeProvider
+from provmw.testing import FakeProvider, wav
 from provmw.testing.wire_media import PNG_1X1
 
 ADAPTER = AzureOpenAIAdapter()
 
 
-def wav(seconds: float) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16_000)
-        out.writeframes(bytes(2 * int(16_000 * seconds)))
-    return buffer.getvalue()
 
 
 @pytest.fixture
