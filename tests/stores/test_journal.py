@@ -262,3 +262,21 @@ async def test_fail_open_never_refuses_and_never_drops(locked: LockedLedger) -> 
         assert await journal.durable(record(name)) == "spilled"
     assert journal.spilled == 3
     await journal.aclose()
+
+
+class SilentStore(MemoryUsageStore):
+    """A store that takes a write and never answers it."""
+
+    async def write(self, records: Any) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_close_is_bounded_by_its_timeout_when_the_store_never_answers_and_keeps_the_records(
+        tmp_path: Path) -> None:
+    journal = UsageJournal(SilentStore(), spill=SpillFile(tmp_path / "ledger.spill"))
+    journal.record(record("a"))
+    await asyncio.wait_for(journal.aclose(timeout_s=0.05), 5)  # hung forever in its final replay
+    claims = SpillFile(tmp_path / "ledger.spill").claim()  # what the next start replays
+    assert [r.call_id for claim in claims for r in claim.records] == ["a"]
+    for claim in claims:
+        claim.release()

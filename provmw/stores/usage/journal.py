@@ -227,6 +227,9 @@ class UsageJournal:
                 log.warning("usage ledger: replay of the spill file failed (%s); it stays for the next start", exc)
                 kept = True
                 continue
+            except BaseException:  # cancelled (a close that could not wait): the claimed file stays, unlocked
+                claim.release()
+                raise
             await asyncio.to_thread(self.spill.append, poison)
             claim.done()
             log.warning("usage ledger: replayed %d records from the spill file", len(claim.records) - len(poison))
@@ -264,8 +267,11 @@ class UsageJournal:
         self._seal()
         self._close_segments(list(self._segments), kept)
         try:
-            if self._outside:
-                await self.replay()  # the store may be back: leave no spill file behind
+            if self._outside:  # the store may be back: leave no spill file behind, if it answers in time
+                await asyncio.wait_for(self.replay(), timeout_s)
+        except TimeoutError:
+            log.error("usage ledger: the store did not take the spilled records in %.1f s; they stay in the spill "
+                      "file for the next start", timeout_s)
         finally:
             await self.store.aclose()
 
