@@ -36,7 +36,9 @@ async def test_a_deeply_nested_body_is_400_not_an_internal_error(fake: FakeProvi
                                                                  caplog: pytest.LogCaptureFixture) -> None:
     async with running_gateway(fake, tmp_path) as gw:
         status, _ = await _post(gw, "/v1/chat/completions", b"[" * 100_000 + b"]" * 100_000)
-    assert status == 400 and not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # The gateway's and aiohttp's own records: another test's unclosed SDK client may log at ERROR meanwhile.
+    assert status == 400 and not [r for r in caplog.records if r.levelno >= logging.ERROR
+                                  and r.name.startswith(("provmw", "aiohttp"))]
 
 
 async def test_a_stored_response_cannot_be_continued_by_another_organisation(fake: FakeProvider,
