@@ -10,6 +10,7 @@ owner, ``provmw.gateway.serve``, does after the in-flight calls finished).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -59,7 +60,7 @@ def gateway_app(manager: ServiceManager, keys: KeyStore, options: GatewayOptions
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _live)
     app.router.add_get("/health/ready", _ready)
-    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/metrics", _metrics(ui.admin_token()))
     app.router.add_get("/ui", ui.status_page(gateway))  # 404 unless PROVMW_ADMIN_TOKEN is set
     return app
 
@@ -85,7 +86,15 @@ async def _ready(request: web.Request) -> web.StreamResponse:
     return web.json_response(readiness.body(), status=readiness.http_status)
 
 
-async def _metrics(request: web.Request) -> web.StreamResponse:
-    gateway = request.app[GATEWAY]
-    text = gateway.metrics.render(await stack_state(gateway.manager))
-    return web.Response(body=text.encode(), headers={"content-type": CONTENT_TYPE})
+def _metrics(expected: bytes | None) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """``GET /metrics``: open (for a scraper on the internal network) unless ``PROVMW_ADMIN_TOKEN`` is set,
+    then only for it: the metrics name every key's spend."""
+    async def metrics(request: web.Request) -> web.StreamResponse:
+        if expected is not None and not ui.is_admin(request, expected):
+            return web.Response(status=401, text="/metrics needs 'Authorization: Bearer <admin token>'",
+                                headers={"www-authenticate": 'Bearer realm="provmw admin"'})
+        gateway = request.app[GATEWAY]
+        text = gateway.metrics.render(await stack_state(gateway.manager))
+        return web.Response(body=text.encode(), headers={"content-type": CONTENT_TYPE})
+
+    return metrics

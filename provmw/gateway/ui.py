@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from provmw.middleware.budget import BudgetLimit
     from provmw.stores.budgets import BucketState
 
-__all__ = ["ADMIN_TOKEN_ENV", "SPEND_DAYS", "status_page"]
+__all__ = ["ADMIN_TOKEN_ENV", "SPEND_DAYS", "admin_token", "is_admin", "status_page"]
 
 log = logging.getLogger("provmw.gateway")
 
@@ -69,13 +69,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def status_page(gateway: Gateway, environ: Mapping[str, str] | None = None) -> Handler:
     """The ``GET /ui`` handler for ``gateway``, guarded by ``PROVMW_ADMIN_TOKEN`` from ``environ``."""
-    token = (os.environ if environ is None else environ).get(ADMIN_TOKEN_ENV, "").strip()
-    expected = token.encode() if token else None
+    expected = admin_token(environ)
 
     async def page(request: web.Request) -> web.StreamResponse:
         if expected is None:
             raise web.HTTPNotFound()
-        if not _is_admin(request, expected):
+        if not is_admin(request, expected):
             return web.Response(status=401, text="the status page needs 'Authorization: Bearer <admin token>'",
                                 headers={"www-authenticate": 'Bearer realm="provmw admin"'})
         return web.Response(text=await render_page(gateway), content_type="text/html", headers=HEADERS)
@@ -83,7 +82,14 @@ def status_page(gateway: Gateway, environ: Mapping[str, str] | None = None) -> H
     return page
 
 
-def _is_admin(request: web.Request, expected: bytes) -> bool:
+def admin_token(environ: Mapping[str, str] | None = None) -> bytes | None:
+    """The operator's token from ``PROVMW_ADMIN_TOKEN`` (None: not set)."""
+    token = (os.environ if environ is None else environ).get(ADMIN_TOKEN_ENV, "").strip()
+    return token.encode() if token else None
+
+
+def is_admin(request: web.Request, expected: bytes) -> bool:
+    """Whether ``request`` carries the admin token (a virtual key never is one), compared in constant time."""
     header = request.headers.get("authorization", "")
     if header[:7].lower() != "bearer ":
         return False

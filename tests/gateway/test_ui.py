@@ -145,3 +145,11 @@ async def test_a_key_store_that_fails_leaves_its_parts_unavailable_not_the_page(
     assert html.count("Unavailable: the store did not answer") == 1  # the keys
     assert "The key store did not answer" in html
     assert {"stack-layers", "budget-buckets", "spend-by-user"} <= set(tables(html))
+
+
+async def test_metrics_answer_only_the_admin_token_when_one_is_set(gw: Running, client: aiohttp.ClientSession) -> None:
+    async with client.get(f"{gw.url}/metrics") as anonymous, client.get(
+            f"{gw.url}/metrics", headers={"authorization": f"Bearer {gw.key}"}) as keyed, client.get(
+            f"{gw.url}/metrics", headers={"authorization": f"Bearer {ADMIN_TOKEN}"}) as admin:
+        assert (anonymous.status, keyed.status, admin.status) == (401, 401, 200)
+        assert "provmw_gateway" in await admin.text()
