@@ -70,13 +70,12 @@ class OperationCalls:
     _homes: KeepingLRU[str, str]  # a response's id -> the configuration that made it
     settings: Settings
 
-    async def _run(self, operation: ProviderOperation, request: ProviderRequest, response_type: type[R],
-                   call: CallArguments, *, streams: list[OpenedStream] | None = None) -> R:
-        raise NotImplementedError  # the ServiceManager's
+    if TYPE_CHECKING:  # what the ServiceManager this is mixed into provides
+        async def _run(self, operation: ProviderOperation, request: ProviderRequest, response_type: type[R],
+                       call: CallArguments, *, streams: list[OpenedStream] | None = None) -> R: ...
 
-    def _open_stream(self, operation: ProviderOperation, request: ProviderRequest,
-                     call: CallArguments) -> AsyncGenerator[ChatChunk, None]:
-        raise NotImplementedError  # the ServiceManager's
+        def _open_stream(self, operation: ProviderOperation, request: ProviderRequest,
+                         call: CallArguments) -> AsyncGenerator[ChatChunk, None]: ...
 
     async def respond(self, /, input: str | Sequence[Any], *, instructions: str | None = None,
                       tools: Sequence[ToolSpec | Mapping[str, Any]] = (), builtin_tools: Sequence[str] = (),
