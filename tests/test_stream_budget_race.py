@@ -13,6 +13,7 @@ from provmw.responses import ChatChunk
 from provmw.settings import Settings
 from provmw.stores.usage import SqliteUsageStore
 from provmw.testing import FakeProvider
+from tests.budget_sampling import peak_cost_while
 from tests.conftest import openai_config
 
 LIMIT_MICRO_USD = 1_000_000
@@ -35,21 +36,9 @@ async def stream(manager: ServiceManager, i: int) -> list[ChatChunk] | BudgetExc
 
 async def test_concurrent_streams_never_commit_or_reserve_past_a_strict_limit(
         fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
-    peak, done = 0, asyncio.Event()
     async with ServiceManager(settings(fake, tmp_path / "ledger.sqlite3"), host=builtin_only) as manager:
         store = manager.state.budget_store()
-
-        async def sample() -> None:
-            nonlocal peak
-            while not done.is_set():
-                for bucket in await store.states(now=time.time()):
-                    peak = max(peak, bucket.spent.cost_micro_usd + bucket.reserved.cost_micro_usd)
-                await asyncio.sleep(0.001)
-
-        sampler = asyncio.create_task(sample())
-        outcomes = await asyncio.gather(*(stream(manager, i) for i in range(1000)))
-        done.set()
-        await sampler
+        outcomes, peak = await peak_cost_while(store, asyncio.gather(*(stream(manager, i) for i in range(1000))))
         [bucket] = await store.states(now=time.time())
     served = [o for o in outcomes if isinstance(o, list)]
     assert len(served) + sum(isinstance(o, BudgetExceededError) for o in outcomes) == 1000

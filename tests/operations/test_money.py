@@ -21,6 +21,7 @@ from provmw.plugins import PluginHost
 from provmw.settings import Settings
 from provmw.stores.usage import SqliteUsageStore, UsageRecord
 from provmw.testing import FakeProvider, Fault
+from tests.budget_sampling import peak_cost_while
 from tests.conftest import SENTINEL_KEY, openai_config
 
 
@@ -96,21 +97,11 @@ async def attempt(operation: Operation, manager: ServiceManager, i: int) -> Any:
 @pytest.mark.parametrize("name", sorted(OPERATIONS))
 async def test_a_strict_budget_race_never_settles_or_reserves_past_its_limit(
         name: str, fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
-    operation, ledger, peak, done = OPERATIONS[name], tmp_path / "ledger.sqlite3", 0, asyncio.Event()
+    operation, ledger = OPERATIONS[name], tmp_path / "ledger.sqlite3"
     async with ServiceManager(settings(operation.config(fake), ledger), host=builtin_only) as manager:
         store = manager.state.budget_store()
-
-        async def sample() -> None:
-            nonlocal peak
-            while not done.is_set():
-                for bucket in await store.states(now=time.time()):
-                    peak = max(peak, bucket.spent.cost_micro_usd + bucket.reserved.cost_micro_usd)
-                await asyncio.sleep(0.001)
-
-        sampler = asyncio.create_task(sample())
-        outcomes = await asyncio.gather(*(attempt(operation, manager, i) for i in range(200)))
-        done.set()
-        await sampler
+        outcomes, peak = await peak_cost_while(
+            store, asyncio.gather(*(attempt(operation, manager, i) for i in range(200))))
         [bucket] = await store.states(now=time.time())
     served = [o for o in outcomes if not isinstance(o, BaseException)]
     assert served and any(isinstance(o, BudgetExceededError) for o in outcomes)
