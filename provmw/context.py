@@ -131,21 +131,24 @@ def _budgets(value: Iterable[Any]) -> tuple[Any, ...]:
 
 @attrs.frozen
 class Principal:
-    """Who a call is for beyond its ``user``: the virtual key it came with, that key's team and
+    """Who a call is for beyond its ``user``: the virtual key it came with, that key's team, user and
     organisation (``provmw serve`` sets it from the key; ADR 0055), and the budgets those hold
-    (``provmw.middleware.budget.BudgetLimit`` values scoped ``key``, ``team`` or ``organisation``),
-    which the budget layer applies with the configured ones: the strictest binds."""
+    (``provmw.middleware.budget.BudgetLimit`` values scoped ``key``, ``team``, ``user`` or
+    ``organisation``), which the budget layer applies with the configured ones: the strictest binds."""
 
     key: str
     team: str | None = None
     organisation: str | None = None
     budgets: tuple[Any, ...] = attrs.field(default=(), converter=_budgets, eq=False)
+    user: str | None = None
 
     def subject(self, scope: str) -> str | None:
-        """The principal's name in ``scope`` (``key``, ``team`` or ``organisation``), if it has one; a team
-        is named within its organisation (``acme/search``): two organisations' teams never share a bucket."""
-        if scope == "team" and self.team is not None:
-            return self.team if self.organisation is None else f"{self.organisation}/{self.team}"
+        """The principal's name in ``scope`` (``key``, ``team``, ``user`` or ``organisation``), if it has
+        one; a team or user is named within its organisation (``acme/search``, ``acme/grace``): two
+        organisations' teams or users of one name never share a bucket."""
+        if scope in ("team", "user"):
+            name = self.team if scope == "team" else self.user
+            return name if name is None or self.organisation is None else f"{self.organisation}/{name}"
         return self.key if scope == "key" else self.organisation if scope == "organisation" else None
 
 

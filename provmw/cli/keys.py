@@ -48,7 +48,7 @@ def add_keys_command(commands: Any, command: Command) -> argparse.ArgumentParser
     _action(actions, "disable", "refuse a key from now on (a server sees it within 2 s)").add_argument("key_id")
     _action(actions, "rotate", "a new key for the same owner, models and budgets; the old one disabled")\
         .add_argument("key_id")
-    _budget_arguments(_action(actions, "budget", "set (or --remove) the budget of a key, team or organisation"))
+    _budget_arguments(_action(actions, "budget", "set (or --remove) the budget of a key, team, user or organisation"))
     return keys
 
 
@@ -64,6 +64,7 @@ def _budget_arguments(budget: argparse.ArgumentParser) -> None:
     whose = budget.add_mutually_exclusive_group(required=True)
     whose.add_argument("--key", metavar="KEY_ID", help="one key's budget")
     whose.add_argument("--team", metavar="ORGANISATION/TEAM", help="the budget every key of the team draws on")
+    whose.add_argument("--user", metavar="ORGANISATION/USER", help="the budget every key of the user draws on")
     whose.add_argument("--organisation", help="the budget every key of the organisation draws on")
     budget.add_argument("--period", choices=PERIODS, required=True)
     budget.add_argument("--max-cost-usd", type=float)
@@ -141,7 +142,9 @@ async def _disable(store: KeyStore, args: argparse.Namespace, out: TextIO) -> in
 
 
 async def _budget(store: KeyStore, args: argparse.Namespace, out: TextIO) -> int:
-    scope, subject = next((s, v) for s in ("key", "team", "organisation") if (v := getattr(args, s)) is not None)
+    from provmw.gateway.keys import KEY_SCOPES
+
+    scope, subject = next((s, v) for s in KEY_SCOPES if (v := getattr(args, s)) is not None)
     maxima = {"max_cost_usd": args.max_cost_usd, "max_tokens": args.max_tokens, "max_requests": args.max_requests}
     given = any(value is not None for value in maxima.values())
     if given == args.remove:

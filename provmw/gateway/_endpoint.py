@@ -151,9 +151,8 @@ class Call:
         """What a refusal may show this caller: its own buckets and its body's field names."""
         record, principal = self.caller.record, self.caller.principal
         subjects = {"key": record.key_id, "organisation": record.organisation, "tenant": record.organisation,
-                    "team": principal.subject("team")}
+                    "team": principal.subject("team"), "user": principal.subject("user") or record.key_id}
         buckets = {f"{scope}:{name}" for scope, name in subjects.items() if name}
-        buckets.update(f"user:{user}" for user in (record.user, record.key_id) if user)
         return Own(frozenset(buckets), tuple(name for name in self.body if isinstance(name, str)))
 
     def used(self, usage: Usage | None) -> None:

@@ -62,7 +62,7 @@ CREATE TABLE IF NOT EXISTS gateway_budgets (
 _RECORD = "key_id, organisation, team, user, models, guard, disabled, created_at, rotated_from, name"
 _INSERT = f"INSERT INTO gateway_keys ({_RECORD}, key_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _LIMIT = "scope, subject, period, max_cost_usd, max_tokens, max_requests"
-_ORDER = "CASE scope WHEN 'key' THEN 0 WHEN 'team' THEN 1 ELSE 2 END, period"
+_ORDER = "CASE scope WHEN 'key' THEN 0 WHEN 'team' THEN 1 WHEN 'user' THEN 2 ELSE 3 END, period"
 # Compared against when the key id is unknown, so an unknown key costs what a wrong one does.
 _NO_DIGEST = "0" * 64
 _DRAWS = 8
@@ -200,8 +200,10 @@ class SqliteKeyStore:
         def read(connection: sqlite3.Connection) -> tuple[BudgetLimit, ...]:
             rows = connection.execute(
                 f"SELECT {_LIMIT} FROM gateway_budgets WHERE (scope = 'key' AND subject = ?) "
-                "OR (scope = 'team' AND subject = ?) OR (scope = 'organisation' AND subject = ?) "
-                f"ORDER BY {_ORDER}", (record.key_id, f"{record.organisation}/{record.team}", record.organisation))
+                "OR (scope = 'team' AND subject = ?) OR (scope = 'user' AND subject = ?) "
+                f"OR (scope = 'organisation' AND subject = ?) ORDER BY {_ORDER}",
+                (record.key_id, *(None if name is None else f"{record.organisation}/{name}"  # NULL matches none
+                                  for name in (record.team, record.user)), record.organisation))
             return tuple(budget_limit(scope, subject, period, max_cost_usd=cost, max_tokens=tokens,
                                       max_requests=requests)
                          for scope, subject, period, cost, tokens, requests in rows)

@@ -12,7 +12,7 @@ The contract: the whole key comes back once, from ``create`` and ``rotate``, and
 later holds its secret; ``verify`` finds a key by its whole text only (a malformed, unknown or
 wrong one is None) and returns a disabled key's record marked disabled; a key rotates once,
 to a successor with the same owner, models and key budgets, leaving one of the two enabled;
-``budgets_for`` holds the key's, its team's and its organisation's limits, and only those;
+``budgets_for`` holds the key's, its team's, its user's and its organisation's limits, and only those;
 an organisation or team name with a '/' is refused; ``response_owner`` answers the organisation
 a response was first recorded for, and None for any other id.
 """
@@ -137,21 +137,30 @@ class KeyStoreConformance:
         assert sorted(type(o).__name__ for o in outcomes) == ["ConfigurationError", "tuple"]
         assert [r.disabled for r in await store.list("acme")] == [True, False]
 
-    async def test_budgets_for_holds_the_keys_teams_and_organisations_limits(self, store: KeyStore) -> None:
-        _, record = await store.create("acme", team="search")
+    async def test_budgets_for_holds_the_keys_teams_users_and_organisations_limits(self, store: KeyStore) -> None:
+        _, record = await store.create("acme", team="search", user="grace")
         await store.set_budget("organisation", "acme", "month", max_cost_usd=100.0)
+        await store.set_budget("user", "acme/grace", "day", max_tokens=50)
         await store.set_budget("team", "acme/search", "week", max_tokens=1000)
         await store.set_budget("key", record.key_id, "day", max_requests=10)
         assert await store.budgets_for(record) == (
             BudgetLimit(scope="key", match=record.key_id, period="day", max_requests=10),
             BudgetLimit(scope="team", match="acme/search", period="week", max_tokens=1000),
+            BudgetLimit(scope="user", match="acme/grace", period="day", max_tokens=50),
             BudgetLimit(scope="organisation", match="acme", period="month", max_cost_usd=100.0))
 
-    async def test_budgets_for_leaves_out_other_keys_teams_and_organisations(self, store: KeyStore) -> None:
-        _, record = await store.create("acme", team="search")
-        _, other = await store.create("globex", team="search")  # a team of the same name elsewhere
-        for scope, subject in (("key", other.key_id), ("team", "globex/search"), ("organisation", "globex")):
+    async def test_budgets_for_leaves_out_other_keys_teams_users_and_organisations(self, store: KeyStore) -> None:
+        _, record = await store.create("acme", team="search", user="grace")
+        _, other = await store.create("globex", team="search", user="grace")  # the same names elsewhere
+        for scope, subject in (("key", other.key_id), ("team", "globex/search"), ("user", "globex/grace"),
+                               ("organisation", "globex")):
             await store.set_budget(scope, subject, "total", max_requests=1)  # type: ignore[arg-type]
+        assert await store.budgets_for(record) == ()
+
+    async def test_a_key_without_a_team_or_user_draws_on_no_team_or_user_budget(self, store: KeyStore) -> None:
+        _, record = await store.create("acme")
+        await store.set_budget("team", "acme/None", "total", max_requests=1)  # names that a missing one might print as
+        await store.set_budget("user", "acme/None", "total", max_requests=1)
         assert await store.budgets_for(record) == ()
 
     async def test_a_budget_set_again_replaces_it_and_with_no_maximum_goes(self, store: KeyStore) -> None:
@@ -163,7 +172,8 @@ class KeyStoreConformance:
         assert await store.budgets_for(record) == ()
 
     @pytest.mark.parametrize(("scope", "subject", "period", "maximum"), [
-        ("user", "ada", "day", 1), ("team", "", "day", 1), ("team", "a/t", "hour", 1), ("team", "a/t", "day", -1),
+        ("user", "ada", "day", 1), ("user", "/ada", "day", 1), ("tenant", "acme", "day", 1), ("team", "", "day", 1),
+        ("team", "a/t", "hour", 1), ("team", "a/t", "day", -1),
         ("team", "t", "day", 1),
         ("key", "0123456789ab", "day", 1)])
     async def test_a_budget_badly_named_or_for_no_key_is_refused(self, store: KeyStore, scope: str, subject: str,

@@ -45,7 +45,7 @@ __all__ = ["KEYS_FILE", "KEY_SCOPES", "NAME_MAX", "RESPONSES_KEPT_S", "RESPONSE_
 
 KEYS_FILE = "provmw-keys.sqlite3"
 PREFIX = "pmk_"
-KeyScope = Literal["key", "team", "organisation"]
+KeyScope = Literal["key", "team", "user", "organisation"]
 KEY_SCOPES: tuple[str, ...] = get_args(KeyScope)
 _SECRET_BYTES = 32
 _KEY_ID_CHARS = 12
@@ -131,7 +131,8 @@ class KeyRecord:
 
     def principal(self, budgets: Iterable[BudgetLimit] = ()) -> Principal:
         """The principal of a call made with this key, holding ``budgets`` (``KeyStore.budgets_for``)."""
-        return Principal(key=self.key_id, team=self.team, organisation=self.organisation, budgets=tuple(budgets))
+        return Principal(key=self.key_id, team=self.team, organisation=self.organisation, budgets=tuple(budgets),
+                         user=self.user)
 
 
 def is_response_id(value: object) -> bool:
@@ -141,18 +142,20 @@ def is_response_id(value: object) -> bool:
 
 
 def budget_owner(scope: str, subject: str, period: str) -> None:
-    """Check a key, team or organisation budget's scope, name and period (``ConfigurationError``)."""
+    """Check a key, team, user or organisation budget's scope, name and period (``ConfigurationError``)."""
     if scope not in KEY_SCOPES:
         raise ConfigurationError(f"scope must be one of {', '.join(KEY_SCOPES)}; got {scope!r}")
     if not isinstance(subject, str) or not subject.strip():
         raise ConfigurationError(f"a {scope} budget needs the {scope}'s name, got {subject!r}")
-    if scope == "team" and (subject.count("/") != 1 or not all(part.strip() for part in subject.split("/"))):
-        raise ConfigurationError(f"a team budget names its team within its organisation (ORGANISATION/TEAM, such "
-                                 f"as acme/search): two organisations' teams never share one; got {subject!r}")
-    if scope == "team":
-        organisation, team = subject.split("/")
+    if scope in ("team", "user"):
+        organisation, _, name = subject.partition("/")
+        if not organisation.strip() or not name.strip() or (scope == "team" and "/" in name):
+            example = "acme/search" if scope == "team" else "acme/grace"
+            raise ConfigurationError(f"a {scope} budget names its {scope} within its organisation (ORGANISATION/"
+                                     f"{scope.upper()}, such as {example}): two organisations' {scope}s never share "
+                                     f"one; got {subject!r}")
         check_name("organisation", organisation)
-        check_name("team", team)
+        check_name(scope, name, owner=scope == "team")
     elif scope == "organisation":
         check_name("organisation", subject)
     if period not in PERIODS:
@@ -161,7 +164,7 @@ def budget_owner(scope: str, subject: str, period: str) -> None:
 
 def budget_limit(scope: str, subject: str, period: str, *, max_cost_usd: float | None = None,
                  max_tokens: int | None = None, max_requests: int | None = None) -> BudgetLimit:
-    """A key, team or organisation limit as the budget layer applies it (validated as the settings' are)."""
+    """A key, team, user or organisation limit as the budget layer applies it (validated as the settings' are)."""
     budget_owner(scope, subject, period)
     return BudgetLimit(scope=scope, match=subject, period=period, max_cost_usd=max_cost_usd,  # type: ignore[arg-type]
                        max_tokens=max_tokens, max_requests=max_requests)
@@ -204,11 +207,11 @@ class KeyStore(Protocol):
 
     async def set_budget(self, scope: KeyScope, subject: str, period: Period, *, max_cost_usd: float | None = None,
                          max_tokens: int | None = None, max_requests: int | None = None) -> BudgetLimit | None:
-        """Set (or, with no maximum, remove) the ``period`` limit of a key, team or organisation."""
+        """Set (or, with no maximum, remove) the ``period`` limit of a key, team, user or organisation."""
         ...
 
     async def budgets_for(self, record: KeyRecord) -> tuple[BudgetLimit, ...]:
-        """The limits of the key, its team and its organisation, as ``Principal.budgets``."""
+        """The limits of the key, its team, its user and its organisation, as ``Principal.budgets``."""
         ...
 
     async def record_response(self, response_id: str, organisation: str) -> None:
@@ -247,7 +250,7 @@ class KeyCache:
         self.store = store
         self._ttl_s, self._max, self._clock = ttl_s, max_entries, clock
         self._records: dict[str, _Entry] = {}
-        self._budgets: dict[tuple[str, str | None, str], tuple[float, tuple[BudgetLimit, ...]]] = {}
+        self._budgets: dict[tuple[str, str | None, str | None, str], tuple[float, tuple[BudgetLimit, ...]]] = {}
         self._reading: dict[str, asyncio.Future[KeyRecord | None]] = {}  # one store read per key at a time
 
     async def verify(self, presented: str) -> KeyRecord | None:
@@ -272,8 +275,8 @@ class KeyCache:
             _keep(self._records, digest, (self._clock() + self._ttl_s, reading.result()), self._max)
 
     async def budgets_for(self, record: KeyRecord) -> tuple[BudgetLimit, ...]:
-        """``store.budgets_for``, at most once per key, team and organisation and TTL."""
-        owner = (record.key_id, record.team, record.organisation)
+        """``store.budgets_for``, at most once per key, team, user and organisation and TTL."""
+        owner = (record.key_id, record.team, record.user, record.organisation)
         kept = self._budgets.get(owner)
         if kept is not None and kept[0] > self._clock():
             return kept[1]

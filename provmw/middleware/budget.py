@@ -52,7 +52,8 @@ from provmw.streams import OpenedStream, StreamEnd
 
 __all__ = ["BudgetLimit", "BudgetMiddleware", "BudgetOptions"]
 
-# ``key``, ``team`` and ``organisation`` are a gateway call's (``ctx.facts.principal``; ADR 0055).
+# ``key``, ``team`` and ``organisation`` are a gateway call's (``ctx.facts.principal``; ADR 0055); so is
+# ``user`` when the call has a principal with a user: then its bucket is ORGANISATION/USER.
 Scope = Literal["user", "tenant", "configuration", "global", "key", "team", "organisation"]
 SCOPES: tuple[str, ...] = get_args(Scope)
 ANONYMOUS = "(none)"
@@ -87,8 +88,11 @@ class BudgetLimit:
             subject = "*"
         elif self.scope == "configuration":
             subject = config.identifier
-        elif self.scope in ("user", "tenant"):
-            subject = (ctx.facts.user if self.scope == "user" else ctx.facts.tenant) or ANONYMOUS
+        elif self.scope == "user":  # a gateway user is named within its organisation (Principal.subject)
+            principal = ctx.facts.principal
+            subject = (principal is not None and principal.subject("user")) or ctx.facts.user or ANONYMOUS
+        elif self.scope == "tenant":
+            subject = ctx.facts.tenant or ANONYMOUS
         else:  # a principal's: a call without one, or whose principal has no such name, is not in it
             principal = ctx.facts.principal
             found = None if principal is None else principal.subject(self.scope)

@@ -33,8 +33,7 @@ def manager(fake: FakeProvider, host: PluginHost, tmp_path: Path) -> ServiceMana
 
 
 async def principal(store: SqliteKeyStore, record: KeyRecord) -> Principal:
-    return Principal(key=record.key_id, team=record.team, organisation=record.organisation,
-                     budgets=await store.budgets_for(record))
+    return record.principal(await store.budgets_for(record))
 
 
 async def test_a_key_budget_of_one_request_refuses_the_second(fake: FakeProvider, builtin_only: PluginHost,
@@ -61,3 +60,15 @@ async def test_the_strictest_of_key_team_and_organisation_binds(fake: FakeProvid
         with pytest.raises(BudgetExceededError, match="team:acme/search"):
             await m.chat("c", principal=await principal(store, second))
     assert fake.count() == 2
+
+
+async def test_a_user_budget_binds_every_key_of_the_user(fake: FakeProvider, builtin_only: PluginHost,
+                                                         store: SqliteKeyStore, tmp_path: Path) -> None:
+    _, laptop = await store.create("acme", user="grace")
+    _, agent = await store.create("acme", user="grace")
+    await store.set_budget("user", "acme/grace", "total", max_requests=1)
+    async with manager(fake, builtin_only, tmp_path) as m:
+        await m.chat("a", principal=await principal(store, laptop))
+        with pytest.raises(BudgetExceededError, match="user:acme/grace"):
+            await m.chat("b", principal=await principal(store, agent))
+    assert fake.count() == 1

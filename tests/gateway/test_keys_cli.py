@@ -108,6 +108,11 @@ def test_budget_sets_and_removes_a_teams_limit_before_any_key(config: str) -> No
         (0, "team:acme/search day: removed\n")
 
 
+def test_budget_sets_a_users_limit_within_its_organisation(config: str) -> None:
+    assert keys(config, "budget", "--user", "acme/grace", "--period", "week", "--max-tokens", "500") == \
+        (0, "user:acme/grace week: 500 tokens\n")
+
+
 def test_a_budget_with_neither_a_maximum_nor_remove_is_refused(config: str,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     created(config)  # the store exists

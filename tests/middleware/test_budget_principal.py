@@ -1,10 +1,11 @@
-"""Budgets a call's principal holds (a virtual key's, its team's, its organisation's: ADR 0055) apply
+"""Budgets a call's principal holds (a virtual key's, its team's, its user's, its organisation's: ADR 0055) apply
 with the configured ones, each in its own bucket, and the strictest binds."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 
 from provmw.context import Principal
@@ -72,3 +73,23 @@ async def test_a_principal_scope_does_not_bind_a_call_without_a_principal(fake: 
         await m.chat("a")
         with pytest.raises(BudgetExceededError):
             await m.chat("b", principal=principal("k1"))
+
+
+async def test_a_users_budget_binds_every_key_of_the_user_in_its_organisation_only(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    grace = limit("user", 1)
+    async with manager(fake, builtin_only, tmp_path) as m:
+        await m.chat("a", principal=attrs.evolve(principal("k1", grace), user="grace"))
+        with pytest.raises(BudgetExceededError, match="user:acme/grace"):
+            await m.chat("b", principal=attrs.evolve(principal("k2", grace), user="grace"))
+        await m.chat("c", principal=attrs.evolve(principal("k3", grace, organisation="globex"), user="grace"))
+
+
+async def test_a_configured_user_limit_gives_two_organisations_users_of_one_name_a_bucket_each(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    limits = [{"scope": "user", "period": "total", "max_requests": 1}]
+    async with manager(fake, builtin_only, tmp_path, limits=limits) as m:
+        await m.chat("a", user="grace", principal=attrs.evolve(principal("k1"), user="grace"))
+        await m.chat("b", user="grace", principal=attrs.evolve(principal("k2", organisation="globex"), user="grace"))
+        with pytest.raises(BudgetExceededError, match="user:acme/grace"):
+            await m.chat("c", user="grace", principal=attrs.evolve(principal("k3"), user="grace"))
