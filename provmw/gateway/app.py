@@ -17,6 +17,7 @@ from aiohttp import web
 
 from provmw.gateway import anthropic_wire, openai_media, openai_wire, ui
 from provmw.gateway._endpoint import Gateway, GatewayOptions, endpoint
+from provmw.gateway._logs import hide_request_bytes
 from provmw.gateway.errors import anthropic_error, envelope_errors, openai_error, refusal_of
 from provmw.gateway.health import HealthCheck, stack_state
 from provmw.gateway.metrics import CONTENT_TYPE
@@ -48,6 +49,7 @@ def gateway_app(manager: ServiceManager, keys: KeyStore, options: GatewayOptions
     """The gateway on ``manager``, its callers verified by ``keys``."""
     options = options if options is not None else GatewayOptions()
     gateway = Gateway(manager, keys, options)
+    hide_request_bytes()
     app = web.Application(client_max_size=options.max_body_bytes, handler_args={"max_field_size": 16384},
                           middlewares=[envelope_errors])
     app[GATEWAY] = gateway

@@ -150,3 +150,17 @@ async def test_two_organisations_teams_never_share_a_bucket_through_a_slash(fake
 def test_gateway_options_refuse_limits_that_disable_or_block_everything(limits: dict[str, int]) -> None:
     with pytest.raises(ConfigurationError):
         GatewayOptions(**limits)  # type: ignore[arg-type]
+
+
+async def test_a_key_in_a_header_too_long_to_parse_is_not_logged(fake: FakeProvider, tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    # aiohttp's parser quotes the head of a header line it refuses; this one starts with the whole key
+    async with running_gateway(fake, tmp_path) as gw, aiohttp.ClientSession() as client, client.post(
+            f"{gw.url}/v1/chat/completions", json={},
+            headers={"authorization": f"Bearer {gw.key}{'x' * 20_000}"}) as response:
+        assert response.status == 400
+    secret = gw.key[len("pmk_0123456789ab_"):]
+    logged = [r for r in caplog.records if secret in r.getMessage() or secret in (r.exc_text or "")]
+    assert caplog.records and not logged
+    assert fake.count() == 0
