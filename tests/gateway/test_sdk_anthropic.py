@@ -77,3 +77,12 @@ async def test_an_unknown_model_is_the_sdks_not_found_error(gw: Running) -> None
 async def test_models_list_in_anthropics_shape(gw: Running) -> None:
     page = await sdk(gw).models.list()
     assert [m.id for m in page.data] == ["chat", "claude", "rank", "fast"]
+
+
+async def test_a_budget_refusal_is_the_sdks_rate_limit_error_and_not_retried(gw: Running) -> None:
+    await gw.keys.set_budget("key", gw.record.key_id, "total", max_requests=0)
+    client = anthropic.AsyncAnthropic(base_url=gw.url, api_key=gw.key, max_retries=2)
+    with pytest.raises(anthropic.RateLimitError) as refused:
+        await client.messages.create(model="claude", max_tokens=100, messages=HELLO)
+    assert gw.record.key_id in refused.value.message and gw.fake.count() == 0
+    assert refused.value.response.headers["x-should-retry"] == "false"
