@@ -11,7 +11,8 @@ again opens the same ledger (for a store that keeps records once closed). pytest
 
 Set ``durable = False`` for a store that keeps nothing once closed (memory). The contract:
 writes are idempotent per key ``(call_id, attempt)`` and all-or-nothing per batch;
-``records(since)``; ``summary`` equals :func:`provmw.stores.usage.summary.usage_rows` of the
+``records(since)``, every field read back as written (``key_id`` and ``team`` None when
+not given); ``summary`` equals :func:`provmw.stores.usage.summary.usage_rows` of the
 records for every group, zone and ``since`` (a hypothesis property); ``aclose``. Import it as
 ``provmw.testing.UsageStoreConformance``.
 """
@@ -36,6 +37,7 @@ __all__ = ["UsageStoreConformance", "usage_records"]
 
 _ZONES = ("UTC", "America/Los_Angeles", "Asia/Kolkata", "Pacific/Chatham", "Europe/Berlin")
 _NAMES = st.sampled_from(["ada", "Bob", "émile", "Zoë", "ß", "z", "(none)"])
+_KEYS = st.sampled_from(["0123456789ab", "ba9876543210", "(none)"])
 
 
 def _record(call_id: str, attempt: int = 1, **fields: Any) -> UsageRecord:
@@ -51,7 +53,8 @@ def usage_records() -> st.SearchStrategy[UsageRecord]:
         attempt=st.integers(0, 3), correlation_id=st.sampled_from(["c1", "c2"]),
         timestamp=st.floats(0, 4e9, allow_nan=False), operation=st.sampled_from(["chat", "embedding"]),
         config_id=_NAMES, provider=st.sampled_from(["openai", "anthropic"]), model=_NAMES,
-        user=st.none() | _NAMES, tenant=st.none() | _NAMES, input_tokens=st.integers(0, 10**9),
+        user=st.none() | _NAMES, tenant=st.none() | _NAMES, key_id=st.none() | _KEYS, team=st.none() | _NAMES,
+        input_tokens=st.integers(0, 10**9),
         output_tokens=st.integers(0, 10**9), cost_usd=st.none() | st.floats(0, 50, allow_nan=False),
         status=st.sampled_from(["ok", "error", "cache_hit"]),
         billed=st.sampled_from(["yes", "no", "unknown", "estimated"]))
@@ -85,9 +88,10 @@ class UsageStoreConformance:
         await store.aclose()
 
     async def test_records_read_back_as_written(self, store: UsageStore) -> None:
-        written = _record("c1", user="ada", tenant="acme", input_tokens=3, cached_input_tokens=2,
-                          cache_write_5m_tokens=4, cache_write_1h_tokens=5, reasoning_tokens=6, cost_usd=0.5,
-                          latency_s=0.25, status="error", error_type="RateLimitError", billed="unknown")
+        written = _record("c1", user="ada", tenant="acme", key_id="0123456789ab", team="acme/search",
+                          input_tokens=3, cached_input_tokens=2, cache_write_5m_tokens=4, cache_write_1h_tokens=5,
+                          reasoning_tokens=6, cost_usd=0.5, latency_s=0.25, status="error",
+                          error_type="RateLimitError", billed="unknown")
         await store.write([written])
         assert await store.records() == [written]
 
@@ -134,6 +138,25 @@ class UsageStoreConformance:
         [row] = await store.summary("configuration", ZoneInfo("UTC"))
         assert row == {"configuration": "oa", "calls": 2, "attempts": 2, "input_tokens": 5, "output_tokens": 0,
                        "cost_usd": 0.25, "cache_hits": 1, "errors": 1, "billed_unknown": 1}
+
+    async def test_a_record_without_key_or_team_reads_back_without_them(self, store: UsageStore) -> None:
+        await store.write([_record("direct", user="ada")])
+        [found] = await store.records()
+        assert (found.key_id, found.team) == (None, None)
+
+    async def test_a_summary_by_key_puts_calls_without_one_under_none(self, store: UsageStore) -> None:
+        await store.write([_record("k1", key_id="0123456789ab", cost_usd=0.5), _record("k2", key_id="0123456789ab"),
+                           _record("direct", cost_usd=0.25)])
+        rows = await store.summary("key", ZoneInfo("UTC"))
+        assert [(row["key"], row["calls"], row["cost_usd"]) for row in rows] == [
+            ("(none)", 1, 0.25), ("0123456789ab", 2, 0.5)]
+
+    async def test_a_summary_by_team_keeps_two_organisations_teams_apart(self, store: UsageStore) -> None:
+        await store.write([_record("a", team="acme/search"), _record("b", team="beta/search"),
+                           _record("c", team="acme/search", attempt=2)])
+        rows = await store.summary("team", ZoneInfo("UTC"))
+        assert [(row["team"], row["calls"], row["attempts"]) for row in rows] == [
+            ("acme/search", 2, 2), ("beta/search", 1, 1)]
 
     async def test_a_summary_by_day_counts_in_the_zone_asked(self, store: UsageStore) -> None:
         await store.write([_record("late", timestamp=1_795_377_600.0)])  # 2026-11-22 20:00 UTC

@@ -1,5 +1,5 @@
 """Usage stores: idempotent per (call id, attempt); SQLite in WAL, NORMAL sync unless asked for FULL,
-migrating a 0.1.0 ledger in place."""
+migrating a 0.1.0 ledger, and one made before the key_id and team columns, in place."""
 
 from __future__ import annotations
 
@@ -120,6 +120,34 @@ async def test_a_ledger_made_by_0_1_0_is_migrated_keeping_its_rows(tmp_path: Pat
         (("old1", 1), "old1", 5, "yes"), (("old1", 2), "old1", 0, "unknown"), (("new", 1), "new", 0, "yes")]
     assert found[0] == record("old1", timestamp=10.0, user="ada", input_tokens=5, output_tokens=7,
                               cached_input_tokens=2, cost_usd=0.25, latency_s=0.1)
+
+
+BEFORE_KEY_AND_TEAM = """
+CREATE TABLE usage (
+    call_id TEXT NOT NULL, attempt INTEGER NOT NULL, correlation_id TEXT NOT NULL, timestamp REAL NOT NULL,
+    operation TEXT NOT NULL, config_id TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,
+    user TEXT, tenant TEXT, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,
+    cached_input_tokens INTEGER NOT NULL, cache_write_5m_tokens INTEGER NOT NULL,
+    cache_write_1h_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL, cost_usd REAL, latency_s REAL NOT NULL,
+    status TEXT NOT NULL, error_type TEXT, billed TEXT NOT NULL,
+    PRIMARY KEY (call_id, attempt)
+);
+CREATE INDEX usage_by_time ON usage (timestamp);
+INSERT INTO usage VALUES ('old', 1, 'old', 10.0, 'chat', 'oa', 'openai', 'gpt', 'ada', 'acme', 5, 7, 0, 0, 0, 0,
+                          0.25, 0.1, 'ok', NULL, 'yes');
+"""
+
+
+async def test_a_ledger_made_before_key_id_and_team_gains_them_keeping_its_rows(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / "old.db") as old:
+        old.executescript(BEFORE_KEY_AND_TEAM)
+    store = SqliteUsageStore(tmp_path / "old.db")
+    await store.write([record("new", timestamp=12.0, key_id="0123456789ab", team="acme/search")])
+    found = await store.records()
+    await store.aclose()
+    assert found == [record("old", timestamp=10.0, user="ada", tenant="acme", input_tokens=5, output_tokens=7,
+                            cost_usd=0.25, latency_s=0.1),
+                     record("new", timestamp=12.0, key_id="0123456789ab", team="acme/search")]
 
 
 async def test_a_failed_batch_writes_nothing(tmp_path: Path) -> None:

@@ -139,3 +139,30 @@ async def test_a_role_with_only_insert_and_select_writes_to_an_existing_table(
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute(f"DROP OWNED BY {role}")
             admin.execute(f"DROP ROLE {role}")
+
+
+OLD_TABLE = """
+CREATE SCHEMA {schema};
+CREATE TABLE {schema}.provmw_usage (
+    call_id text NOT NULL, attempt bigint NOT NULL, correlation_id text NOT NULL,
+    timestamp double precision NOT NULL, operation text NOT NULL, config_id text NOT NULL,
+    provider text NOT NULL, model text NOT NULL, "user" text, tenant text, input_tokens bigint NOT NULL,
+    output_tokens bigint NOT NULL, cached_input_tokens bigint NOT NULL, cache_write_5m_tokens bigint NOT NULL,
+    cache_write_1h_tokens bigint NOT NULL, reasoning_tokens bigint NOT NULL, cost_usd double precision,
+    latency_s double precision NOT NULL, status text NOT NULL, error_type text, billed text NOT NULL,
+    PRIMARY KEY (call_id, attempt)
+);
+INSERT INTO {schema}.provmw_usage VALUES ('old', 1, 'old', 1700000000.0, 'chat', 'oa', 'openai', 'm', 'ada', NULL,
+                                          5, 7, 0, 0, 0, 0, 0.25, 0.1, 'ok', NULL, 'yes');
+"""
+
+
+async def test_a_table_made_before_key_and_team_gains_them_keeping_its_rows(schema: str, postgres_url: str) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(OLD_TABLE.format(schema=schema))
+    store = PostgresUsageStore(postgres_url, PostgresOptions(schema=schema))
+    await store.write([record("new", key_id="0123456789ab", team="acme/search")])
+    found = {r.call_id: r for r in await store.records()}
+    await store.aclose()
+    assert (found["old"].input_tokens, found["old"].key_id, found["old"].team) == (5, None, None)
+    assert (found["new"].key_id, found["new"].team) == ("0123456789ab", "acme/search")

@@ -4,6 +4,8 @@ A batch is one transaction of ``INSERT ... ON CONFLICT (call_id, attempt) DO NOT
 a batch replayed after an unclear failure counts nothing twice, and a batch PostgreSQL
 refuses stores none of its records. ``summary`` groups in SQL (the day in the report's
 zone with ``AT TIME ZONE``), so ``provmw usage`` reads one row per group, not every record.
+A table made before the ``key_id`` and ``team`` columns gains them (NULL in its rows) when a
+store first connects: the store's role needs the right to ALTER it that once.
 
 One connection per store, opened on first use and guarded by a lock: the journal sends
 one batch at a time, so a pool would only hold idle connections. A connection that fails
@@ -77,7 +79,8 @@ class PostgresOptions:
 _COLUMNS = """
     call_id text NOT NULL, attempt bigint NOT NULL, correlation_id text NOT NULL,
     timestamp double precision NOT NULL, operation text NOT NULL, config_id text NOT NULL,
-    provider text NOT NULL, model text NOT NULL, "user" text, tenant text, input_tokens bigint NOT NULL,
+    provider text NOT NULL, model text NOT NULL, "user" text, tenant text, key_id text, team text,
+    input_tokens bigint NOT NULL,
     output_tokens bigint NOT NULL, cached_input_tokens bigint NOT NULL, cache_write_5m_tokens bigint NOT NULL,
     cache_write_1h_tokens bigint NOT NULL, reasoning_tokens bigint NOT NULL, cost_usd double precision,
     latency_s double precision NOT NULL, status text NOT NULL, error_type text, billed text NOT NULL,
@@ -92,7 +95,11 @@ _GROUPS: dict[str, str] = {
     "model": "provider || '/' || model",
     "user": "coalesce(\"user\", '(none)')",
     "tenant": "coalesce(tenant, '(none)')",
+    "key": "coalesce(key_id, '(none)')",
+    "team": "coalesce(team, '(none)')",
 }
+# Columns added since the first release, each with its type: a table made before them gains them, NULL in its rows.
+_ADDED = (("key_id", "text"), ("team", "text"))
 _SUMMARY = """
     SELECT {group} AS name, count(DISTINCT call_id), count(*) FILTER (WHERE status <> 'cache_hit'),
            coalesce(sum(input_tokens), 0)::bigint, coalesce(sum(output_tokens), 0)::bigint,
@@ -224,10 +231,15 @@ class PostgresUsageStore:
     async def _prepare(self, connection: psycopg.AsyncConnection[Any]) -> None:
         timeout_ms = int(self.options.statement_timeout_s * 1000)
         await connection.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(timeout_ms)))
-        index = sql.Identifier(f"{self.options.table}_by_time")
         found = await connection.execute("SELECT to_regclass(%s)", (self.table.as_string(connection),))
-        if (await found.fetchone() or (None,))[0] is not None:
-            return  # a role with only INSERT and SELECT rights needs no CREATE once the table exists
+        if (await found.fetchone() or (None,))[0] is None:
+            await self._create(connection)
+        elif await self._missing_columns(connection):
+            await self._add_columns(connection)
+        # else a role with only INSERT and SELECT rights needs no CREATE nor ALTER once the table is current
+
+    async def _create(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        index = sql.Identifier(f"{self.options.table}_by_time")
         async with connection.transaction():
             await connection.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
             await connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
@@ -236,6 +248,20 @@ class PostgresUsageStore:
                 self.table, sql.SQL(_COLUMNS)))
             await connection.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (timestamp)").format(
                 index, self.table))
+
+    async def _missing_columns(self, connection: psycopg.AsyncConnection[Any]) -> bool:
+        found = await connection.execute(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+            "AND column_name = ANY(%s)", (self.options.schema, self.options.table, [name for name, _ in _ADDED]))
+        return (await found.fetchone() or (0,))[0] < len(_ADDED)
+
+    async def _add_columns(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        """Bring a table made by an older release to today's columns (this once, the role needs ALTER)."""
+        added = sql.SQL(", ").join(sql.SQL("ADD COLUMN IF NOT EXISTS {} {}").format(sql.Identifier(name), sql.SQL(kind))
+                                   for name, kind in _ADDED)
+        async with connection.transaction():
+            await connection.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+            await connection.execute(sql.SQL("ALTER TABLE {} {}").format(self.table, added))
 
     def _scrub(self, text: str) -> str:
         parts = urlsplit(self._url)

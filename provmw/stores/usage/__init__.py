@@ -6,7 +6,8 @@ changes nothing, so a replayed batch never counts twice. Cache hits use attempt 
 
 A ledger file written by provmw 0.1.0 (keyed by correlation id, without the call id and
 the newer token columns) is migrated in place the first time it is opened: its rows are
-kept, each old correlation id standing in as the call id, the new counts at 0.
+kept, each old correlation id standing in as the call id, the new counts at 0. One written
+before the ``key_id`` and ``team`` columns gains them, empty (NULL) in its older rows.
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ def billed_for(exc: BaseException) -> Billed:
 @attrs.frozen(kw_only=True)
 class UsageRecord(Counts):
     """One attempt (or cache hit) of one logical call, priced when the model is: its ``Counts``
-    and who, what, when and how it ended."""
+    and who, what, when and how it ended.
+
+    ``key_id`` and ``team`` are a gateway call's (its virtual key's public id, never the key
+    itself, and its team as ``ORGANISATION/TEAM``); a direct call has neither."""
 
     call_id: str
     attempt: int
@@ -62,6 +66,8 @@ class UsageRecord(Counts):
     model: str
     user: str | None = None
     tenant: str | None = None
+    key_id: str | None = None
+    team: str | None = None
     latency_s: float = 0.0
     status: Literal["ok", "error", "cache_hit"] = "ok"
     error_type: str | None = None
@@ -148,7 +154,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (
     call_id TEXT NOT NULL, attempt INTEGER NOT NULL, correlation_id TEXT NOT NULL, timestamp REAL NOT NULL,
     operation TEXT NOT NULL, config_id TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,
-    user TEXT, tenant TEXT, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,
+    user TEXT, tenant TEXT, key_id TEXT, team TEXT, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,
     cached_input_tokens INTEGER NOT NULL, cache_write_5m_tokens INTEGER NOT NULL,
     cache_write_1h_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL, cost_usd REAL, latency_s REAL NOT NULL,
     status TEXT NOT NULL, error_type TEXT, billed TEXT NOT NULL,
@@ -156,7 +162,7 @@ CREATE TABLE IF NOT EXISTS usage (
 );
 CREATE INDEX IF NOT EXISTS usage_by_time ON usage (timestamp);
 """
-_ROWS_PER_STATEMENT = 1_000  # 21,000 parameters: under SQLite's 32,766
+_ROWS_PER_STATEMENT = 1_000  # 23,000 parameters: under SQLite's 32,766
 
 
 @functools.lru_cache(maxsize=8)
@@ -177,6 +183,23 @@ _FROM_0_1_0 = (f"INSERT INTO usage (call_id, cache_write_5m_tokens, cache_write_
 
 def _columns(connection: sqlite3.Connection) -> set[str]:
     return {row[1] for row in connection.execute("PRAGMA table_info(usage)")}
+
+
+def _migrate(connection: sqlite3.Connection) -> None:
+    """Bring an older ``usage`` table to today's schema, keeping its rows."""
+    _migrate_0_1_0(connection)
+    _add_principal_columns(connection)
+
+
+def _add_principal_columns(connection: sqlite3.Connection) -> None:
+    """Add ``key_id`` and ``team`` to a table made before them: older rows hold neither (NULL)."""
+    if "key_id" in _columns(connection) or not _columns(connection):
+        return
+    with transaction(connection):
+        if "key_id" in _columns(connection):  # another process added them while we waited
+            return
+        connection.execute("ALTER TABLE usage ADD COLUMN key_id TEXT")
+        connection.execute("ALTER TABLE usage ADD COLUMN team TEXT")
 
 
 def _migrate_0_1_0(connection: sqlite3.Connection) -> None:
@@ -200,7 +223,7 @@ class SqliteUsageStore:
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 5.0, synchronous: Synchronous = "NORMAL") -> None:
         self.db = SqliteDatabase(path, _SCHEMA, busy_timeout_s=busy_timeout_s, synchronous=synchronous,
-                                 migrate=_migrate_0_1_0)
+                                 migrate=_migrate)
         self.spill_path = Path(f"{path}.spill")
         self.synchronous = synchronous
 

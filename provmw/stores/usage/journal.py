@@ -18,7 +18,7 @@ commit): concurrent calls share one transaction, so the wait stays near one comm
   callers wait until then, and new calls are refused before they are sent; under
   ``fail_open`` callers go on, and past ``max_records`` held the oldest are lost: counted
   (``lost``), logged, and written to the ledger as one ``RecordsLost`` row per group
-  (configuration, user, tenant) with their tokens and cost once the store is back.
+  (configuration, user, tenant, key, team) with their tokens and cost once the store is back.
 - **Close**: what was never acknowledged goes to the spill file; what cannot go there is
   lost, counted and logged (and a ``fail_closed`` caller still waiting gets
   ``UsageLedgerUnavailableError`` instead of its answer).

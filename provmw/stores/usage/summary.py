@@ -1,4 +1,5 @@
-"""The ledger grouped: what ``provmw usage`` prints, one row per day, configuration, model, user or tenant.
+"""The ledger grouped: what ``provmw usage`` prints, one row per day, configuration, model, user, tenant,
+virtual key or team.
 
 :func:`usage_rows` is the reference grouping. A store's ``summary`` must return exactly
 these rows for its records (the store contract checks it), whether it groups in Python,
@@ -17,19 +18,19 @@ if TYPE_CHECKING:
 
 __all__ = ["GROUPS", "NO_VALUE", "ROW_COLUMNS", "Group", "usage_rows"]
 
-Group = Literal["day", "configuration", "model", "user", "tenant"]
-GROUPS: tuple[Group, ...] = ("day", "configuration", "model", "user", "tenant")
+Group = Literal["day", "configuration", "model", "user", "tenant", "key", "team"]
+GROUPS: tuple[Group, ...] = ("day", "configuration", "model", "user", "tenant", "key", "team")
 # The columns after the group's own, in the order they are printed.
 ROW_COLUMNS = ("calls", "attempts", "input_tokens", "output_tokens", "cost_usd", "cache_hits", "errors",
                "billed_unknown")
-NO_VALUE = "(none)"  # the group of records without a user or tenant
+NO_VALUE = "(none)"  # the group of records without a user, tenant, key or team (a direct call has no key)
 
 
 def _group_of(record: UsageRecord, group_by: Group, zone: ZoneInfo) -> str:
     if group_by == "day":
         return dt.datetime.fromtimestamp(record.timestamp, zone).date().isoformat()
     value = {"configuration": record.config_id, "model": f"{record.provider}/{record.model}",
-             "user": record.user, "tenant": record.tenant}[group_by]
+             "user": record.user, "tenant": record.tenant, "key": record.key_id, "team": record.team}[group_by]
     return value if value is not None else NO_VALUE
 
 
