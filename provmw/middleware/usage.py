@@ -162,7 +162,10 @@ def _record(ctx: ProviderCallContext, config: ProviderConfig, attempt: int, star
     fields.setdefault("config_id", config.identifier)
     fields.setdefault("provider", config.provider)
     fields.setdefault("model", config.model)
-    facts = ctx.facts
+    facts, principal = ctx.facts, ctx.facts.principal
+    # A gateway call's key by its public id (the principal never holds the secret) and its team
+    # as its budget bucket names it (ORGANISATION/TEAM); a direct call has neither.
+    key_id, team = (None, None) if principal is None else (principal.key, principal.subject("team"))
     return UsageRecord(call_id=ctx.call_id, correlation_id=ctx.correlation_id, attempt=attempt, timestamp=started,
-                       operation=ctx.operation.value, user=facts.user, tenant=facts.tenant, latency_s=latency_s,
-                       **fields)
+                       operation=ctx.operation.value, user=facts.user, tenant=facts.tenant, key_id=key_id, team=team,
+                       latency_s=latency_s, **fields)

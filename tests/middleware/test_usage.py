@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from provmw.config import ProviderConfig
+from provmw.context import Principal
 from provmw.errors import ProviderConnectionError, UsageLedgerUnavailableError
 from provmw.manager import ServiceManager
 from provmw.middleware.usage import UsageMiddleware
@@ -73,6 +74,25 @@ async def test_replaying_the_writes_changes_nothing(fake: FakeProvider, builtin_
     await store.aclose()
     assert await records(tmp_path / "u.db") == first
     assert {(r.user, r.tenant) for r in first} == {("ada", "acme")}
+
+
+async def test_a_call_with_a_principal_records_its_key_id_and_team_on_every_attempt(
+        fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
+    fake.script(Fault(status=503), model="gpt-test")
+    caller = Principal(key="0123456789ab", team="search", organisation="acme", user="ada")
+    async with ServiceManager(settings(fake, tmp_path / "u.db"), host=builtin_only) as manager:
+        await manager.chat("hello there", user="acme/ada", tenant="acme", principal=caller)
+    found = await records(tmp_path / "u.db")
+    assert [(r.attempt, r.key_id, r.team) for r in found] == [(1, "0123456789ab", "acme/search"),
+                                                              (2, "0123456789ab", "acme/search")]
+
+
+async def test_a_direct_call_records_no_key_id_nor_team(fake: FakeProvider, builtin_only: PluginHost,
+                                                        tmp_path: Path) -> None:
+    async with ServiceManager(settings(fake, tmp_path / "u.db"), host=builtin_only) as manager:
+        await manager.chat("hello there", user="ada", tenant="acme")
+    [found] = await records(tmp_path / "u.db")
+    assert (found.user, found.key_id, found.team) == ("ada", None, None)
 
 
 async def test_a_cache_hit_is_recorded_as_attempt_0_and_costs_nothing(
