@@ -94,3 +94,30 @@ def test_usage_help_explains_every_column(capsys: pytest.CaptureFixture[str]) ->
     lines = capsys.readouterr().out.split("columns (", 1)[1].splitlines()
     assert [line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("   ")] == \
         list(ROW_COLUMNS)
+
+
+async def ledger_of_two_keys(tmp_path: Path) -> Path:
+    """A settings file whose ledger holds two calls of one key, one of another and a direct call."""
+    from provmw.stores.usage import SqliteUsageStore, UsageRecord
+
+    def made(call_id: str, **fields: Any) -> UsageRecord:
+        return UsageRecord(call_id=call_id, attempt=1, correlation_id=call_id, timestamp=dt.datetime.now().timestamp(),
+                           operation="chat", config_id="a", provider="openai", model="m", cost_usd=0.5, **fields)
+
+    store = SqliteUsageStore(tmp_path / "ledger.sqlite3")
+    await store.write([made("c1", key_id="0123456789ab", team="acme/search"),
+                       made("c2", key_id="0123456789ab", team="acme/search"),
+                       made("c3", key_id="ba9876543210", team="acme/ads"), made("direct")])
+    await store.aclose()
+    config = tmp_path / "provmw.toml"
+    config.write_text(SETTINGS)
+    return config
+
+
+@pytest.mark.parametrize(("group", "expected"), [
+    ("key", [("(none)", 1), ("0123456789ab", 2), ("ba9876543210", 1)]),
+    ("team", [("(none)", 1), ("acme/ads", 1), ("acme/search", 2)])])
+async def test_usage_groups_by_key_and_by_team(tmp_path: Path, group: str, expected: list[tuple[str, int]]) -> None:
+    config = await ledger_of_two_keys(tmp_path)
+    printed = await asyncio.to_thread(run, "--config", str(config), "usage", "--group-by", group, "--format", "json")
+    assert [(row[group], row["calls"]) for row in json.loads(printed)] == expected

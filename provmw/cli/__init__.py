@@ -261,10 +261,14 @@ def _fake_arguments(fake: argparse.ArgumentParser) -> None:
 
 
 def _usage_arguments(usage: argparse.ArgumentParser) -> None:
-    from provmw.cli.reports import usage_help
+    from provmw.cli.pools import POOL_GROUP
+    from provmw.cli.reports import GROUPS, usage_help
 
     usage.epilog = usage_help()
     usage.formatter_class = argparse.RawDescriptionHelpFormatter
+    usage.add_argument("--group-by", choices=(*GROUPS, POOL_GROUP), default="day",
+                       help="key, team: a gateway call's virtual key (its id) and team (ORGANISATION/TEAM); "
+                            "pool: each deployment's records under the pools the settings list it in")
 
 
 def _command(commands: Any, name: str, help: str) -> argparse.ArgumentParser:
@@ -307,8 +311,6 @@ def _parser() -> argparse.ArgumentParser:
     usage = _command(commands, "usage", help="the usage ledger, grouped")
     _usage_arguments(usage)
     usage.add_argument("--since", help="7d, 12h, 30m, or an ISO date/time")
-    usage.add_argument("--group-by", choices=("day", "configuration", "model", "user", "tenant", "pool"),
-                       default="day", help="pool: each deployment's records under the pools the settings list it in")
     budget = _command(commands, "budget", help="each budget bucket: limit, spent, reserved, resets at")
     for sub in (usage, budget):
         sub.add_argument("--format", choices=("table", "csv", "json"), default="table")

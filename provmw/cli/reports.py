@@ -51,8 +51,9 @@ def usage_help() -> str:
     width = max(map(len, USAGE_COLUMNS))
     lines = [textwrap.fill(meaning, 96, initial_indent=f"  {name:<{width}}  ", subsequent_indent=" " * (width + 4))
              for name, meaning in USAGE_COLUMNS.items()]
-    return "\n".join(["columns (the first is the group; (none) holds records without a user or tenant, or, by",
-                      "pool, of a configuration in no pool):", *lines, *_POOL_NOTE])
+    return "\n".join(["columns (the first is the group; (none) holds records without a user, tenant, key or team",
+                      "(a direct call, not through the gateway, has no key nor team), or, by pool, of a",
+                      "configuration in no pool):", *lines, *_POOL_NOTE])
 
 
 async def ledger_rows(settings: Settings, group_by: str, zone: ZoneInfo, since: float | None,
