@@ -72,6 +72,21 @@ def provmw_usage_schemes() -> Iterable[str]:
 
 
 @hookspec
+def provmw_key_store(url: str, options: Mapping[str, Any]) -> object | None:
+    """Return a ``provmw.gateway.KeyStore`` when this plugin serves ``url``'s scheme (``provmw serve
+    --keys postgresql://...``: every host of a fleet reads one store); ``options`` are the store's own
+    keys. Typed ``object`` here: the hook specs sit below the gateway (ADR 0047)."""
+    raise NotImplementedError  # pragma: no cover - a specification, never called
+
+
+@hookspec
+def provmw_key_schemes() -> Iterable[str]:
+    """Return the URL schemes this plugin's ``provmw_key_store`` serves (``redis``), so an unserved
+    scheme's error can name the installed ones."""
+    raise NotImplementedError  # pragma: no cover - a specification, never called
+
+
+@hookspec
 def provmw_providers(settings: Settings) -> Iterable[ProviderAdapter]:
     """Return the provider adapters this plugin contributes, each with a unique ``name``, built
     from ``settings`` if it needs them (an implementation without the argument is still called)."""

@@ -22,7 +22,15 @@ import attrs
 import pluggy
 
 from provmw import hookspecs
-from provmw._plugins.contributions import ADAPTER, MIDDLEWARE, STATE_BACKEND, USAGE_STORE, Shape, iterable_answer
+from provmw._plugins.contributions import (
+    ADAPTER,
+    KEY_STORE,
+    MIDDLEWARE,
+    STATE_BACKEND,
+    USAGE_STORE,
+    Shape,
+    iterable_answer,
+)
 from provmw._plugins.decorations import HOOK as DECORATORS_HOOK
 from provmw._plugins.decorations import decorated
 from provmw.context import FrozenMap
@@ -175,21 +183,35 @@ class PluginHost:
         url = section_options(settings, USAGE).store
         if not is_store_url(url):
             return None
-        where, scheme = f"{settings.source}: [middleware.usage] store", urlsplit(url).scheme
-        answers = self._call("provmw_usage_store", many=False, url=url,
-                             options=FrozenMap(store_options(settings, USAGE)))
-        found = _checked(answers, USAGE_STORE, "provmw_usage_store")
+        store: UsageStore = self._served_store(
+            "usage", USAGE_STORE, url, store_options(settings, USAGE),
+            where=f"{settings.source}: [middleware.usage] store", what="ledgers", built_in="sqlite, memory")
+        return store
+
+    def collect_key_store(self, url: str, options: Mapping[str, Any] | None = None, *,
+                          where: str = "--keys") -> Any:
+        """The ``provmw.gateway.KeyStore`` a plugin serves for ``url`` (``provmw serve --keys
+        redis://...``); exactly one plugin must serve its scheme. Typed ``Any``: the gateway is above
+        the host (ADR 0047), and ``provmw.gateway.keys.open_key_store`` gives it its type."""
+        return self._served_store("key", KEY_STORE, url, options or {}, where=where, what="key stores",
+                                  built_in="a file path or sqlite: URL (SQLite)")
+
+    def _served_store(self, kind: str, shape: Shape, url: str, options: Mapping[str, Any], *, where: str,
+                      what: str, built_in: str) -> Any:
+        """The store that exactly one plugin's ``provmw_<kind>_store`` gives for ``url``; with none,
+        an error naming the schemes ``provmw_<kind>_schemes`` says are served."""
+        scheme, hook = urlsplit(url).scheme, f"provmw_{kind}_store"
+        found = _checked(self._call(hook, many=False, url=url, options=FrozenMap(options)), shape, hook)
         if len(found) > 1:
             raise PluginError(f"{where}: plugins {', '.join(repr(p) for p, _ in found)} all serve {scheme}:// "
-                              "ledgers; block all but one")
+                              f"{what}; block all but one")
         if not found:
-            schemes = sorted({s for _, served in self._call("provmw_usage_schemes") for s in served})
+            schemes = sorted({s for _, served in self._call(f"provmw_{kind}_schemes") for s in served})
             which, why = self._unserved()
             raise ConfigurationError(
-                f"{where}: no {which} plugin serves {scheme}:// ledgers; built in: sqlite, memory; served by "
+                f"{where}: no {which} plugin serves {scheme}:// {what}; built in: {built_in}; served by "
                 f"plugins: {', '.join(schemes) or 'none'}{why}")
-        store: UsageStore = found[0][1]
-        return store
+        return found[0][1]
 
     def _unserved(self) -> tuple[str, str]:
         """Why nothing answered for a URL scheme, as ("installed" or "loaded", a note): plugins

@@ -14,7 +14,7 @@ import attrs
 
 from provmw.errors import PluginError
 
-__all__ = ["ADAPTER", "MIDDLEWARE", "STATE_BACKEND", "USAGE_STORE", "Shape", "iterable_answer"]
+__all__ = ["ADAPTER", "KEY_STORE", "MIDDLEWARE", "STATE_BACKEND", "USAGE_STORE", "Shape", "iterable_answer"]
 
 
 def _name(value: object) -> bool:
@@ -49,6 +49,8 @@ ADAPTER = Shape("provider adapter", {"name": _name, **_methods("chat", "complete
 STATE_BACKEND = Shape("state backend", _methods("cache_store", "budget_store", "breaker_store", "rate_limiter",
                                                 "aclose"))
 USAGE_STORE = Shape("usage store", _methods("write", "records", "summary", "aclose"))
+KEY_STORE = Shape("key store", _methods("create", "verify", "get", "list", "disable", "rotate", "set_budget",
+                                        "budgets_for", "record_response", "response_owner", "aclose"))
 
 
 def iterable_answer(result: Any, plugin: str, hook: str) -> list[Any]:

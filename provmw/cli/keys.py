@@ -54,8 +54,9 @@ def add_keys_command(commands: Any, command: Command) -> argparse.ArgumentParser
 
 def _action(actions: Any, name: str, help: str) -> argparse.ArgumentParser:
     sub: argparse.ArgumentParser = actions.add_parser(name, help=help, description=help, allow_abbrev=False)
-    sub.add_argument("--keys", metavar="PATH", help="the key store (default: provmw-keys.sqlite3 beside the ledger, "
-                     "[middleware.usage] path)")
+    sub.add_argument("--keys", metavar="PATH|URL", help="the key store: a SQLite file (default: provmw-keys.sqlite3 "
+                     "beside the ledger, [middleware.usage] path), or postgresql://... or redis://... for a fleet "
+                     "(provmw-postgres, provmw-redis)")
     sub.add_argument("--config", default=argparse.SUPPRESS, help="settings file (as before the command)")
     return sub
 
@@ -75,30 +76,24 @@ def _budget_arguments(budget: argparse.ArgumentParser) -> None:
 
 async def keys_command(args: argparse.Namespace, out: TextIO) -> int:
     """Run ``provmw keys ACTION`` against the key store."""
-    from provmw.gateway import SqliteKeyStore
+    from provmw.gateway.key_stores import key_location, open_key_store
+    from provmw.scrubbing import masked_url
+    from provmw.settings import load_settings
 
-    path = _store_path(args)
-    if args.keys_command in ("list", "disable", "rotate") and not path.is_file():
+    settings = load_settings(args.config)
+    place = key_location(args.keys, settings)
+    if isinstance(place, Path) and args.keys_command in ("list", "disable", "rotate") and not place.is_file():
         if args.keys_command == "list":
-            _note(f"no key store at {path} yet")
+            _note(f"no key store at {place} yet")
             out.write("[]\n" if args.format == "json" else "(no keys)\n")
             return 0
-        raise ConfigurationError(f"no key store at {path} (provmw keys create makes it; --keys names another)")
-    _note(f"key store: {path}")
-    store = SqliteKeyStore(path)
+        raise ConfigurationError(f"no key store at {place} (provmw keys create makes it; --keys names another)")
+    _note(f"key store: {place if isinstance(place, Path) else masked_url(place)}")
+    store = open_key_store(args.keys, settings)
     try:
         return await _ACTIONS[args.keys_command](store, args, out)
     finally:
         await store.aclose()
-
-
-def _store_path(args: argparse.Namespace) -> Path:
-    if args.keys:
-        return Path(args.keys)
-    from provmw.gateway.keys import keys_path
-    from provmw.settings import load_settings
-
-    return keys_path(load_settings(args.config))
 
 
 async def _create(store: KeyStore, args: argparse.Namespace, out: TextIO) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
@@ -20,7 +19,8 @@ def add_serve_command(commands: Any, command: Callable[[Any, str, str], argparse
                     "virtual keys")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=4000, help="port to listen on; 0 picks a free one (default: 4000)")
-    serve.add_argument("--keys", metavar="PATH", help="the key store (default: provmw-keys.sqlite3 beside the ledger)")
+    serve.add_argument("--keys", metavar="PATH|URL", help="the key store: a SQLite file for one host (default: "
+                       "provmw-keys.sqlite3 beside the ledger), postgresql://... or redis://... for a fleet")
     serve.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024, help="larger requests get 413")
     serve.add_argument("--max-concurrent-per-key", type=int, default=64, help="more in flight per key get 429")
     serve.add_argument("--shutdown-grace-s", type=float, default=30.0,
@@ -41,13 +41,12 @@ async def serve_command(args: argparse.Namespace, out: TextIO) -> int:
     """Serve until SIGTERM or SIGINT; prints the URL once listening."""
     if args.workers > 1:
         return await _serve_workers(args, out)
-    from provmw.gateway import SqliteKeyStore
-    from provmw.gateway.keys import keys_path
+    from provmw.gateway.key_stores import open_key_store
     from provmw.gateway.serving import serve
     from provmw.manager import ServiceManager
 
     manager = ServiceManager.from_file(args.config)
-    keys = SqliteKeyStore(Path(args.keys) if args.keys else keys_path(manager.settings))
+    keys = open_key_store(args.keys, manager.settings, host=manager.host)
     options = _options(args)
 
     def listening(url: str) -> None:
@@ -60,13 +59,15 @@ async def serve_command(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _serve_workers(args: argparse.Namespace, out: TextIO) -> int:
-    """``--workers N``: the settings read here first, so a bad file stops before any worker starts."""
-    from provmw.gateway.keys import keys_path
+    """``--workers N``: the settings and the key store's plugin checked here first, so a bad file or an
+    unserved ``--keys`` URL stops before any worker starts."""
+    from provmw.gateway.key_stores import key_location, open_key_store
     from provmw.gateway.workers import WorkerSpec, run_workers
     from provmw.settings import load_settings
 
     settings = load_settings(args.config)
-    spec = WorkerSpec(config=args.config, keys=str(Path(args.keys) if args.keys else keys_path(settings)),
+    await open_key_store(args.keys, settings).aclose()
+    spec = WorkerSpec(config=args.config, keys=str(key_location(args.keys, settings)),
                       host=args.host, port=args.port, options=_options(args), verbose=args.verbose)
 
     def listening(url: str) -> None:

@@ -35,7 +35,6 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -59,7 +58,7 @@ class WorkerSpec:
     """What a worker builds its gateway from (picklable: it crosses into a spawned process)."""
 
     config: str | None  # the settings file; None: found as every command finds it
-    keys: str
+    keys: str  # a SQLite file's path or a key store's URL (``--keys``)
     host: str
     port: int
     options: GatewayOptions = attrs.field(factory=GatewayOptions)
@@ -96,15 +95,16 @@ def worker_main(spec: WorkerSpec, parent: Connection) -> None:
 
 
 async def _serve_worker(spec: WorkerSpec, parent: Connection) -> None:
-    from provmw.gateway._keys_sqlite import SqliteKeyStore
+    from provmw.gateway.key_stores import open_key_store
     from provmw.manager import ServiceManager
 
     manager = ServiceManager.from_file(spec.config)
+    keys = open_key_store(spec.keys, manager.settings, host=manager.host)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_reader(parent.fileno(), stop.set)  # the parent never writes: readable means it is gone
     try:
-        await serve(manager, SqliteKeyStore(Path(spec.keys)), host=spec.host, port=spec.port, options=spec.options,
+        await serve(manager, keys, host=spec.host, port=spec.port, options=spec.options,
                     on_listening=parent.send, stop=stop, reuse_port=True)
     finally:
         loop.remove_reader(parent.fileno())
