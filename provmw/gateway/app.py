@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from provmw.gateway import anthropic_wire, openai_media, openai_wire, ui
+from provmw.gateway import admin, anthropic_wire, openai_media, openai_wire, ui
 from provmw.gateway._endpoint import Gateway, GatewayOptions, endpoint
 from provmw.gateway._logs import hide_request_bytes
 from provmw.gateway.errors import anthropic_error, envelope_errors, openai_error, refusal_of
@@ -64,6 +64,7 @@ def gateway_app(manager: ServiceManager, keys: KeyStore, options: GatewayOptions
     app.router.add_get("/health/ready", _ready)
     app.router.add_get("/metrics", _metrics(ui.admin_token()))
     app.router.add_get("/ui", ui.status_page(gateway))  # 404 unless PROVMW_ADMIN_TOKEN is set
+    admin.add_admin_routes(app, keys)  # none unless PROVMW_ADMIN_TOKEN is set
     return app
 
 
