@@ -235,3 +235,10 @@ async def test_the_log_has_an_audit_line_and_never_the_whole_key(gw: Running, cl
     assert f"admin: key rotated {key_id} to {rotated['record']['key_id']}" in caplog.messages
     assert created["key"] not in caplog.text and rotated["key"] not in caplog.text
     assert "pmk_" not in caplog.text
+
+
+async def test_a_key_store_that_fails_is_503(gw: Running, client: aiohttp.ClientSession) -> None:
+    await gw.keys.aclose()  # every read fails from now on
+    status, body, headers = await admin(client, gw, "GET", "/admin/keys")
+    assert (status, body["error"]["code"]) == (503, "service_unavailable")
+    assert "retry-after" in headers
