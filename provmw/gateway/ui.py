@@ -3,15 +3,15 @@
 One HTML page built here from strings, every value through :func:`html.escape`, with no script
 (its Content-Security-Policy allows none): the stack in order, each deployment with its pool and
 its breaker's state, each budget bucket of the current windows with its fill (spent plus reserved
-against its limit), the keys, and the ledger's spend by organisation, user and day.
+against its limit), the keys, and the ledger's spend by organisation, team, user, key and day.
 
 Only an admin sees it: ``Authorization: Bearer <token>`` where the token is the value of
 ``PROVMW_ADMIN_TOKEN`` when the app was built (compared in constant time). No token configured:
 ``/ui`` answers 404, as if it did not exist. A virtual key is never an admin token.
 
-The ledger records a call's ``tenant`` (the key's organisation) and ``user``, not its key id or
-team, so spend by key and by team shows in their budget buckets, which exist where a key or team
-budget is set.
+The ledger records each gateway call's organisation (``tenant``), team, user and key (its public
+id, never its secret), so spend shows by each of them whether or not a budget is set on it; a
+direct call, made by a host application without a key, shows under ``(none)``.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ SECTION_TIMEOUT_S = 5.0  # a store that hangs (a network partition) leaves its s
 # The page runs no script and loads nothing: even a value that escaped escaping could not act.
 HEADERS = {"content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
            "cache-control": "no-store", "x-content-type-options": "nosniff", "referrer-policy": "no-referrer"}
-SPEND_GROUPS: tuple[tuple[Group, str], ...] = (("tenant", "organisation"), ("user", "user"), ("day", "day"))
+SPEND_GROUPS: tuple[tuple[Group, str], ...] = (("tenant", "organisation"), ("team", "team"), ("user", "user"),
+                                               ("key", "key"), ("day", "day"))
 SPEND_COLUMNS = ("calls", "attempts", "input_tokens", "output_tokens", "cost_usd", "errors", "billed_unknown")
 STYLE = """body{font:14px system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:.5em 0 1.5em}
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left}td.n{text-align:right}th{background:#f3f3f3}
@@ -156,8 +157,7 @@ async def _budgets(gateway: Gateway, zone: ZoneInfo, now: float) -> str:
     keyed, note = await _key_limits(gateway)
     states = await manager.state.budget_store().states(now=now)
     rows = budget_rows(states, tuple(dict.fromkeys((*configured, *keyed))), zone, now)
-    note += ("<p class=note>Key and team spend shows in their buckets, which exist where a key or team budget "
-             "is set; fill is spent plus reserved against the limit, the fullest dimension.</p>")
+    note += "<p class=note>Fill is spent plus reserved against the limit, the fullest dimension.</p>"
     if not rows:
         return "<p>No bucket has been drawn on in the current windows.</p>" + note
     return _budget_table(rows, states) + note

@@ -1,5 +1,5 @@
 """GET /ui, the gateway's status page: for the admin token only; the stack, budgets with their fill and the
-ledger's spend, every value escaped."""
+ledger's spend by organisation, team, user, key and day, every value escaped."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from provmw.cli.reports import usd
-from provmw.gateway.ui import ADMIN_TOKEN_ENV, SPEND_DAYS
+from provmw.gateway.ui import ADMIN_TOKEN_ENV, SPEND_DAYS, SPEND_GROUPS
 from provmw.pools import Pool
 from provmw.testing import FakeProvider, Fault
 from tests.gateway.test_server import Running
@@ -58,15 +58,26 @@ async def test_the_configured_global_budget_shows_the_ledgers_cost(gw: Running, 
     assert rows["global:*"][2:5] == ["$5", usd(spent), "$0"]
 
 
-async def test_spend_by_organisation_user_and_day_is_the_ledgers(gw: Running, client: aiohttp.ClientSession) -> None:
+async def test_spend_by_organisation_team_user_key_and_day_is_the_ledgers(gw: Running,
+                                                                         client: aiohttp.ClientSession) -> None:
     await chat(client, gw, gw.key)
     shown = tables((await page(client, gw))[1])
     store, zone = gw.manager.state.usage_journal().store, ZoneInfo("UTC")
-    for group, label in (("tenant", "organisation"), ("user", "user"), ("day", "day")):
-        rows = await store.summary(group, zone, time.time() - SPEND_DAYS * 86_400)  # type: ignore[arg-type]
+    for group, label in SPEND_GROUPS:
+        rows = await store.summary(group, zone, time.time() - SPEND_DAYS * 86_400)
         assert [[r[group], str(r["calls"]), usd(r["cost_usd"])] for r in rows] == \
                [[row[0], row[1], row[5]] for row in shown[f"spend-by-{label}"][1:]]
-    assert shown["spend-by-organisation"][1][0] == "acme"
+    assert [shown[f"spend-by-{label}"][1][0] for label in ("organisation", "team", "key")] == \
+           ["acme", "acme/search", gw.record.key_id]
+
+
+async def test_a_direct_calls_spend_shows_under_none_by_key_and_team(gw: Running,
+                                                                     client: aiohttp.ClientSession) -> None:
+    await chat(client, gw, gw.key)
+    await gw.manager.chat("from the host itself", configuration="chat")
+    shown = tables((await page(client, gw))[1])
+    assert [row[:2] for row in shown["spend-by-key"][1:]] == [["(none)", "1"], [gw.record.key_id, "1"]]
+    assert [row[:2] for row in shown["spend-by-team"][1:]] == [["(none)", "1"], ["acme/search", "1"]]
 
 
 async def test_without_the_admin_token_the_page_is_401(gw: Running, client: aiohttp.ClientSession) -> None:
@@ -98,6 +109,7 @@ async def test_a_team_named_script_shows_as_text(fake: FakeProvider, tmp_path: P
     assert "<script>" not in html and "<b>" not in html
     assert "team:acme/&lt;script&gt;" in html
     assert [r[0] for r in tables(html)["budget-buckets"][1:] if r[0].startswith("team:")] == ["team:acme/<script>"]
+    assert [r[0] for r in tables(html)["spend-by-team"][1:]] == ["acme/<script>"]
 
 
 async def test_the_page_allows_no_script_to_run(gw: Running, client: aiohttp.ClientSession) -> None:

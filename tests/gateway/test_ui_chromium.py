@@ -1,5 +1,5 @@
 """GET /ui in a real headless Chromium (Debian's ``chromium`` package, driven by playwright): after traffic
-with two keys, the page shows the budgets and spend the ledger holds.
+with two keys, the page shows the budgets and the spend the ledger holds, by organisation, team, user and key.
 
 Playwright's own browser download (``playwright install``) is never used: the system's Chromium is.
 Without Chromium or playwright the test skips with the reason; under CI it fails instead.
@@ -55,8 +55,8 @@ def dollars(shown: str) -> float:
 
 async def traffic(gw: Running) -> str:
     """Three calls with the gateway's key (team "search", user "ada") and two with a second key (team "ads",
-    user "bob"), each team with a daily budget; the second key's whole key."""
-    second, _ = await gw.keys.create("acme", team="ads", user="bob")
+    user "bob"), each team with a daily budget; the second key's id."""
+    second, record = await gw.keys.create("acme", team="ads", user="bob")
     await gw.keys.set_budget("team", "acme/search", "day", max_cost_usd=1.0)
     await gw.keys.set_budget("team", "acme/ads", "day", max_cost_usd=1.0)
     async with aiohttp.ClientSession() as client:
@@ -64,28 +64,32 @@ async def traffic(gw: Running) -> str:
             await chat(client, gw, gw.key, f"question {n}")
         for n in range(2):
             await chat(client, gw, second, f"other {n}")
-    return second
+    return record.key_id
 
 
 async def test_the_page_in_chromium_shows_the_ledgers_budgets_and_spend(
         fake: FakeProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, browser: Any) -> None:
     monkeypatch.setenv(ADMIN_TOKEN_ENV, ADMIN_TOKEN)
     async with priced_gateway(fake, tmp_path, team="search", user="ada") as gw:
-        await traffic(gw)
+        second = await traffic(gw)
         context = await browser.new_context(extra_http_headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
         page = await context.new_page()
         assert (await page.goto(f"{gw.url}/ui")).status == 200
         budgets, by_user = await rows_of(page, "budget-buckets"), await rows_of(page, "spend-by-user")
         by_organisation = await rows_of(page, "spend-by-organisation")
+        by_team, by_key = await rows_of(page, "spend-by-team"), await rows_of(page, "spend-by-key")
         records = await gw.manager.state.usage_journal().store.records()
         ledger = await gw.manager.state.usage_journal().store.summary("user", ZoneInfo("UTC"),
                                                                       time.time() - SPEND_DAYS * 86_400)
         await context.close()
     cost = {user: sum(r.cost_usd or 0.0 for r in records if r.user == user) for user in ("ada", "bob")}
     assert all(cost.values()) and len(records) == 5
-    for user, team in (("ada", "search"), ("bob", "ads")):
+    for user, team, key, calls in (("ada", "search", gw.record.key_id, "3"), ("bob", "ads", second, "2")):
         assert dollars(budgets[f"team:acme/{team}"][3]) == pytest.approx(cost[user], abs=5e-6)
         assert dollars(by_user[user][5]) == pytest.approx(cost[user], abs=1e-6)
+        assert dollars(by_team[f"acme/{team}"][5]) == pytest.approx(cost[user], abs=1e-6)
+        assert by_key[key][1] == calls
+        assert dollars(by_key[key][5]) == pytest.approx(cost[user], abs=1e-6)
     assert [(r["user"], str(r["calls"])) for r in ledger] == [(u, by_user[u][1]) for u in ("ada", "bob")]
     assert dollars(budgets["global:*"][3]) == pytest.approx(sum(cost.values()), abs=5e-6)
     assert dollars(by_organisation["acme"][5]) == pytest.approx(sum(cost.values()), abs=1e-6)
