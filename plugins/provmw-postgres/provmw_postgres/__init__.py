@@ -15,6 +15,10 @@ Install it and name the database in the usage section; every host writes there, 
 
 The section's other keys (``failure_policy``, ``max_journal_records``) keep their meaning:
 when PostgreSQL is down, the journal keeps the records and the core's rules apply.
+
+It also keeps the gateway's virtual keys for a fleet (``provmw_postgres.keys``)::
+
+    provmw serve --keys postgresql://provmw@db.internal/ops     # every host: one key store
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ import provmw
 from provmw.settings import options_from
 
 if TYPE_CHECKING:
+    from provmw_postgres.keys import PostgresKeyOptions, PostgresKeyStore, PostgresKeysUnavailableError
     from provmw_postgres.store import PostgresOptions, PostgresUnavailableError, PostgresUsageStore
 
-__all__ = ["SCHEMES", "PostgresOptions", "PostgresUnavailableError", "PostgresUsageStore", "provmw_usage_schemes",
-           "provmw_usage_store"]
+__all__ = ["SCHEMES", "PostgresKeyOptions", "PostgresKeyStore", "PostgresKeysUnavailableError", "PostgresOptions",
+           "PostgresUnavailableError", "PostgresUsageStore", "provmw_key_schemes", "provmw_key_store",
+           "provmw_usage_schemes", "provmw_usage_store"]
 
 SCHEMES = ("postgresql", "postgres")
 
@@ -51,8 +57,25 @@ def provmw_usage_schemes() -> Iterable[str]:
     return SCHEMES
 
 
+@provmw.hookimpl
+def provmw_key_store(url: str, options: Mapping[str, Any]) -> PostgresKeyStore | None:
+    """The PostgreSQL key store when ``provmw serve --keys`` (or ``provmw keys --keys``) is a PostgreSQL URL."""
+    if urlsplit(url).scheme not in SCHEMES:
+        return None
+    from provmw_postgres.keys import PostgresKeyOptions, PostgresKeyStore
+
+    return PostgresKeyStore(url, options_from(PostgresKeyOptions, options, "the PostgreSQL key store"))
+
+
+@provmw.hookimpl
+def provmw_key_schemes() -> Iterable[str]:
+    return SCHEMES
+
+
 def __getattr__(name: str) -> Any:
     # The driver is imported once a ledger URL names PostgreSQL, not by every process that has the plugin.
     if name in ("PostgresOptions", "PostgresUnavailableError", "PostgresUsageStore"):
         return getattr(importlib.import_module("provmw_postgres.store"), name)
+    if name in ("PostgresKeyOptions", "PostgresKeyStore", "PostgresKeysUnavailableError"):
+        return getattr(importlib.import_module("provmw_postgres.keys"), name)
     raise AttributeError(f"module 'provmw_postgres' has no attribute {name!r}")
