@@ -228,6 +228,10 @@ MEANING: dict[str, dict[str, str]] = {
         "max_output_chars": "Refuse an answer (or end a stream) longer than this (unset: no limit).",
         "check": "An external check, `[middleware.guard.check]`; fails closed unless `mode = \"monitor\"`.",
         "analyzers": "Extra detectors, `\"module:attr\"`: an object with `analyze(text)` giving spans to redact.",
+        "policies": "Named policies, one `[middleware.guard.policies.NAME]` table each, holding any of `mode`, "
+                    "`entities`, `configurations`, `tenants`, `secrets`, `patterns`, `deny`, `max_input_chars`, "
+                    "`max_output_chars`, `check`; a field it does not give is the top-level one. A call picks one "
+                    "with `controls={\"guard_policy\": NAME}` (a gateway key with `--guard NAME`).",
         "priority": "Its place in the stack (ADR 0048): 825 is inside `deadline` and above every layer that stores "
                     "or sends; above 950 the call log's and spans' content capture hold only redacted text too, "
                     "but the deadline no longer bounds the external check.",

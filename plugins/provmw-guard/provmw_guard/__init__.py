@@ -10,6 +10,9 @@ Enable by installing; configure under ``[middleware.guard]`` (the README lists e
     tenants = ["*"]                  # ...and these tenants
     secrets = "block"                # or "redact", or "off"
 
+Named policies, ``[middleware.guard.policies.NAME]``, each override some of these fields; a call
+picks one with ``controls={"guard_policy": NAME}``.
+
 A refusal is a ``provmw.errors.GuardRefusedError`` naming its rule and stage, never the text;
 the log (``provmw.guard``) records rule names and counts, never a value.
 """

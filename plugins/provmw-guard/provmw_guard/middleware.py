@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from fnmatch import fnmatchcase
+import reprlib
+from collections.abc import Mapping, Sequence
 
 from provmw.config import ProviderConfig
 from provmw.context import ProviderCallContext
@@ -23,10 +22,10 @@ from provmw.pipeline import Next, R
 from provmw.responses import CompletionResponse
 from provmw.streams import OpenedStream
 from provmw_guard.check import Check, ExternalCheck
-from provmw_guard.detect import Analyzer, EntityAnalyzer, Finding, PatternAnalyzer, label, merged
+from provmw_guard.detect import Analyzer
 from provmw_guard.options import GuardOptions
-from provmw_guard.placeholders import Find, Redaction, reserved_names
-from provmw_guard.policy import DenyRules, OutputWindow, size_refusal
+from provmw_guard.placeholders import Redaction, reserved_names
+from provmw_guard.policy import GuardPolicy, OutputWindow, call_token, size_refusal
 from provmw_guard.rewrite import (
     Answer,
     answer_texts,
@@ -43,173 +42,117 @@ __all__ = ["GuardMiddleware", "load_analyzer"]
 
 log = logging.getLogger("provmw.guard")
 
-FindPart = Callable[[str], Iterable[Finding]]
-
 
 class GuardMiddleware:
     """Redacts personal data and secrets before a call is sent and restores them in its answer;
     refuses (``GuardRefusedError``) what a deny pattern, a size limit, a secret or the external
-    check forbids, or only logs it in monitor mode."""
+    check forbids, or only logs it in monitor mode.
+
+    Per-call control: ``guard_policy`` names one of ``[middleware.guard.policies]`` to guard the call
+    by instead of the top-level settings; a name that is not there refuses the call unsent
+    (rule ``policy:unknown``), whatever the mode."""
 
     name = "guard"
     priority = 825
+    controls = frozenset({"guard_policy"})
 
     def __init__(self, options: GuardOptions | None = None, *, analyzers: Sequence[Analyzer] = (),
                  check: Check | None = None, pools: Mapping[str, Sequence[str]] | None = None) -> None:
         self.options = options = options or GuardOptions()
-        self._pools = pools or {}  # a pool's deployments, by the pool's name: a call on a pool may reach any
         self.priority = options.priority
-        self._entities = EntityAnalyzer(options.entities)
-        self._patterns = PatternAnalyzer([(p.name, re.compile(p.regex)) for p in options.patterns])
-        self._analyzers = (*(load_analyzer(spec) for spec in options.analyzers), *analyzers)
-        self._secrets = SecretScanner()
-        self._deny_in, self._deny_out = DenyRules(options.deny, "input"), DenyRules(options.deny, "output")
-        self._check = check if check is not None or options.check is None else ExternalCheck(options.check)
-        stage = options.check.stage if options.check is not None else "input"
-        self._check_in = self._check is not None and stage in ("input", "both")
-        self._check_out = self._check is not None and stage in ("output", "both")
-        self._every_configuration = "*" in options.configurations
-        self._every_tenant = "*" in options.tenants
+        analyzers = (*(load_analyzer(spec) for spec in options.analyzers), *analyzers)
+        secrets = SecretScanner()
+
+        def compiled(chosen: GuardOptions, its_check: Check | None) -> GuardPolicy:
+            return GuardPolicy(chosen, check=its_check, analyzers=analyzers, pools=pools, secrets=secrets)
+
+        top = check if check is not None or options.check is None else ExternalCheck(options.check)
+        self._default = compiled(options, top)
+        self._policies: dict[str, GuardPolicy] = {}
+        for name, table in options.policies.items():
+            chosen = options.policy(name)
+            self._policies[name] = compiled(chosen, _own_check(table, chosen, top))
 
     async def handle(self, ctx: ProviderCallContext, config: ProviderConfig, next: Next[R]) -> R:
+        policy = self._policy(ctx)
         request = ctx.request
         if request is None:  # a context built without its request: nothing here to guard
             return await next(config)
         texts = request_texts(request)
-        refused = self._input_refusals(texts, unredacted_texts(request))
-        if self._check_out and ctx.facts.stream:  # a stream's answer cannot be checked before it is read
+        refused = policy.input_refusals(texts, unredacted_texts(request))
+        if policy.check_out and ctx.facts.stream:  # a stream's answer cannot be checked before it is read
             refused.append("check:stream_output")
-        self._refuse(ctx, "input", refused)
+        policy.refuse(ctx, "input", refused)
         redaction = Redaction(reserved_names(texts))
-        find = self._finder(ctx, config)
+        find = policy.finder(ctx, config)
         sent = request if find is None else redacted_request(request, redaction, find)
         if redaction.counts and getattr(request, "previous_response_id", None) is not None:
             # The provider holds the earlier turns with their placeholders, numbered by other calls: this
             # call's <EMAIL_1> could name someone else there, and be restored to the wrong value.
-            self._refuse(ctx, "input", ["redact:stored_conversation"])
+            policy.refuse(ctx, "input", ["redact:stored_conversation"])
         if redaction.counts and log.isEnabledFor(logging.INFO):
-            log.info("guard call %s: redacted %s", _token(ctx.correlation_id), _counts(redaction))
-        if self._check_in:
-            self._refuse(ctx, "input", await self._ask(request_texts(sent)))
+            log.info("guard call %s: redacted %s", call_token(ctx), _counts(redaction))
+        if policy.check_in:
+            policy.refuse(ctx, "input", await policy.ask(request_texts(sent)))
         response = await (next(config) if sent is request else next(config, ctx.with_request(sent)))
         json = answers_json(request)
         if isinstance(response, OpenedStream):
-            self._filter(ctx, response, redaction, json)
+            _filter(ctx, policy, response, redaction, json)
             return response
         if isinstance(response, CompletionResponse | ResponsesResponse | ImageResponse):
-            return await self._answer(ctx, response, redaction, json)  # type: ignore[type-var]
+            return await _answer(ctx, policy, response, redaction, json)  # type: ignore[type-var]
         return response
 
     async def aclose(self) -> None:
-        aclose = getattr(self._check, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        checks = dict.fromkeys(p.check for p in (self._default, *self._policies.values()) if p.check is not None)
+        for check in checks:
+            aclose = getattr(check, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
-    def _input_refusals(self, texts: Sequence[str], unredacted: Sequence[str]) -> list[str]:
-        """The rules the request breaks. ``unredacted``: what it sends besides its messages (options, tool
-        specs, a schema), which is never rewritten: a secret there is refused whatever ``secrets`` says."""
-        refused = [rule for rule in (size_refusal(texts, self.options.max_input_chars, "input"),) if rule]
-        if self._deny_in.rules:
-            refused += self._deny_in.refusals([*texts, *unredacted])
-        secrets = self.options.secrets
-        if secrets != "off":
-            scan, scanned = self._secrets.find, [*texts, *unredacted] if secrets == "block" else unredacted
-            refused += sorted({f"secret:{f.rule}" for text in scanned for f in scan(text)})
-        return refused
+    def _policy(self, ctx: ProviderCallContext) -> GuardPolicy:
+        """The policy the call asks for (``controls={"guard_policy": name}``), else the top-level one."""
+        name = ctx.facts.controls.get("guard_policy")
+        if name is None:
+            return self._default
+        policy = self._policies.get(name) if isinstance(name, str) else None
+        if policy is None:
+            # The operator's settings lack what the caller was promised: refused unsent, even when monitoring.
+            known = ", ".join(sorted(self._policies)) or "none"
+            log.warning("guard call %s: refused rule=policy:unknown stage=input (no policy %s)", call_token(ctx),
+                        reprlib.repr(name))
+            raise GuardRefusedError(f"the guard refused the call's input: rule policy:unknown (guard policy "
+                                    f"{reprlib.repr(name)} is not one of [middleware.guard.policies]: {known})",
+                                    rule="policy:unknown", stage="input")
+        return policy
 
-    def _applies(self, ctx: ProviderCallContext, config: ProviderConfig) -> bool:
-        """Whether the redaction is for this call: its tenant, and its configuration or a fallback."""
-        options = self.options
-        if not self._every_tenant and not any(fnmatchcase(ctx.facts.tenant or "", p) for p in options.tenants):
-            return False
-        if self._every_configuration:
-            return True
-        chain = ctx.facts.chain or (config,)
-        names = [name for c in chain for name in (c.identifier, *self._pools.get(c.identifier, ()))]
-        return any(fnmatchcase(name, p) for name in names for p in options.configurations)
 
-    def _finder(self, ctx: ProviderCallContext, config: ProviderConfig) -> Find | None:
-        parts: list[FindPart] = []
-        if self._applies(ctx, config):
-            parts.append(self._entities.analyze)
-            if self._patterns.patterns:
-                parts.append(self._patterns.analyze)
-            parts += [self._guarded(ctx, a) for a in self._analyzers]
-        if self.options.secrets == "redact":
-            parts.append(self._secret_findings)
-        if not parts:
-            return None
-        if len(parts) == 1 and parts[0] == self._entities.analyze:
-            return self._entities.analyze  # in order and never overlapping already
+async def _answer(ctx: ProviderCallContext, policy: GuardPolicy, response: Answer, redaction: Redaction,
+                  json: bool) -> Answer:
+    if policy.check_out:  # the provider's own text: what it says of a placeholder, never the value
+        policy.refuse(ctx, "output", await policy.ask(answer_texts(response)))
+    restored = restored_answer(response, redaction, json=json)
+    texts = answer_texts(restored)
+    rules = [rule for rule in (size_refusal(texts, policy.options.max_output_chars, "output"),) if rule]
+    policy.refuse(ctx, "output", rules + policy.deny_out.refusals(texts))
+    return restored
 
-        def find(text: str) -> list[Finding]:
-            found: list[Finding] = []
-            for part in parts:
-                found += part(text)
-            return merged(found, len(text)) if found else found
 
-        return find
+def _filter(ctx: ProviderCallContext, policy: GuardPolicy, opened: OpenedStream, redaction: Redaction,
+            json: bool) -> None:
+    limit = policy.options.max_output_chars
+    watching = bool(policy.deny_out.rules) or limit is not None
+    if not redaction.values and not watching:
+        return
+    window = OutputWindow(policy.deny_out, limit)
+    logged: set[str] = set()
 
-    def _secret_findings(self, text: str) -> list[Finding]:
-        return [Finding(f.start, f.end, "SECRET") for f in self._secrets.find(text)]
+    def watch(text: str) -> None:
+        rules = [rule for rule in window.refusals(text) if rule not in logged]
+        logged.update(rules)
+        policy.refuse(ctx, "output", rules)
 
-    def _guarded(self, ctx: ProviderCallContext, analyzer: Analyzer) -> FindPart:
-        rule = f"analyzer:{type(analyzer).__name__}"
-
-        def analyze(text: str) -> list[Finding]:
-            try:  # checked here, so that a wrong span is this analyzer's failure, not a value left in place
-                return [Finding(f.start, f.end, label(f.kind)) for f in merged(analyzer.analyze(text), len(text))]
-            except Exception:  # what it raised may quote the text: not chained to the refusal
-                pass
-            self._refuse(ctx, "input", [rule])
-            return []
-
-        return analyze
-
-    async def _ask(self, texts: Sequence[str]) -> list[str]:
-        assert self._check is not None
-        try:
-            verdict = await self._check("\n\n".join(text for text in texts if text))
-        except Exception as exc:  # a check failing its own way cannot run either: refused, unless monitoring
-            log.warning("guard: the external check failed (%s)", type(exc).__name__)  # its message may quote the text
-            verdict = "check:unavailable"
-        return [] if verdict is None else [verdict]
-
-    async def _answer(self, ctx: ProviderCallContext, response: Answer, redaction: Redaction, json: bool) -> Answer:
-        if self._check_out:  # the provider's own text: what it says of a placeholder, never the value
-            self._refuse(ctx, "output", await self._ask(answer_texts(response)))
-        restored = restored_answer(response, redaction, json=json)
-        texts = answer_texts(restored)
-        rules = [rule for rule in (size_refusal(texts, self.options.max_output_chars, "output"),) if rule]
-        self._refuse(ctx, "output", rules + self._deny_out.refusals(texts))
-        return restored
-
-    def _filter(self, ctx: ProviderCallContext, opened: OpenedStream, redaction: Redaction, json: bool) -> None:
-        watching = bool(self._deny_out.rules) or self.options.max_output_chars is not None
-        if not redaction.values and not watching:
-            return
-        window = OutputWindow(self._deny_out, self.options.max_output_chars)
-        logged: set[str] = set()
-
-        def watch(text: str) -> None:
-            rules = [rule for rule in window.refusals(text) if rule not in logged]
-            logged.update(rules)
-            self._refuse(ctx, "output", rules)
-
-        opened.filter_chunks(StreamRestorer(redaction, json=json, watch=watch if watching else None))
-
-    def _refuse(self, ctx: ProviderCallContext, stage: str, rules: Sequence[str]) -> None:
-        """Log each rule broken (its name only), and refuse with the first unless only monitoring."""
-        if not rules:
-            return
-        call = _token(ctx.correlation_id)
-        if self.options.monitor:
-            for rule in rules:
-                log.warning("guard call %s: would refuse (monitor) rule=%s stage=%s", call, rule, stage)
-            return
-        log.warning("guard call %s: refused rule=%s stage=%s%s", call, rules[0], stage,
-                    f" (also {', '.join(rules[1:])})" if rules[1:] else "")
-        raise GuardRefusedError(f"the guard refused the call's {stage}: rule {rules[0]}", rule=rules[0], stage=stage)
+    opened.filter_chunks(StreamRestorer(redaction, json=json, watch=watch if watching else None))
 
 
 def load_analyzer(spec: str) -> Analyzer:
@@ -225,10 +168,12 @@ def load_analyzer(spec: str) -> Analyzer:
     return analyzer
 
 
+def _own_check(table: Mapping[str, object], chosen: GuardOptions, inherited: Check | None) -> Check | None:
+    """A policy's check: its own client when its table names one, else the top-level check, shared."""
+    if "check" not in table:
+        return inherited
+    return ExternalCheck(chosen.check) if chosen.check is not None else None
+
+
 def _counts(redaction: Redaction) -> str:
     return " ".join(f"{kind}={count}" for kind, count in sorted(redaction.counts.items()))
-
-
-def _token(value: str) -> str:
-    """A caller-chosen identifier as one token of a log line."""
-    return value if value.isprintable() and " " not in value and value else repr(value)

@@ -8,15 +8,20 @@ from typing import Any
 
 import attrs
 
+from provmw.context import FrozenMap
 from provmw.errors import ConfigurationError
-from provmw.options import number, one_of, options_from
+from provmw.options import did_you_mean, number, one_of, options_from
 from provmw_guard.detect import ENTITIES
 
-__all__ = ["CheckOptions", "DenyRule", "GuardOptions", "PatternOption"]
+__all__ = ["POLICY_FIELDS", "CheckOptions", "DenyRule", "GuardOptions", "PatternOption"]
 
 _STORES_ABOVE = 810  # the highest built-in that stores answers or records: usage_hits
 _LABEL = re.compile(r"[A-Z][A-Z0-9_]{0,31}")
 _RULE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+# What a named policy may set; the rest belongs to the layer (where it stands, what it loads), set once.
+POLICY_FIELDS = ("mode", "entities", "configurations", "tenants", "secrets", "patterns", "deny", "max_input_chars",
+                 "max_output_chars", "check")
+_LAYER_FIELDS = ("analyzers", "priority", "policies")
 
 
 def _regex(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -110,6 +115,28 @@ def _analyzers(value: Sequence[str]) -> tuple[str, ...]:
     return _names("analyzers", value)
 
 
+def _policies(value: Mapping[str, Mapping[str, Any]]) -> FrozenMap:
+    """The named policies' tables as written (each key checked here, each value by ``GuardOptions``)."""
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"policies must be a table of tables ([middleware.guard.policies.NAME]), "
+                                 f"got {type(value).__name__}")
+    return FrozenMap({name: _policy_table(name, table) for name, table in value.items()})
+
+
+def _policy_table(name: object, table: object) -> FrozenMap:
+    if not isinstance(name, str) or not name or not name.isprintable():
+        raise ConfigurationError(f"policies: a policy's name must be printable text, got {name!r}")
+    if not isinstance(table, Mapping):
+        raise ConfigurationError(f"policies.{name} must be a table, got {type(table).__name__}")
+    for key in table:
+        if key in _LAYER_FIELDS:
+            raise ConfigurationError(f"policies.{name}.{key} is the layer's, not a policy's: set it in "
+                                     "[middleware.guard]")
+        if key not in POLICY_FIELDS:
+            raise ConfigurationError(f"policies.{name}: unknown key {key!r}{did_you_mean(str(key), POLICY_FIELDS)}")
+    return FrozenMap(table)
+
+
 @attrs.frozen
 class GuardOptions:
     """Settings of ``[middleware.guard]``; see the plugin's README for each."""
@@ -126,6 +153,8 @@ class GuardOptions:
     max_output_chars: int | None = attrs.field(default=None, validator=number(gt=0, integer=True, optional=True))
     check: CheckOptions | None = attrs.field(default=None, converter=_check)
     analyzers: tuple[str, ...] = attrs.field(default=(), converter=_analyzers)
+    # Named policies ([middleware.guard.policies.NAME]) a call picks with controls={"guard_policy": NAME}.
+    policies: Mapping[str, Mapping[str, Any]] = attrs.field(factory=FrozenMap, converter=_policies)
     # Above 900 (call_log) and 950 (otel) their content capture holds redacted text, and the deadline no
     # longer bounds the external check (ADR 0048).
     priority: int = attrs.field(default=825, validator=number(integer=True))
@@ -138,6 +167,18 @@ class GuardOptions:
             raise ConfigurationError(f"priority must be above {_STORES_ABOVE} (usage_hits; idempotency 805, cache "
                                      f"800): below, shared stores would hold the values it removes; got {value}")
 
+    @policies.validator
+    def _policies_valid(self, attribute: attrs.Attribute[Mapping[str, Any]], value: Mapping[str, Any]) -> None:
+        for name in value:
+            self.policy(name)
+
     @property
     def monitor(self) -> bool:
         return self.mode == "monitor"
+
+    def policy(self, name: str) -> GuardOptions:
+        """The options of the policy ``name``: its table over these, a field it does not give inherited."""
+        try:
+            return attrs.evolve(self, policies=FrozenMap(), **self.policies[name])
+        except ConfigurationError as exc:  # each field's own message starts with the field's name
+            raise ConfigurationError(f"policies.{name}.{exc}") from None
