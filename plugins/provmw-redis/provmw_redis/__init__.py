@@ -14,20 +14,28 @@ Install it and name the server in the settings; nothing else changes::
 
 ``[state] shared`` picks the concerns that live in Redis (all of them by default). Sharing the
 cache or the idempotency store needs the signing key: without it the backend refuses to start.
+
+It also keeps the gateway's virtual keys for a fleet (``provmw_redis.keys``)::
+
+    provmw serve --keys redis://127.0.0.1:6379/0     # every host: one key store
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import provmw
 
 if TYPE_CHECKING:
     from provmw.settings import Settings
     from provmw_redis.backend import RedisOptions, RedisState, RedisUnavailableError
+    from provmw_redis.keys import RedisKeyStore
 
-__all__ = ["SCHEMES", "RedisOptions", "RedisState", "RedisUnavailableError", "provmw_state_backend"]
+__all__ = ["SCHEMES", "RedisKeyStore", "RedisOptions", "RedisState", "RedisUnavailableError", "provmw_key_schemes",
+           "provmw_key_store", "provmw_state_backend"]
 
 SCHEMES = ("redis", "rediss", "unix")
 
@@ -43,8 +51,25 @@ def provmw_state_backend(settings: Settings) -> RedisState | None:
     return RedisState(state, settings.source)
 
 
+@provmw.hookimpl
+def provmw_key_store(url: str, options: Mapping[str, Any]) -> RedisKeyStore | None:
+    """The Redis key store when ``provmw serve --keys`` (or ``provmw keys --keys``) is a Redis URL."""
+    if urlsplit(url).scheme not in SCHEMES:
+        return None
+    from provmw_redis.keys import RedisKeyStore
+
+    return RedisKeyStore.from_url(url, options)
+
+
+@provmw.hookimpl
+def provmw_key_schemes() -> Iterable[str]:
+    return SCHEMES
+
+
 def __getattr__(name: str) -> Any:
     # redis is imported once a [state] names it, not by every process that has the plugin installed.
     if name in ("RedisOptions", "RedisState", "RedisUnavailableError"):
         return getattr(importlib.import_module("provmw_redis.backend"), name)
+    if name == "RedisKeyStore":
+        return importlib.import_module("provmw_redis.keys").RedisKeyStore
     raise AttributeError(f"module 'provmw_redis' has no attribute {name!r}")
