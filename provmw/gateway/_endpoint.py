@@ -16,7 +16,14 @@ from aiohttp import web
 
 from provmw.context import Principal
 from provmw.errors import ConfigurationError
-from provmw.gateway.errors import SHARED_STATE_RETRY_S, GatewayRefusal, Own, Refusal, refusal_of
+from provmw.gateway.errors import (
+    SHARED_STATE_RETRY_S,
+    GatewayRefusal,
+    Own,
+    Refusal,
+    guard_policy_unavailable,
+    refusal_of,
+)
 from provmw.gateway.keys import KeyCache, KeyRecord, KeyStore
 from provmw.gateway.metrics import Metrics
 
@@ -135,17 +142,21 @@ class Call:
         return self.gateway.manager
 
     def keywords(self) -> dict[str, Any]:
-        """``configuration``, ``user``, ``tenant`` and ``principal``: all a client decides is the model.
+        """``configuration``, ``user``, ``tenant``, ``principal`` and the key's guard policy as
+        ``controls``: all a client decides is the model.
 
         The user is the key's user, else its id: never the body's ``user`` (OpenAI's end-user label),
         which would let a client pick its per-user budget, cache scope and ledger rows (ADR 0055). A
-        key naming a guard policy is refused: the gateway cannot apply one yet, so it fails closed."""
+        key naming a guard policy when no installed layer reads ``guard_policy`` (no guard) is refused:
+        fail closed, never served unguarded."""
         record = self.caller.record
+        keywords = {"configuration": self.model, "user": record.user if record.user is not None else record.key_id,
+                    "tenant": record.organisation, "principal": self.caller.principal}
         if record.guard is not None:
-            raise GatewayRefusal(Refusal(503, "service_unavailable", f"guard policy {record.guard!r} is not "
-                                         "available", "guard_policy_unavailable", should_retry=False))
-        return {"configuration": self.model, "user": record.user if record.user is not None else record.key_id,
-                "tenant": record.organisation, "principal": self.caller.principal}
+            if "guard_policy" not in self.manager.pipeline.controls:
+                raise GatewayRefusal(guard_policy_unavailable(record.guard))
+            keywords["controls"] = {"guard_policy": record.guard}
+        return keywords
 
     def own(self) -> Own:
         """What a refusal may show this caller: its own buckets and its body's field names."""
@@ -153,7 +164,7 @@ class Call:
         subjects = {"key": record.key_id, "organisation": record.organisation, "tenant": record.organisation,
                     "team": principal.subject("team"), "user": principal.subject("user") or record.key_id}
         buckets = {f"{scope}:{name}" for scope, name in subjects.items() if name}
-        return Own(frozenset(buckets), tuple(name for name in self.body if isinstance(name, str)))
+        return Own(frozenset(buckets), tuple(name for name in self.body if isinstance(name, str)), record.guard)
 
     def used(self, usage: Usage | None) -> None:
         """Count what the call used for the key's metrics."""

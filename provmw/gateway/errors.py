@@ -13,6 +13,7 @@ status, written in each wire's envelope.
     FallbackExhaustedError         the last attempt's answer; 503 when that was one of unavailability
     ConfigurationError, InvalidRequestError, InvalidDataError,
     GuardRefusedError (the rule named)                             400
+    GuardRefusedError policy:unknown, or no guard for a key's policy   503, x-should-retry: false
     AuthenticationError (upstream) 502: the operator's credentials, never the client's 401
     MalformedResponseError, StreamInterruptedError, StructuredOutputError                 502
     ProviderTimeoutError, DeadlineExceededError, TimeoutError     504
@@ -42,7 +43,7 @@ from aiohttp.typedefs import Handler
 from provmw import errors as e
 
 __all__ = ["SHARED_STATE_RETRY_S", "GatewayRefusal", "Own", "Refusal", "anthropic_error", "envelope_errors",
-           "invalid_field", "openai_error", "refusal_of", "retry_headers"]
+           "guard_policy_unavailable", "invalid_field", "openai_error", "refusal_of", "retry_headers"]
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +105,11 @@ _FIELDS_SHOWN = 64  # of the body's own names, those looked for in a validation 
 @attrs.frozen
 class Own:
     """What a refusal may show the client as its own: the budget buckets of its key, team,
-    organisation and user, and the field names its request body used."""
+    organisation and user, the field names its request body used, and its key's guard policy."""
 
     buckets: frozenset[str] = frozenset()
     fields: tuple[str, ...] = ()
+    guard: str | None = None
 
 
 _NOBODY = Own()
@@ -154,6 +156,8 @@ def _by_class(exc: BaseException, own: Own) -> Refusal:
                 after = SHARED_STATE_RETRY_S
             param = "messages" if code == "context_length_exceeded" else None
             return Refusal(status, kind, message, code, param, retry_after_s=after if status == 503 else None)
+    if isinstance(exc, e.GuardRefusedError) and exc.rule == "policy:unknown" and own.guard is not None:
+        return guard_policy_unavailable(own.guard)  # the operator's settings lack it: not the client's request
     if isinstance(exc, e.GuardRefusedError):
         return Refusal(400, "invalid_request_error", f"refused by guard rule {exc.rule!r} ({exc.stage})",
                        "guard_refused")
@@ -229,6 +233,13 @@ def anthropic_error(refusal: Refusal) -> web.Response:
                                        "message": refusal.message}}
     return web.Response(status=refusal.status, body=json.dumps(body).encode(), content_type="application/json",
                         headers=retry_headers(refusal))
+
+
+def guard_policy_unavailable(policy: str) -> Refusal:
+    """A 503 for a key whose guard policy cannot be applied (no guard installed, or no such policy in
+    its settings): the key is refused, never served unguarded, and a retry would meet the same."""
+    return Refusal(503, "service_unavailable", f"guard policy {policy!r} is not available",
+                   "guard_policy_unavailable", should_retry=False)
 
 
 def invalid_field(field: str, problem: str) -> GatewayRefusal:

@@ -40,9 +40,10 @@ class Running:
 
 @contextlib.asynccontextmanager
 async def running_gateway(fake: FakeProvider, tmp_path: Path, *, middleware: Mapping[str, Any] | None = None,
-                          options: GatewayOptions | None = None, **create: Any) -> AsyncIterator[Running]:
+                          options: GatewayOptions | None = None, plugins: PluginPolicy | None = None,
+                          **create: Any) -> AsyncIterator[Running]:
     """A gateway on loopback over ``fake``: configurations "chat" (OpenAI's wire), "claude" (Anthropic's),
-    "rank" (Cohere's), the alias "fast" of "chat"."""
+    "rank" (Cohere's), the alias "fast" of "chat"; no plugin loaded unless ``plugins`` allows it."""
     layers = {"usage": {"path": str(tmp_path / "ledger.sqlite3")}, "budget": {"path": str(tmp_path / "b.sqlite3")},
               **(middleware or {})}
     rank = ProviderConfig(identifier="rank", provider="cohere", model="rerank-v3.5", base_url=fake.url,
@@ -52,7 +53,7 @@ async def running_gateway(fake: FakeProvider, tmp_path: Path, *, middleware: Map
                         aliases={"fast": "chat"}, middleware=layers)
     keys = SqliteKeyStore(tmp_path / "keys.sqlite3")
     whole, record = await keys.create("acme", **create)
-    manager = ServiceManager(settings, host=PluginHost(PluginPolicy(autoload=False), environ={}))
+    manager = ServiceManager(settings, host=PluginHost(plugins or PluginPolicy(autoload=False), environ={}))
     runner = web.AppRunner(gateway_app(manager, keys, options or GatewayOptions()), handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
