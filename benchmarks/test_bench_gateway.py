@@ -14,11 +14,8 @@ bytes (``benchmarks._forwarder``): what any Python gateway on aiohttp adds at th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,34 +24,18 @@ from typing import Any
 import aiohttp
 import pytest
 
+from benchmarks.gateway_processes import child
 from provmw.gateway import SqliteKeyStore
 
-ROOT = Path(__file__).resolve().parents[1]
 ROUNDS = 2000
 BODY = {"model": "chat", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 16}
 BUILTIN = ("deadline", "usage_hits", "idempotency", "cache", "budget", "fallback", "rate_limit", "structured_output",
            "retry", "circuit_breaker", "usage", "timeout")
 
 
-@contextlib.contextmanager
-def _process(args: list[str], marker: str, env: dict[str, str] | None = None) -> Iterator[str]:
-    """A child process, and the URL it prints on the line holding ``marker``."""
-    child = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        while marker not in line:
-            line = child.stdout.readline()
-            assert line, "the child exited before it listened"
-        yield line.split(marker, 1)[1].split()[0].strip()
-    finally:
-        child.terminate()
-        child.wait(timeout=30)
-
-
 @pytest.fixture(scope="module")
 def fake_url() -> Iterator[str]:
-    with _process(["-m", "provmw.testing", "--port", "0"], "listening on ") as url:
+    with child(["-m", "provmw.testing", "--port", "0"], "listening on ") as url:
         yield url
 
 
@@ -84,7 +65,7 @@ async def _timed(session: aiohttp.ClientSession, url: str, headers: dict[str, st
 def test_gateway_added_latency(benchmark: Any, loop: asyncio.AbstractEventLoop, fake_url: str, tmp_path: Path,
                                stack: str) -> None:
     if stack == "floor":
-        with _process(["-m", "benchmarks._forwarder", fake_url], "listening on ") as forwarder:
+        with child(["-m", "benchmarks._forwarder", fake_url], "listening on ") as forwarder:
             _report(benchmark, stack, *_measure(benchmark, loop, fake_url, forwarder, "unchecked"))
         return
     keys = SqliteKeyStore(tmp_path / "keys.sqlite3")
@@ -93,7 +74,7 @@ def test_gateway_added_latency(benchmark: Any, loop: asyncio.AbstractEventLoop, 
     settings = _settings(tmp_path, fake_url, stack)
     serve = ["-m", "provmw.cli", "--config", str(settings), "serve", "--port", "0", "--keys",
              str(tmp_path / "keys.sqlite3")]
-    with _process(serve, "listening on ", env={**os.environ, "BENCH_UPSTREAM_KEY": "sk-bench"}) as gateway_url:
+    with child(serve, "listening on ", env={**os.environ, "BENCH_UPSTREAM_KEY": "sk-bench"}) as gateway_url:
         _report(benchmark, stack, *_measure(benchmark, loop, fake_url, gateway_url, key))
 
 

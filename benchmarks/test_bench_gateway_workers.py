@@ -16,12 +16,8 @@ worker serves about ``1 / cpu_per_request`` requests a second.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import os
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,8 +26,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from benchmarks.test_bench_gateway import ROOT, _process, _settings
-from provmw.gateway import SqliteKeyStore
+from benchmarks.gateway_processes import child, cpu_s, gateway, make_keys
+from benchmarks.test_bench_gateway import _settings
 
 REQUESTS = 2000
 KEYS = 8
@@ -39,41 +35,8 @@ KEYS = 8
 
 @pytest.fixture(scope="module")
 def fake_url() -> Iterator[str]:
-    with _process(["-m", "provmw.testing", "--port", "0"], "listening on ") as url:
+    with child(["-m", "provmw.testing", "--port", "0"], "listening on ") as url:
         yield url
-
-
-@contextlib.contextmanager
-def _gateway(args: list[str]) -> Iterator[tuple[str, int]]:
-    """``provmw serve`` in a child process: its URL and process id."""
-    child = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, text=True, cwd=ROOT,
-                             env={**os.environ, "BENCH_UPSTREAM_KEY": "sk-bench"})
-    try:
-        assert child.stdout is not None
-        while "listening on " not in (line := child.stdout.readline()):
-            assert line, "the gateway exited before it listened"
-        yield line.rsplit(" ", 1)[1].strip(), child.pid
-    finally:
-        child.terminate()
-        child.wait(timeout=60)
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` and its children, as ``/proc`` has them now."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    total = 0.0
-    for each in (pid, *map(int, children)):
-        with contextlib.suppress(FileNotFoundError):  # a child that ended meanwhile
-            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
-async def _keys(path: Path) -> list[str]:
-    store = SqliteKeyStore(path)
-    keys = [(await store.create("bench", team="load"))[0] for _ in range(KEYS)]
-    await store.aclose()
-    return keys
 
 
 async def _round(session: aiohttp.ClientSession, url: str, keys: list[str], concurrency: int,
@@ -102,18 +65,18 @@ async def _session(concurrency: int) -> aiohttp.ClientSession:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_gateway_throughput(benchmark: Any, loop: asyncio.AbstractEventLoop, fake_url: str, tmp_path: Path,
                             workers: int, concurrency: int) -> None:
-    keys = loop.run_until_complete(_keys(tmp_path / "keys.sqlite3"))
+    keys = loop.run_until_complete(make_keys(tmp_path / "keys.sqlite3", KEYS, team="load"))
     serve = ["-m", "provmw.cli", "--config", str(_settings(tmp_path, fake_url, "default")), "serve", "--port", "0",
              "--keys", str(tmp_path / "keys.sqlite3"), "--workers", str(workers)]
-    with _gateway(serve) as (gateway_url, pid):
+    with gateway(serve) as (gateway_url, pid):
         session = loop.run_until_complete(_session(concurrency))
         numbers, rates, cpu = itertools.count(), [], []
         url = f"{gateway_url}/v1/chat/completions"
 
         def measured_round() -> None:
-            before = _cpu_s(pid)
+            before = cpu_s(pid)
             rates.append(loop.run_until_complete(_round(session, url, keys, concurrency, numbers)))
-            cpu.append((_cpu_s(pid) - before) / REQUESTS)
+            cpu.append((cpu_s(pid) - before) / REQUESTS)
 
         try:
             benchmark.group = f"gateway throughput, {REQUESTS} requests, c={concurrency}"
