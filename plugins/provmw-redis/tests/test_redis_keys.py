@@ -4,19 +4,29 @@ changes, no secret in any value, one hash slot, and ``--keys redis://...`` reach
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import io
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import redis
+from aiohttp import web
 from provmw_redis import RedisKeyStore, RedisUnavailableError, provmw_key_store
 from redis.crc import key_slot
 
 from provmw.cli import main
-from provmw.gateway import KeyCache
+from provmw.gateway import GatewayOptions, KeyCache, gateway_app
 from provmw.gateway.conformance import KeyStoreConformance
 from provmw.gateway.keys import KeyStore
+from provmw.manager import ServiceManager
+from provmw.plugins import PluginHost, PluginPolicy
+from provmw.settings import Settings
+from provmw.testing import FakeProvider
+from tests.conftest import openai_config
 
 from conftest import REDIS_URL
 
@@ -72,6 +82,38 @@ async def test_a_budget_set_on_one_host_applies_on_another(hosts: tuple[RedisKey
     _, record = await first.create("acme", user="grace")
     await second.set_budget("user", "acme/grace", "day", max_tokens=50)
     assert [b.max_tokens for b in await first.budgets_for(record)] == [50]
+
+
+@contextlib.asynccontextmanager
+async def gateway(fake: FakeProvider, keys: RedisKeyStore, folder: Path) -> AsyncIterator[str]:
+    """A gateway on loopback over ``fake`` behind ``keys``, asking the store on every request (TTL 0)."""
+    settings = Settings(configurations={"chat": openai_config(fake, identifier="chat")},
+                        middleware={"usage": {"path": str(folder / "ledger.sqlite3")}})
+    manager = ServiceManager(settings, host=PluginHost(PluginPolicy(autoload=False), environ={}))
+    runner = web.AppRunner(gateway_app(manager, keys, GatewayOptions(key_cache_ttl_s=0)))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield "http://{}:{}".format(*runner.addresses[0][:2])
+    finally:
+        await runner.cleanup()
+        await manager.aclose()
+
+
+async def test_a_gateway_serves_a_key_made_on_another_host_until_that_host_disables_it(
+        fake: FakeProvider, hosts: tuple[RedisKeyStore, RedisKeyStore], tmp_path: Path) -> None:
+    admin, served = hosts
+    whole, record = await admin.create("acme")
+    body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
+    async with gateway(fake, served, tmp_path) as url, aiohttp.ClientSession() as client:
+        call = functools.partial(client.post, f"{url}/v1/chat/completions", json=body,
+                                 headers={"authorization": f"Bearer {whole}"})
+        async with call() as answer:
+            assert answer.status == 200
+        await admin.disable(record.key_id)
+        async with call() as answer:
+            assert answer.status == 401
 
 
 async def test_two_hosts_rotating_one_key_at_once_make_one_successor(
