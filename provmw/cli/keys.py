@@ -24,8 +24,8 @@ __all__ = ["add_keys_command", "keys_command"]
 Command = Callable[[Any, str, str], argparse.ArgumentParser]
 _SHOWN_ONCE = "the key above is shown this once: provmw keeps only its hash, so store it now"
 # Fail closed (ADR 0055): a key whose calls should be guarded is refused, never served unguarded.
-_GUARD_REFUSED = ("warning: provmw serve refuses this key's calls (503) until the gateway applies per-key guard "
-                  "policies; {guard!r} is recorded for then")
+_GUARD_REFUSED = ("note: provmw serve guards this key's calls by [middleware.guard.policies.{guard}] (plugin "
+                  "provmw-guard); while the settings lack it, it refuses them (503)")
 
 
 def add_keys_command(commands: Any, command: Command) -> argparse.ArgumentParser:
@@ -39,8 +39,8 @@ def add_keys_command(commands: Any, command: Command) -> argparse.ArgumentParser
                         "(default: the key id; never the request's 'user')")
     create.add_argument("--model", dest="models", action="append", default=[], metavar="NAME",
                         help="a configuration, pool or alias the key may call (repeatable; default: all)")
-    create.add_argument("--guard", help="the guard policy the key's calls go through (not applied yet: the gateway "
-                        "refuses such a key's calls, 503)")
+    create.add_argument("--guard", help="the guard policy the key's calls go through, [middleware.guard.policies.NAME] "
+                        "(without it, the gateway refuses the key's calls, 503)")
     create.add_argument("--name", default="", help="a label for people")
     listing = _action(actions, "list", "the keys (no secret, no hash), oldest first")
     listing.add_argument("--organisation", help="only this organisation's")

@@ -148,13 +148,13 @@ def test_keys_names_another_store(config: str, tmp_path: Path) -> None:
     assert record(other, key_id(text.split("\n", 1)[0])) is not None
 
 
-def test_create_with_a_guard_warns_that_the_gateway_refuses_the_keys_calls(
+def test_create_with_a_guard_names_the_policy_the_gateway_needs(
         config: str, capsys: pytest.CaptureFixture[str]) -> None:
     created(config, "--guard", "strict")
-    assert "refuses this key's calls (503) until the gateway applies per-key guard policies" in \
-        capsys.readouterr().err
+    assert "[middleware.guard.policies.strict] (plugin provmw-guard); while the settings lack it, it refuses " \
+        "them (503)" in capsys.readouterr().err
 
 
 def test_create_without_a_guard_does_not_warn(config: str, capsys: pytest.CaptureFixture[str]) -> None:
     created(config)
-    assert "per-key guard" not in capsys.readouterr().err
+    assert "middleware.guard" not in capsys.readouterr().err
