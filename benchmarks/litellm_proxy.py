@@ -28,8 +28,8 @@ from benchmarks.gateway_processes import CONFIGURATIONS, ROOT
 __all__ = ["INSTALL", "MASTER_KEY", "executable", "proxy"]
 
 MASTER_KEY = "sk-bench-master"
-INSTALL = ("LiteLLM's proxy is not installed: python3 -m venv .venv-peers && .venv-peers/bin/pip install "
-           "'litellm[proxy]==1.77.7' (the peers extra's pin), or point PROVMW_LITELLM at a `litellm` executable")
+INSTALL = ("LiteLLM's proxy is not installed: `./dev bench-peers` installs the peers extra's pin into .venv-peers "
+           "and runs this benchmark; or set PROVMW_LITELLM to a `litellm` executable")
 START_TIMEOUT_S = 180.0
 
 
