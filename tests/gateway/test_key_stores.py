@@ -3,12 +3,15 @@ its scheme (``provmw_key_store``), and a scheme nobody serves is refused naming 
 
 from __future__ import annotations
 
+import io
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from provmw.cli import main
 from provmw.errors import ConfigurationError, PluginError
 from provmw.gateway import SqliteKeyStore
 from provmw.gateway.key_stores import key_location, open_key_store
@@ -77,3 +80,9 @@ def test_a_scheme_no_plugin_serves_is_refused_naming_the_served_ones(tmp_path: P
 def test_a_plugin_answering_with_no_key_store_is_named(tmp_path: Path) -> None:
     with pytest.raises(PluginError, match="'memo' returned from provmw_key_store .* not a key store"):
         open_key_store("memo://db.internal/keys", Settings(), host=host_serving(tmp_path, store=object()))
+
+
+def test_provmw_keys_with_a_url_no_plugin_serves_exits_2_naming_the_served_schemes(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["keys", "list", "--keys", "nosuch://db.internal/keys"], out=io.StringIO()) == 2
+    assert re.search(r"no (installed|loaded) plugin serves nosuch:// key stores", capsys.readouterr().err)
