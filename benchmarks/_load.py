@@ -7,7 +7,8 @@ each a ``path``, a JSON ``body``, the bearer ``key``, the statuses it may ``expe
 measured window it prints one JSON line of that interval (``"kind": "interval"``); at the end
 one of the whole window (``"kind": "total"``): requests, requests a second, the count of each
 status, errors (an unexpected status, a stream without its ``[DONE]``, a failed connection) and
-the p50/p99 latency. Requests that start during the warm-up are left out.
+the p50/p99 latency. Requests that start during the warm-up are left out of all but ``sent``,
+the count of every request made.
 """
 
 from __future__ import annotations
@@ -73,11 +74,14 @@ async def run(plan: dict[str, Any]) -> dict[str, Any]:
     measured_from = started + plan["warmup_s"]
     until = measured_from + plan["duration_s"]
     total, interval = Window(), Window()
+    sent = 0
     connector = aiohttp.TCPConnector(limit=plan["concurrency"])
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
 
         async def client() -> None:
+            nonlocal sent
             while (began := time.perf_counter()) < until:
+                sent += 1
                 status, error = await _call(session, plan["url"], next(schedule))
                 if began >= measured_from:
                     for window in (total, interval):
@@ -94,7 +98,7 @@ async def run(plan: dict[str, Any]) -> dict[str, Any]:
                 last = now
 
         await asyncio.gather(reporter(), *(client() for _ in range(plan["concurrency"])))
-    return total.summary("total", plan["duration_s"])
+    return {**total.summary("total", plan["duration_s"]), "sent": sent}
 
 
 if __name__ == "__main__":

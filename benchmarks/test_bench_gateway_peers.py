@@ -23,6 +23,7 @@ import json
 import statistics
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,19 +52,25 @@ def _serve(tmp_path: Path, fake_url: str, *workers: str) -> list[str]:
             "--keys", str(tmp_path / "keys.sqlite3"), *workers]
 
 
-def _load(url: str, keys: list[str], path: Path, quick: bool) -> dict[str, Any]:
-    """The load generator's summary of ``CONCURRENCY`` connections sending ``BODY`` to ``url``."""
+def _upstream_calls(fake_url: str) -> int:
+    with urllib.request.urlopen(f"{fake_url}/_admin/requests") as answer:
+        return int(json.load(answer)["total"])
+
+
+def _load(url: str, keys: list[str], path: Path, quick: bool, fake_url: str) -> dict[str, Any]:
+    """The load generator's summary of ``CONCURRENCY`` connections sending ``BODY`` to ``url``, with
+    the calls the fake provider received for each request sent (1.0: no cache, no retry answered)."""
     warmup_s, duration_s = (0.5, 2.0) if quick else (WARMUP_S, DURATION_S)
     requests = [{"path": "/v1/chat/completions", "body": BODY, "key": key} for key in keys]
     path.write_text(json.dumps({"url": url, "concurrency": CONCURRENCY, "warmup_s": warmup_s,
                                 "duration_s": duration_s, "report_s": duration_s, "requests": requests}))
+    before = _upstream_calls(fake_url)
     done = subprocess.run([sys.executable, "-m", "benchmarks._load", str(path)], cwd=ROOT, check=True,
                           capture_output=True, text=True)
     summary: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
-    return summary
+    return {**summary, "upstream_per_request": (_upstream_calls(fake_url) - before) / summary["sent"]}
 
 
-@pytest.mark.slow
 def test_throughput_side_by_side(benchmark: Any, loop: asyncio.AbstractEventLoop, fake_url: str,
                                  tmp_path: Path) -> None:
     litellm = litellm_proxy.executable()
@@ -72,10 +79,11 @@ def test_throughput_side_by_side(benchmark: Any, loop: asyncio.AbstractEventLoop
 
     def measure() -> None:
         with gateway(_serve(tmp_path, fake_url, "--workers", "2")) as (url, _):
-            rows["provmw"] = _load(url, keys, tmp_path / "plan.json", benchmark.disabled)
+            rows["provmw"] = _load(url, keys, tmp_path / "plan.json", benchmark.disabled, fake_url)
         if litellm is not None:
             with litellm_proxy.proxy(litellm, fake_url, tmp_path, workers=2) as url:
-                rows["litellm"] = _load(url, [litellm_proxy.MASTER_KEY], tmp_path / "plan.json", benchmark.disabled)
+                rows["litellm"] = _load(url, [litellm_proxy.MASTER_KEY], tmp_path / "plan.json", benchmark.disabled,
+                                        fake_url)
 
     benchmark.group = f"gateway side by side, --workers 2, c={CONCURRENCY}"
     benchmark.pedantic(measure, rounds=1)
@@ -87,10 +95,12 @@ def test_throughput_side_by_side(benchmark: Any, loop: asyncio.AbstractEventLoop
 
 def _report_throughput(benchmark: Any, rows: dict[str, dict[str, Any]]) -> None:
     print(f"\nside by side, 2 workers each, {CONCURRENCY} in flight, the same chat completion against the fake:")
-    print(f"  {'':8} {'requests/s':>10} {'errors':>7} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"  {'':8} {'requests/s':>10} {'errors':>7} {'p50 ms':>8} {'p99 ms':>8} {'upstream/request':>17}")
     for name, row in rows.items():
-        print(f"  {name:8} {row['requests_per_s']:10.0f} {row['errors']:7d} {row['p50_ms']:8.1f} {row['p99_ms']:8.1f}")
-        benchmark.extra_info[name] = {key: row[key] for key in ("requests_per_s", "errors", "p50_ms", "p99_ms")}
+        print(f"  {name:8} {row['requests_per_s']:10.0f} {row['errors']:7d} {row['p50_ms']:8.1f} {row['p99_ms']:8.1f} "
+              f"{row['upstream_per_request']:17.2f}")
+        benchmark.extra_info[name] = {key: row[key] for key in ("requests_per_s", "errors", "p50_ms", "p99_ms",
+                                                                "upstream_per_request")}
     if "litellm" in rows:
         ratio = rows["provmw"]["requests_per_s"] / rows["litellm"]["requests_per_s"]
         passed = ratio >= FLOOR and rows["provmw"]["errors"] == 0
@@ -98,7 +108,6 @@ def _report_throughput(benchmark: Any, rows: dict[str, dict[str, Any]]) -> None:
         print(f"  provmw / litellm: {ratio:.2f}x (floor {FLOOR:.0f}x): {'PASS' if passed else 'FAIL'}")
 
 
-@pytest.mark.slow
 def test_added_latency_side_by_side(benchmark: Any, loop: asyncio.AbstractEventLoop, fake_url: str,
                                     tmp_path: Path) -> None:
     litellm = litellm_proxy.executable()

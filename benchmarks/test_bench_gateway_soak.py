@@ -10,7 +10,8 @@ refuses (429). Every ``interval`` it reports, and this process reads each worker
 the first sample (after the warm-up), the last, the largest and the drift (last against first)
 are printed (``-s``) and kept in ``extra_info``. Any answer outside what its kind expects fails.
 
-``PROVMW_SOAK_S`` unset: 1800 s, or 10 s when benchmarks are disabled (the CI smoke run).
+``PROVMW_SOAK_S`` unset: 1800 s, or 10 s when benchmarks are disabled (the CI smoke run), so
+``./dev bench`` takes the whole half hour unless ``PROVMW_SOAK_S`` or ``-k "not soak"`` says otherwise.
 """
 
 from __future__ import annotations
@@ -90,7 +91,6 @@ async def _soak(path: Path, report_s: float, workers: list[int]) -> tuple[list[l
     return samples, report
 
 
-@pytest.mark.slow
 def test_gateway_rss_soak(benchmark: Any, loop: asyncio.AbstractEventLoop, fake_url: str, tmp_path: Path) -> None:
     soak_s = float(os.environ.get("PROVMW_SOAK_S") or (10 if benchmark.disabled else 1800))
     loop.run_until_complete(_inject_faults(fake_url))
