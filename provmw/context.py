@@ -129,6 +129,14 @@ def _budgets(value: Iterable[Any]) -> tuple[Any, ...]:
     return tuple(value)
 
 
+def _key_id(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    # A principal's key goes into budget buckets, ledger rows, metrics and logs: a whole virtual key
+    # (pmk_<key_id>_<secret>) there would publish its secret. Its id is what names it.
+    if not isinstance(value, str) or not value or (value.startswith("pmk_") and len(value) > 16):
+        raise ConfigurationError(f"Principal.key: expected a key's public id (the 12 hex digits of pmk_<id>_..., "
+                                 f"or a name of the host's own), not {'a whole key' if value else repr(value)}")
+
+
 @attrs.frozen
 class Principal:
     """Who a call is for beyond its ``user``: the virtual key it came with, that key's team, user and
@@ -136,7 +144,7 @@ class Principal:
     (``provmw.middleware.budget.BudgetLimit`` values scoped ``key``, ``team``, ``user`` or
     ``organisation``), which the budget layer applies with the configured ones: the strictest binds."""
 
-    key: str
+    key: str = attrs.field(validator=_key_id)
     team: str | None = None
     organisation: str | None = None
     budgets: tuple[Any, ...] = attrs.field(default=(), converter=_budgets, eq=False)

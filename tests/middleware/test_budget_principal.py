@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from provmw.context import Principal
-from provmw.errors import BudgetExceededError
+from provmw.errors import BudgetExceededError, ConfigurationError
 from provmw.manager import ServiceManager
 from provmw.middleware.budget import BudgetLimit
 from provmw.plugins import PluginHost
@@ -93,3 +93,10 @@ async def test_a_configured_user_limit_gives_two_organisations_users_of_one_name
         await m.chat("b", user="grace", principal=attrs.evolve(principal("k2", organisation="globex"), user="grace"))
         with pytest.raises(BudgetExceededError, match="user:acme/grace"):
             await m.chat("c", user="grace", principal=attrs.evolve(principal("k3"), user="grace"))
+
+
+def test_a_principal_refuses_a_whole_key_for_its_id_without_repeating_it() -> None:
+    whole = "pmk_0123456789ab_" + "s3cret" * 7 + "x"
+    with pytest.raises(ConfigurationError, match="public id") as refused:
+        Principal(key=whole)
+    assert "s3cret" not in str(refused.value)
