@@ -108,10 +108,7 @@ async def _create(keys: KeyStore, request: web.Request) -> web.Response:
         whole, record = await _stored(keys.create(body.get("organisation", ""), team=body.get("team"), models=models,
                                                   user=body.get("user"), guard=body.get("guard"), name=name))
     log.info("admin: key created %s for %s", record.key_id, record.organisation)
-    answer = {"key": whole, "record": row(record)}
-    if record.guard is not None:  # fail closed (ADR 0055), as `provmw keys create` warns
-        answer["warning"] = "the gateway refuses this key's calls (503) until it applies guard policies"
-    return _answer(answer, status=201)
+    return _answer({"key": whole, "record": row(record)}, status=201)
 
 
 async def _disable(keys: KeyStore, request: web.Request) -> web.Response:
