@@ -51,7 +51,6 @@ from provmw.options import number
 from provmw.scrubbing import masked_url
 
 if TYPE_CHECKING:
-    from provmw._base.periods import Period
     from provmw.middleware.budget import BudgetLimit
 
 __all__ = ["PostgresKeyOptions", "PostgresKeyStore", "PostgresKeysUnavailableError"]
@@ -213,7 +212,7 @@ class PostgresKeyStore:
         except errors.UniqueViolation:  # another host's rotation committed between our read and our insert
             raise ConfigurationError(f"virtual key {key_id!r} was rotated already: rotate its successor") from None
 
-    async def set_budget(self, scope: KeyScope, subject: str, period: Period, *, max_cost_usd: float | None = None,
+    async def set_budget(self, scope: KeyScope, subject: str, period: str, *, max_cost_usd: float | None = None,
                          max_tokens: int | None = None, max_requests: int | None = None) -> BudgetLimit | None:
         maxima = (max_cost_usd, max_tokens, max_requests)
         budget_owner(scope, subject, period)

@@ -49,7 +49,6 @@ from provmw.stores.shared import StateSettings
 from provmw_redis.backend import RedisState, milliseconds
 
 if TYPE_CHECKING:
-    from provmw._base.periods import Period
     from provmw.middleware.budget import BudgetLimit
 
 __all__ = ["RedisKeyStore"]
@@ -160,7 +159,7 @@ class RedisKeyStore:
                                          f"{_text(outcome[1])!r}: rotate that one")
         raise ConfigurationError(f"no free key id in {_DRAWS} draws: is the key store sound?")
 
-    async def set_budget(self, scope: KeyScope, subject: str, period: Period, *, max_cost_usd: float | None = None,
+    async def set_budget(self, scope: KeyScope, subject: str, period: str, *, max_cost_usd: float | None = None,
                          max_tokens: int | None = None, max_requests: int | None = None) -> BudgetLimit | None:
         maxima = (max_cost_usd, max_tokens, max_requests)
         budget_owner(scope, subject, period)
