@@ -71,9 +71,9 @@ def _wait_live(url: str, process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def proxy(litellm: Path, fake_url: str, path: Path, workers: int) -> Iterator[str]:
+def proxy(litellm: Path, fake_url: str, path: Path, workers: int) -> Iterator[tuple[str, int]]:
     """LiteLLM's proxy with ``workers`` workers over the fake at ``fake_url``, its files and log in
-    ``path``; its URL."""
+    ``path``; its URL and process id (its workers are that process's children)."""
     config, port = _config(path, fake_url), _free_port()
     command = [str(litellm), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
                "--num_workers", str(workers), "--telemetry", "False", "--log_config", str(path / "litellm-log.json")]
@@ -82,7 +82,7 @@ def proxy(litellm: Path, fake_url: str, path: Path, workers: int) -> Iterator[st
                                    env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     try:
         _wait_live(f"http://127.0.0.1:{port}", process)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", process.pid
     finally:
         os.killpg(process.pid, signal.SIGTERM)  # its own session: the uvicorn parent and its workers
         process.wait(timeout=60)

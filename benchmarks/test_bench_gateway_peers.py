@@ -6,8 +6,9 @@ enough never to bind), retry, breaker, fallback to a second configuration) and L
 with ``--num_workers 2`` (``benchmarks.litellm_proxy`` says what it runs with), one after the
 other, each loaded by the same load generator in a process of its own (``benchmarks._load``):
 ``CONCURRENCY`` connections sending the same chat completion for ``DURATION_S`` after a warm-up.
-Requests a second, errors, p50/p99 latency and the ratio are printed (``-s``) and kept in
-``extra_info``, with PASS or FAIL against the 3x floor (never asserted: a timing). Added latency:
+Requests a second, errors, p50/p99 latency, the fake's calls and the server's CPU per request sent
+and the ratios are printed (``-s``) and kept in ``extra_info``, with PASS or FAIL against the 3x
+floor (never asserted: a timing). Added latency:
 one connection, each round a call straight to the fake, one through the gateway and one through
 LiteLLM's proxy (one worker each), as ``test_bench_gateway`` measures it.
 
@@ -32,7 +33,7 @@ import aiohttp
 import pytest
 
 from benchmarks import litellm_proxy
-from benchmarks.gateway_processes import ROOT, child, gateway, make_keys, stack_settings
+from benchmarks.gateway_processes import ROOT, child, cpu_s, gateway, make_keys, stack_settings
 from benchmarks.test_bench_gateway import BODY, ROUNDS, _timed
 
 CONCURRENCY = 64
@@ -57,18 +58,27 @@ def _upstream_calls(fake_url: str) -> int:
         return int(json.load(answer)["total"])
 
 
-def _load(url: str, keys: list[str], path: Path, quick: bool, fake_url: str) -> dict[str, Any]:
-    """The load generator's summary of ``CONCURRENCY`` connections sending ``BODY`` to ``url``, with
-    the calls the fake provider received for each request sent (1.0: no cache, no retry answered)."""
+def _load(url: str, keys: list[str], path: Path, quick: bool) -> dict[str, Any]:
+    """The load generator's summary of ``CONCURRENCY`` connections sending ``BODY`` to ``url``."""
     warmup_s, duration_s = (0.5, 2.0) if quick else (WARMUP_S, DURATION_S)
     requests = [{"path": "/v1/chat/completions", "body": BODY, "key": key} for key in keys]
     path.write_text(json.dumps({"url": url, "concurrency": CONCURRENCY, "warmup_s": warmup_s,
                                 "duration_s": duration_s, "report_s": duration_s, "requests": requests}))
-    before = _upstream_calls(fake_url)
     done = subprocess.run([sys.executable, "-m", "benchmarks._load", str(path)], cwd=ROOT, check=True,
                           capture_output=True, text=True)
     summary: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
-    return {**summary, "upstream_per_request": (_upstream_calls(fake_url) - before) / summary["sent"]}
+    return summary
+
+
+def _measured(server: tuple[str, int], keys: list[str], tmp_path: Path, quick: bool, fake_url: str) -> dict[str, Any]:
+    """``_load`` on the server (URL, process id), with what each request sent cost: the fake's calls
+    (1.00: every one went upstream once, none answered by a cache) and the CPU of the server's
+    processes, which other load on the machine does not change as it changes requests a second."""
+    url, pid = server
+    calls, cpu = _upstream_calls(fake_url), cpu_s(pid)
+    summary = _load(url, keys, tmp_path / "plan.json", quick)
+    return {**summary, "upstream_per_request": (_upstream_calls(fake_url) - calls) / summary["sent"],
+            "cpu_ms_per_request": (cpu_s(pid) - cpu) * 1000 / summary["sent"]}
 
 
 def test_throughput_side_by_side(benchmark: Any, loop: asyncio.AbstractEventLoop, fake_url: str,
@@ -78,12 +88,11 @@ def test_throughput_side_by_side(benchmark: Any, loop: asyncio.AbstractEventLoop
     rows: dict[str, dict[str, Any]] = {}
 
     def measure() -> None:
-        with gateway(_serve(tmp_path, fake_url, "--workers", "2")) as (url, _):
-            rows["provmw"] = _load(url, keys, tmp_path / "plan.json", benchmark.disabled, fake_url)
+        with gateway(_serve(tmp_path, fake_url, "--workers", "2")) as ours:
+            rows["provmw"] = _measured(ours, keys, tmp_path, benchmark.disabled, fake_url)
         if litellm is not None:
-            with litellm_proxy.proxy(litellm, fake_url, tmp_path, workers=2) as url:
-                rows["litellm"] = _load(url, [litellm_proxy.MASTER_KEY], tmp_path / "plan.json", benchmark.disabled,
-                                        fake_url)
+            with litellm_proxy.proxy(litellm, fake_url, tmp_path, workers=2) as theirs:
+                rows["litellm"] = _measured(theirs, [litellm_proxy.MASTER_KEY], tmp_path, benchmark.disabled, fake_url)
 
     benchmark.group = f"gateway side by side, --workers 2, c={CONCURRENCY}"
     benchmark.pedantic(measure, rounds=1)
@@ -95,17 +104,20 @@ def test_throughput_side_by_side(benchmark: Any, loop: asyncio.AbstractEventLoop
 
 def _report_throughput(benchmark: Any, rows: dict[str, dict[str, Any]]) -> None:
     print(f"\nside by side, 2 workers each, {CONCURRENCY} in flight, the same chat completion against the fake:")
-    print(f"  {'':8} {'requests/s':>10} {'errors':>7} {'p50 ms':>8} {'p99 ms':>8} {'upstream/request':>17}")
+    print(f"  {'':8} {'requests/s':>10} {'errors':>7} {'p50 ms':>8} {'p99 ms':>8} {'upstream/request':>17} "
+          f"{'CPU ms/request':>15}")
     for name, row in rows.items():
         print(f"  {name:8} {row['requests_per_s']:10.0f} {row['errors']:7d} {row['p50_ms']:8.1f} {row['p99_ms']:8.1f} "
-              f"{row['upstream_per_request']:17.2f}")
+              f"{row['upstream_per_request']:17.2f} {row['cpu_ms_per_request']:15.3f}")
         benchmark.extra_info[name] = {key: row[key] for key in ("requests_per_s", "errors", "p50_ms", "p99_ms",
-                                                                "upstream_per_request")}
+                                                                "upstream_per_request", "cpu_ms_per_request")}
     if "litellm" in rows:
         ratio = rows["provmw"]["requests_per_s"] / rows["litellm"]["requests_per_s"]
+        cpu_ratio = rows["litellm"]["cpu_ms_per_request"] / rows["provmw"]["cpu_ms_per_request"]
         passed = ratio >= FLOOR and rows["provmw"]["errors"] == 0
-        benchmark.extra_info.update(ratio=ratio, floor=FLOOR, passed=passed)
-        print(f"  provmw / litellm: {ratio:.2f}x (floor {FLOOR:.0f}x): {'PASS' if passed else 'FAIL'}")
+        benchmark.extra_info.update(ratio=ratio, cpu_ratio=cpu_ratio, floor=FLOOR, passed=passed)
+        print(f"  provmw / litellm: {ratio:.2f}x the requests a second (floor {FLOOR:.0f}x): "
+              f"{'PASS' if passed else 'FAIL'}; {cpu_ratio:.2f}x less CPU a request")
 
 
 def test_added_latency_side_by_side(benchmark: Any, loop: asyncio.AbstractEventLoop, fake_url: str,
@@ -115,7 +127,7 @@ def test_added_latency_side_by_side(benchmark: Any, loop: asyncio.AbstractEventL
         pytest.skip(litellm_proxy.INSTALL)
     key = loop.run_until_complete(make_keys(tmp_path / "keys.sqlite3", 1, max_cost_usd=1e6))[0]
     with gateway(_serve(tmp_path, fake_url)) as (ours, _), \
-            litellm_proxy.proxy(litellm, fake_url, tmp_path, workers=1) as theirs:
+            litellm_proxy.proxy(litellm, fake_url, tmp_path, workers=1) as (theirs, _):
         targets = {"direct": (fake_url, "sk-bench"), "provmw": (ours, key),
                    "litellm": (theirs, litellm_proxy.MASTER_KEY)}
         times = _alternate(benchmark, loop, targets)
