@@ -8,9 +8,9 @@ other, each loaded by the same load generator in a process of its own (``benchma
 ``CONCURRENCY`` connections sending the same chat completion for ``DURATION_S`` after a warm-up.
 Requests a second, errors, p50/p99 latency, the fake's calls and the server's CPU per request sent
 and the ratios are printed (``-s``) and kept in ``extra_info``, with PASS or FAIL against the 3x
-floor (never asserted: a timing). Added latency:
-one connection, each round a call straight to the fake, one through the gateway and one through
-LiteLLM's proxy (one worker each), as ``test_bench_gateway`` measures it.
+floor (never asserted: a timing). Added latency: one connection, each round a call straight to
+the fake, one through the gateway and one through LiteLLM's proxy (one worker each), as
+``test_bench_gateway`` measures it.
 
 Without LiteLLM's proxy (``benchmarks.litellm_proxy.INSTALL`` says how to get it) its half is
 skipped. Every process shares this machine's cores with the others: the ratio is the figure, the
