@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 from aiohttp import web
 
+from provmw._base.ids import new_correlation_id
 from provmw.context import Principal
 from provmw.errors import ConfigurationError
 from provmw.gateway.errors import (
@@ -32,10 +34,20 @@ if TYPE_CHECKING:
     from provmw.middleware.budget import BudgetLimit
     from provmw.responses import Usage
 
-__all__ = ["Call", "Caller", "Gateway", "GatewayOptions", "endpoint", "json_body"]
+__all__ = ["REQUEST_ID", "Call", "Caller", "Gateway", "GatewayOptions", "endpoint", "json_body", "request_id"]
 
 log = logging.getLogger("provmw.gateway")
 T = TypeVar("T")
+# The call's correlation id: in its ledger rows, traces and logs, and sent back as ``x-request-id``.
+REQUEST_ID = web.RequestKey("provmw_request_id", str)
+_CLIENTS_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def request_id(request: web.Request) -> str:
+    """The client's ``x-request-id`` when it is a plain token of at most 128 characters (so a client can
+    find its own request in the operator's ledger and traces), else a new correlation id."""
+    given = request.headers.get("x-request-id")
+    return given if given is not None and _CLIENTS_ID.fullmatch(given) else new_correlation_id()
 
 
 def positive_int(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -142,8 +154,8 @@ class Call:
         return self.gateway.manager
 
     def keywords(self) -> dict[str, Any]:
-        """``configuration``, ``user``, ``tenant``, ``principal`` and the key's guard policy as
-        ``controls``: all a client decides is the model.
+        """``configuration``, ``user``, ``tenant``, ``principal``, ``correlation_id`` (the request's id)
+        and the key's guard policy as ``controls``: all a client decides is the model.
 
         The user is the key's user, else its id: never the body's ``user`` (OpenAI's end-user label),
         which would let a client pick its per-user budget, cache scope and ledger rows (ADR 0055). A
@@ -151,7 +163,8 @@ class Call:
         fail closed, never served unguarded."""
         record = self.caller.record
         keywords = {"configuration": self.model, "user": record.user if record.user is not None else record.key_id,
-                    "tenant": record.organisation, "principal": self.caller.principal}
+                    "tenant": record.organisation, "principal": self.caller.principal,
+                    "correlation_id": self.request[REQUEST_ID]}
         if record.guard is not None:
             if "guard_policy" not in self.manager.pipeline.controls:
                 raise GatewayRefusal(guard_policy_unavailable(record.guard))
@@ -184,6 +197,7 @@ def endpoint(gateway: Gateway, name: str, handler: Handler, envelope: Envelope, 
 
     async def handle(request: web.Request) -> web.StreamResponse:
         started, key_id, call = time.perf_counter(), "-", None
+        request[REQUEST_ID] = request_id(request)
         try:
             caller = await gateway.caller(request)
             key_id = caller.record.key_id

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from provmw.gateway import admin, anthropic_wire, openai_media, openai_wire, ui
-from provmw.gateway._endpoint import Gateway, GatewayOptions, endpoint
+from provmw.gateway._endpoint import REQUEST_ID, Gateway, GatewayOptions, endpoint
 from provmw.gateway._logs import hide_request_bytes
 from provmw.gateway.errors import anthropic_error, envelope_errors, openai_error, refusal_of
 from provmw.gateway.health import HealthCheck, stack_state
@@ -53,6 +53,7 @@ def gateway_app(manager: ServiceManager, keys: KeyStore, options: GatewayOptions
     app = web.Application(client_max_size=options.max_body_bytes, handler_args={"max_field_size": 16384},
                           middlewares=[envelope_errors])
     app[GATEWAY] = gateway
+    app.on_response_prepare.append(_request_id_header)
     app[HEALTH] = HealthCheck(manager, keys)
     for path, name, handler in OPENAI_ROUTES:
         app.router.add_post(path, endpoint(gateway, name, handler, openai_error))
@@ -76,6 +77,14 @@ async def _models(request: web.Request) -> web.StreamResponse:
     except Exception as exc:
         return (anthropic_error if anthropic else openai_error)(refusal_of(exc))
     return openai_wire.model_list(gateway.allowed(caller), anthropic)
+
+
+async def _request_id_header(request: web.Request, response: web.StreamResponse) -> None:
+    """An endpoint's answer, refusals and streams included, names its call: ``x-request-id`` (OpenAI's
+    header) and ``request-id`` (Anthropic's), which the SDKs show on their answers and errors."""
+    given = request.get(REQUEST_ID)
+    if given is not None:
+        response.headers["x-request-id"] = response.headers["request-id"] = given
 
 
 async def _live(request: web.Request) -> web.StreamResponse:
