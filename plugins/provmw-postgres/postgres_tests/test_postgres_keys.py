@@ -12,7 +12,9 @@ import psycopg
 import pytest
 from provmw_postgres import PostgresKeyOptions, PostgresKeyStore, PostgresKeysUnavailableError, provmw_key_store
 
+from postgres_tests.proxy import TcpProxy
 from provmw.cli import main
+from provmw.errors import ConfigurationError
 from provmw.gateway import KeyCache
 from provmw.gateway.conformance import KeyStoreConformance
 from provmw.gateway.keys import KeyStore
@@ -20,6 +22,7 @@ from provmw.gateway.keys import KeyStore
 pytestmark = pytest.mark.postgres
 
 DOWN = "postgresql://keys:pg-s3cret@127.0.0.1:1/test"  # nothing listens on port 1
+HANG_GUARD_S = 30.0
 
 
 @pytest.fixture
@@ -94,12 +97,35 @@ async def test_no_row_holds_a_keys_secret(postgres_url: str, schema: str,
         assert not any(key.rsplit("_", 1)[1] in row for row in stored)
 
 
+async def test_an_id_or_organisation_postgresql_cannot_hold_is_simply_unknown(
+        hosts: tuple[PostgresKeyStore, PostgresKeyStore]) -> None:
+    first, _ = hosts
+    assert await first.get("0123\x00") is None
+    assert await first.list("ac\x00me") == []
+    with pytest.raises(ConfigurationError, match="no virtual key"):
+        await first.disable("0123\x00")
+
+
 async def test_an_unreachable_database_is_a_typed_error_without_the_password() -> None:
     store = PostgresKeyStore(DOWN, PostgresKeyOptions(connect_timeout_s=2))
     with pytest.raises(PostgresKeysUnavailableError) as caught:
         await store.get("0123456789ab")
     await store.aclose()
     assert "pg-s3cret" not in str(caught.value) and "***" in str(caught.value)
+
+
+async def test_a_silent_database_is_unavailable_within_the_bound_then_the_store_recovers(
+        postgres_url: str, schema: str) -> None:
+    async with TcpProxy() as proxy:
+        store = PostgresKeyStore(proxy.url(), PostgresKeyOptions(schema=schema, statement_timeout_s=0.5))
+        _, record = await store.create("acme")
+        proxy.mode = "silent"
+        async with asyncio.timeout(HANG_GUARD_S):  # stops a hang; the store's own bound is what is tested
+            with pytest.raises(PostgresKeysUnavailableError, match="no answer"):
+                await store.get(record.key_id)
+        proxy.mode = "forward"
+        assert await store.get(record.key_id) == record
+        await store.aclose()
 
 
 def test_the_plugin_serves_postgresql_urls_only() -> None:

@@ -12,26 +12,22 @@ compared with a dummy digest, so it costs what a wrong secret does). A rotation 
 transaction that locks the old key's row; a unique ``rotated_from`` makes sure that two rotations
 at once, from two hosts, cannot both win.
 
-One connection per store, opened on first use and guarded by a lock (the gateway's ``KeyCache``
-keeps the store off most requests). Every wait is bounded here, since a server that accepted the
-connection and went silent honours no timeout of its own: past its bound a call raises
-``PostgresKeysUnavailableError`` (the gateway answers 503) and that connection is never used again.
+One connection per store, used by one call at a time (the gateway's ``KeyCache`` keeps the store
+off most requests), every wait bounded on this side (``provmw_postgres.connection``): past its
+bound a call raises ``PostgresKeysUnavailableError`` (the gateway answers 503) and that
+connection is never used again.
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import hmac
-import math
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import parse_qs, urlsplit
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import psycopg
 from psycopg import errors, sql
 
 from provmw.errors import ConfigurationError, ProvmwError
@@ -49,18 +45,17 @@ from provmw.gateway.keys import (
 )
 from provmw.options import number
 from provmw.scrubbing import masked_url
+from provmw_postgres.connection import Connection, OneConnection
 
 if TYPE_CHECKING:
     from provmw.middleware.budget import BudgetLimit
 
 __all__ = ["PostgresKeyOptions", "PostgresKeyStore", "PostgresKeysUnavailableError"]
 
-T = TypeVar("T")
-Connection = psycopg.AsyncConnection[Any]
-
 _SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+# Looked up only in this shape: text PostgreSQL cannot hold (a NUL) would be its error, not "no such key".
+_KEY_ID = re.compile(r"[0-9a-f]{12}")
 _DDL_LOCK = 0x70726F766D776B  # any key, so that hosts starting together create the tables once
-_MARGIN_S = 1.0  # a bounded wait lasts this much past statement_timeout_s, so the server's own error comes first
 _NO_DIGEST = "0" * 64  # compared against when the key id is unknown
 _DRAWS = 8
 _RECORD = 'key_id, organisation, team, "user", models, guard, disabled, created_at, rotated_from, name'
@@ -125,9 +120,9 @@ class PostgresKeyStore:
         schema = (self.options.schema,) if self.options.schema else ()
         self._keys, self._budgets, self._responses = (
             sql.Identifier(*schema, name) for name in ("provmw_keys", "provmw_key_budgets", "provmw_key_responses"))
-        self._connection: Connection | None = None
-        self._lock = asyncio.Lock()
-        self._abandoned: set[asyncio.Task[Any]] = set()
+        self._db = OneConnection(url, what="key store", unavailable=PostgresKeysUnavailableError,
+                                 prepare=self._prepare, connect_timeout_s=self.options.connect_timeout_s,
+                                 statement_timeout_s=self.options.statement_timeout_s)
 
     def __repr__(self) -> str:
         return f"PostgresKeyStore({masked_url(self._url)!r}, schema={self.options.schema or '(search_path)'})"
@@ -136,7 +131,7 @@ class PostgresKeyStore:
                      models: Iterable[str] = (), guard: str | None = None, name: str = "") -> tuple[str, KeyRecord]:
         template = KeyRecord(key_id="0" * 12, organisation=organisation, team=team, user=user, models=models,
                              guard=guard, name=name)  # checked here, before the database is touched
-        return await self._run(lambda connection: self._insert(connection, template))
+        return await self._db.run(lambda connection: self._insert(connection, template))
 
     async def _insert(self, connection: Connection, template: KeyRecord) -> tuple[str, KeyRecord]:
         """Insert a fresh key like ``template``; a clash of ids (one in 2**48) is drawn again."""
@@ -165,10 +160,14 @@ class PostgresKeyStore:
         return _record(row[:-1]) if row is not None and matches else None
 
     async def get(self, key_id: str) -> KeyRecord | None:
+        if not _KEY_ID.fullmatch(key_id):
+            return None
         row = await self._one(f"SELECT {_RECORD} FROM {{keys}} WHERE key_id = %s", key_id)
         return None if row is None else _record(row)
 
     async def list(self, organisation: str | None = None) -> builtins.list[KeyRecord]:
+        if organisation is not None and not organisation.isprintable():
+            return []  # no key's organisation is (KeyRecord refuses it), and PostgreSQL could not compare a NUL
         where = "" if organisation is None else "WHERE organisation = %s"
         query = self._sql(f'SELECT {_RECORD} FROM {{keys}} {where} ORDER BY created_at, key_id COLLATE "C"')
 
@@ -176,9 +175,10 @@ class PostgresKeyStore:
             cursor = await connection.execute(query, () if organisation is None else (organisation,))
             return [_record(row) for row in await cursor.fetchall()]
 
-        return await self._run(read)
+        return await self._db.run(read)
 
     async def disable(self, key_id: str) -> KeyRecord:
+        _known_shape(key_id)
         query = self._sql(f"UPDATE {{keys}} SET disabled = true WHERE key_id = %s RETURNING {_RECORD}")
 
         async def write(connection: Connection) -> KeyRecord:
@@ -187,9 +187,11 @@ class PostgresKeyStore:
                 raise _unknown(key_id)
             return _record(row)
 
-        return await self._run(write)
+        return await self._db.run(write)
 
     async def rotate(self, key_id: str) -> tuple[str, KeyRecord]:
+        _known_shape(key_id)
+
         async def write(connection: Connection) -> tuple[str, KeyRecord]:
             async with connection.transaction():
                 # Locked: a second rotation waits here, then finds the successor.
@@ -208,7 +210,7 @@ class PostgresKeyStore:
             return whole, new
 
         try:
-            return await self._run(write)
+            return await self._db.run(write)
         except errors.UniqueViolation:  # another host's rotation committed between our read and our insert
             raise ConfigurationError(f"virtual key {key_id!r} was rotated already: rotate its successor") from None
 
@@ -216,6 +218,8 @@ class PostgresKeyStore:
                          max_tokens: int | None = None, max_requests: int | None = None) -> BudgetLimit | None:
         maxima = (max_cost_usd, max_tokens, max_requests)
         budget_owner(scope, subject, period)
+        if scope == "key":
+            _known_shape(subject)
         limit = None if maxima == (None, None, None) else budget_limit(
             scope, subject, period, max_cost_usd=max_cost_usd, max_tokens=max_tokens, max_requests=max_requests)
         remove = self._sql("DELETE FROM {budgets} WHERE scope = %s AND subject = %s AND period = %s")
@@ -232,7 +236,7 @@ class PostgresKeyStore:
                 else:
                     await connection.execute(upsert, (scope, subject, period, *maxima))
 
-        await self._run(write)
+        await self._db.run(write)
         return limit
 
     async def budgets_for(self, record: KeyRecord) -> tuple[BudgetLimit, ...]:
@@ -249,7 +253,7 @@ class PostgresKeyStore:
             return tuple(budget_limit(scope, subject, period, max_cost_usd=cost, max_tokens=tokens,
                                       max_requests=requests) for scope, subject, period, cost, tokens, requests in rows)
 
-        return await self._run(read)
+        return await self._db.run(read)
 
     async def record_response(self, response_id: str, organisation: str) -> None:
         if not is_response_id(response_id):
@@ -266,7 +270,7 @@ class PostgresKeyStore:
                     "INSERT INTO {responses} (response_id, organisation, created_at) VALUES (%s, %s, %s) "
                     "ON CONFLICT (response_id) DO NOTHING"), (response_id, organisation, now))
 
-        await self._run(write)
+        await self._db.run(write)
 
     async def response_owner(self, response_id: str) -> str | None:
         if not is_response_id(response_id):
@@ -276,14 +280,7 @@ class PostgresKeyStore:
         return None if row is None else str(row[0])
 
     async def aclose(self) -> None:
-        """Close the connection, if one was ever opened, and those given up on."""
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            await connection.close()
-        for task in self._abandoned:
-            task.cancel()
-        if self._abandoned:
-            await asyncio.wait(self._abandoned, timeout=self.options.connect_timeout_s)
+        await self._db.aclose()
 
     def _sql(self, text: str) -> sql.Composed:
         return sql.SQL(text).format(keys=self._keys, budgets=self._budgets, responses=self._responses)
@@ -294,80 +291,15 @@ class PostgresKeyStore:
         async def read(connection: Connection) -> tuple[Any, ...] | None:
             return await (await connection.execute(statement, values)).fetchone()
 
-        return await self._run(read)
+        return await self._db.run(read)
 
     async def _get_in(self, connection: Connection, key_id: str) -> KeyRecord | None:
         row = await (await connection.execute(self._sql(f"SELECT {_RECORD} FROM {{keys}} WHERE key_id = %s"),
                                               (key_id,))).fetchone()
         return None if row is None else _record(row)
 
-    async def _run(self, work: Callable[[Connection], Awaitable[T]]) -> T:
-        """``work`` on the store's connection, one at a time; a failure of the connection is
-        ``PostgresKeysUnavailableError`` and the connection is not used again."""
-        async with self._lock:
-            try:
-                connection = await self._bounded(self._connected(), self.options.connect_timeout_s, "connecting")
-                return await self._bounded(work(connection), self.options.statement_timeout_s + _MARGIN_S,
-                                           "the statement")
-            except (errors.IntegrityError, errors.DataError):
-                raise  # an answer about the data, on a sound connection
-            except psycopg.Error as exc:
-                self._abandon_connection()
-                raise PostgresKeysUnavailableError(
-                    f"key store at {masked_url(self._url)}: {type(exc).__name__}: {_scrubbed(exc, self._url)}"
-                ) from None
-
-    async def _connected(self) -> Connection:
-        if self._connection is None or self._connection.closed:
-            self._connection = await self._connect()
-        return self._connection
-
-    async def _bounded(self, work: Awaitable[T], timeout_s: float, what: str) -> T:
-        """``work``'s result; past ``timeout_s`` (or when the caller is cancelled) its connection is given up."""
-        task = asyncio.ensure_future(work)
-        try:
-            await asyncio.wait((task,), timeout=timeout_s)
-        finally:
-            late = not task.done()
-            if late:
-                self._abandon(task)
-        if late:
-            raise PostgresKeysUnavailableError(
-                f"key store at {masked_url(self._url)}: no answer to {what} within {timeout_s:g} s")
-        return task.result()
-
-    def _abandon(self, task: asyncio.Task[Any]) -> None:
-        self._abandon_connection()
-        task.cancel()
-        self._abandoned.add(task)
-        task.add_done_callback(self._forget)
-
-    def _abandon_connection(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None and not connection.closed:
-            closing = asyncio.ensure_future(connection.close())
-            self._abandoned.add(closing)
-            closing.add_done_callback(self._forget)
-
-    def _forget(self, task: asyncio.Task[Any]) -> None:
-        self._abandoned.discard(task)
-        if not task.cancelled():
-            task.exception()  # what it failed with once nobody waited: of no use now
-
-    async def _connect(self) -> Connection:
-        connection = await psycopg.AsyncConnection.connect(
-            self._url, autocommit=True, application_name="provmw-keys",
-            connect_timeout=max(2, math.ceil(self.options.connect_timeout_s)))
-        try:
-            await self._prepare(connection)
-        except BaseException:
-            await connection.close()
-            raise
-        return connection
-
     async def _prepare(self, connection: Connection) -> None:
-        timeout_ms = int(self.options.statement_timeout_s * 1000)
-        await connection.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(timeout_ms)))
+        """Make the tables if missing (once, however many hosts start together)."""
         found = await connection.execute("SELECT to_regclass(%s)", (self._responses.as_string(connection),))
         if (await found.fetchone() or (None,))[0] is not None:
             return  # made already (the last table is made last): a role without CREATE rights goes on
@@ -386,13 +318,10 @@ async def _no_successor(connection: Connection, query: sql.Composed, key_id: str
         raise ConfigurationError(f"virtual key {key_id!r} was rotated already, to {row[0]!r}: rotate that one")
 
 
+def _known_shape(key_id: str) -> None:
+    if not _KEY_ID.fullmatch(key_id):
+        raise _unknown(key_id)
+
+
 def _unknown(key_id: str) -> ConfigurationError:
     return ConfigurationError(f"no virtual key {key_id!r} in this key store")
-
-
-def _scrubbed(exc: psycopg.Error, url: str) -> str:
-    """The error's text without the URL's password (libpq may quote the connection string)."""
-    parts, text = urlsplit(url), str(exc)
-    for password in filter(None, [parts.password, *parse_qs(parts.query).get("password", [])]):
-        text = text.replace(password, "***")
-    return text
