@@ -5,7 +5,9 @@ packets) honours no timeout of its own, so connecting waits at most ``connect_ti
 call at most ``statement_timeout_s`` and a second (for the server's own error to come first).
 Past its bound, or when the caller is cancelled, the call raises the owner's unavailable error and
 the connection it waited on is never used again: it is closed in the background. A connection
-that fails is dropped the same way, and the next call opens a new one.
+that fails is dropped the same way, and the next call opens a new one. The calls that waited for
+the connection meanwhile are unavailable at once: each trying in turn would wait its own bound
+after the others', so the last of many requests would wait many bounds.
 """
 
 from __future__ import annotations
@@ -42,11 +44,15 @@ class OneConnection:
         self._connection: Connection | None = None
         self._lock = asyncio.Lock()
         self._abandoned: set[asyncio.Task[Any]] = set()  # past their bound, ending in the background
+        self._failures = 0  # calls that found the database unavailable, so far
 
     async def run(self, work: Callable[[Connection], Awaitable[T]]) -> T:
         """``work``'s result; a failure of the connection (not an answer about the data) is the
         owner's unavailable error, and the connection is not used again."""
+        failures = self._failures
         async with self._lock:
+            if self._failures != failures:
+                raise self._failed("the call before this one found it unavailable")
             try:
                 connection = await self._bounded(self._connected(), self.connect_timeout_s, "connecting")
                 return await self._bounded(work(connection), self.statement_timeout_s + _MARGIN_S, "the statement")
@@ -54,7 +60,7 @@ class OneConnection:
                 raise  # an answer about the data, on a sound connection
             except psycopg.Error as exc:
                 self._drop()
-                raise self._unavailable(f"{self._where}: {type(exc).__name__}: {self._scrub(str(exc))}") from None
+                raise self._failed(f"{type(exc).__name__}: {self._scrub(str(exc))}") from None
 
     async def aclose(self) -> None:
         """Close the connection, if one was ever opened, and end those given up on."""
@@ -95,8 +101,13 @@ class OneConnection:
                 task.cancel()
                 self._keep(task)
         if late:
-            raise self._unavailable(f"{self._where}: no answer to {what} within {timeout_s:g} s")
+            raise self._failed(f"no answer to {what} within {timeout_s:g} s")
         return task.result()
+
+    def _failed(self, why: str) -> Exception:
+        """The owner's unavailable error, counted: the calls waiting for the connection fail with it."""
+        self._failures += 1
+        return self._unavailable(f"{self._where}: {why}")
 
     def _drop(self) -> None:
         """Never use the connection again; it closes in the background."""
