@@ -41,13 +41,18 @@ T = TypeVar("T")
 # The call's correlation id: in its ledger rows, traces and logs, and sent back as ``x-request-id``.
 REQUEST_ID = web.RequestKey("provmw_request_id", str)
 _CLIENTS_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_KEY_IN_ID = re.compile(r"pmk_[0-9a-f]{12}_")  # a whole key's head: an id holding one would publish its secret
 
 
 def request_id(request: web.Request) -> str:
     """The client's ``x-request-id`` when it is a plain token of at most 128 characters (so a client can
-    find its own request in the operator's ledger and traces), else a new correlation id."""
+    find its own request in the operator's ledger and traces), else a new correlation id. One holding a
+    virtual key (a client that sent its key there) is replaced too: the id goes into ledger rows,
+    traces and logs, where a key's secret never goes."""
     given = request.headers.get("x-request-id")
-    return given if given is not None and _CLIENTS_ID.fullmatch(given) else new_correlation_id()
+    if given is not None and _CLIENTS_ID.fullmatch(given) and not _KEY_IN_ID.search(given):
+        return given
+    return new_correlation_id()
 
 
 def positive_int(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
