@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import hmac
 import json
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
@@ -66,6 +67,7 @@ _ORDER = "CASE scope WHEN 'key' THEN 0 WHEN 'team' THEN 1 WHEN 'user' THEN 2 ELS
 # Compared against when the key id is unknown, so an unknown key costs what a wrong one does.
 _NO_DIGEST = "0" * 64
 _DRAWS = 8
+_KEY_ID = re.compile(r"[0-9a-f]{12}")
 
 
 def _record(row: tuple[object, ...]) -> KeyRecord:
@@ -81,6 +83,8 @@ def _row(record: KeyRecord, digest: str) -> tuple[object, ...]:
 
 
 def _one(connection: sqlite3.Connection, key_id: str) -> KeyRecord | None:
+    if not isinstance(key_id, str) or not _KEY_ID.fullmatch(key_id):
+        return None  # no key has this id (one SQLite could not even encode: a lone surrogate)
     row = connection.execute(f"SELECT {_RECORD} FROM gateway_keys WHERE key_id = ?", (key_id,)).fetchone()
     return None if row is None else _record(row)
 

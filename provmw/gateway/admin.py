@@ -105,6 +105,11 @@ async def _create(keys: KeyStore, request: web.Request) -> web.Response:
             raise ConfigurationError(f"models: expected a list of configuration, pool or alias names, got {models!r}")
         if not isinstance(name, str):
             raise ConfigurationError(f"name: expected a string, got {name!r}")
+        # Text no store can hold (a NUL, a lone surrogate) is refused here: the store's failure would be a 503.
+        if not name.isprintable():
+            raise ConfigurationError(f"name: expected printable text, got {name[:40]!r}")
+        if not all(not isinstance(model, str) or model.isprintable() for model in models):
+            raise ConfigurationError(f"models: expected printable names, got {models!r:.80}")
         whole, record = await _stored(keys.create(body.get("organisation", ""), team=body.get("team"), models=models,
                                                   user=body.get("user"), guard=body.get("guard"), name=name))
     log.info("admin: key created %s for %s", record.key_id, record.organisation)
