@@ -25,6 +25,7 @@ import builtins
 import functools
 import hmac
 import json
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["RedisKeyStore"]
 
 _NO_DIGEST = "0" * 64  # compared against when the key id is unknown
+_KEY_ID = re.compile(r"[0-9a-f]{12}")  # looked up only in this shape
 _DRAWS = 8
 _OPTIONAL = ("team", "user", "guard", "rotated_from")  # fields left out of the hash when None
 
@@ -119,6 +121,8 @@ class RedisKeyStore:
         return _record(key_id, raw) if raw and matches else None
 
     async def get(self, key_id: str) -> KeyRecord | None:
+        if not _KEY_ID.fullmatch(key_id):
+            return None  # no key has this id (one Redis could not even be sent: a lone surrogate)
         raw = await self._state.run(lambda: self._client.hgetall(self._key(key_id)))
         return _record(key_id, raw) if raw else None
 
