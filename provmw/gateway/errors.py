@@ -14,6 +14,7 @@ status, written in each wire's envelope.
     ConfigurationError, InvalidRequestError, InvalidDataError,
     GuardRefusedError (the rule named)                             400
     GuardRefusedError policy:unknown, or no guard for a key's policy   503, x-should-retry: false
+    GuardRefusedError check:unavailable, check:timeout, check:invalid_answer   503 with retry-after
     AuthenticationError (upstream) 502: the operator's credentials, never the client's 401
     MalformedResponseError, StreamInterruptedError, StructuredOutputError                 502
     ProviderTimeoutError, DeadlineExceededError, TimeoutError     504
@@ -99,6 +100,8 @@ _FIXED: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int, 
 SHARED_STATE_RETRY_S = 1.0
 _SHARED_STATE = (e.BudgetUnavailableError, e.UsageLedgerUnavailableError)
 _INVALID = (e.ConfigurationError, e.InvalidDataError)
+# The guard's external check failing (the operator's service, not the request): refused, but an outage.
+_GUARD_CHECK_DOWN = frozenset({"check:unavailable", "check:timeout", "check:invalid_answer"})
 _FIELDS_SHOWN = 64  # of the body's own names, those looked for in a validation error's text
 
 
@@ -158,6 +161,9 @@ def _by_class(exc: BaseException, own: Own) -> Refusal:
             return Refusal(status, kind, message, code, param, retry_after_s=after if status == 503 else None)
     if isinstance(exc, e.GuardRefusedError) and exc.rule == "policy:unknown" and own.guard is not None:
         return guard_policy_unavailable(own.guard)  # the operator's settings lack it: not the client's request
+    if isinstance(exc, e.GuardRefusedError) and exc.rule in _GUARD_CHECK_DOWN:
+        return Refusal(503, "service_unavailable", "the guard's content check is unavailable",
+                       "guard_check_unavailable", retry_after_s=SHARED_STATE_RETRY_S)
     if isinstance(exc, e.GuardRefusedError):
         return Refusal(400, "invalid_request_error", f"refused by guard rule {exc.rule!r} ({exc.stage})",
                        "guard_refused")
