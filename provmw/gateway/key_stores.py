@@ -6,7 +6,8 @@
     provmw serve --keys postgresql://gateway@db.internal/ops  # provmw-postgres: PostgresKeyStore
     provmw serve --keys redis://cache.internal:6379/0         # provmw-redis: RedisKeyStore
 
-A URL goes to the plugins' ``provmw_key_store`` hook, like the usage ledger's ``store``; a
+A URL goes to the plugins' ``provmw_key_store`` hook, like the usage ledger's ``store``, with the
+``[state]`` backend's options when it is of the same scheme (its ``key_prefix``, timeouts); a
 scheme no plugin serves is a ``ConfigurationError`` naming the schemes that are served. Every
 host (and worker) that names one store sees a key disabled or a budget set on any of them within
 the cache's TTL (``KeyCache``), without a restart (ADR 0055).
@@ -51,5 +52,9 @@ def open_key_store(location: str | None, settings: Settings, *, host: PluginHost
     place = key_location(location, settings)
     if isinstance(place, Path):
         return SqliteKeyStore(place)
-    store: KeyStore = (host or PluginHost(settings.plugins)).collect_key_store(place, where="--keys")
+    # A store of the shared state's own kind takes its options (key_prefix, timeouts): two deployments
+    # that share one Redis by their prefixes must not share their keys (ADR 0055).
+    state = settings.state
+    options = state.options if state is not None and state.scheme == urlsplit(place).scheme else None
+    store: KeyStore = (host or PluginHost(settings.plugins)).collect_key_store(place, options, where="--keys")
     return store

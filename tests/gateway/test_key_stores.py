@@ -17,6 +17,7 @@ from provmw.gateway import SqliteKeyStore
 from provmw.gateway.key_stores import key_location, open_key_store
 from provmw.plugins import PluginHost, PluginPolicy, hookimpl
 from provmw.settings import Settings
+from provmw.stores.shared import StateSettings
 
 
 class MemoKeyStore(SqliteKeyStore):
@@ -69,6 +70,16 @@ async def test_a_file_opens_the_sqlite_store(tmp_path: Path) -> None:
 async def test_a_url_opens_the_store_its_schemes_plugin_serves(tmp_path: Path) -> None:
     store = open_key_store("memo://db.internal/keys", Settings(), host=host_serving(tmp_path))
     assert isinstance(store, MemoKeyStore) and store.url == "memo://db.internal/keys"
+    await store.aclose()
+
+
+@pytest.mark.parametrize(("state", "options"), [("memo://state.internal", {"key_prefix": "prod"}),
+                                                ("other://state.internal", {})])
+async def test_a_store_of_the_shared_states_kind_takes_its_options(tmp_path: Path, state: str,
+                                                                  options: dict[str, Any]) -> None:
+    settings = Settings(state=StateSettings(state, options={"key_prefix": "prod"}))
+    store = open_key_store("memo://db.internal/keys", settings, host=host_serving(tmp_path))
+    assert isinstance(store, MemoKeyStore) and store.options == options
     await store.aclose()
 
 

@@ -161,15 +161,13 @@ def test_the_plugin_serves_redis_urls_only() -> None:
     assert provmw_key_store("postgresql://h/db", {}) is None
 
 
-def test_provmw_keys_creates_and_lists_keys_in_redis(redis_url: str, redis_sync: redis.Redis) -> None:
+def test_provmw_keys_creates_and_lists_keys_in_redis_under_the_states_prefix(
+        redis_url: str, redis_sync: redis.Redis, prefix: str, tmp_path: Path) -> None:
+    config = tmp_path / "provmw.toml"
+    config.write_text(f'[state]\nurl = "{redis_url}"\nkey_prefix = "{prefix}"\n')
     out = io.StringIO()
-    assert main(["keys", "create", "--organisation", "acme", "--keys", redis_url], out=out) == 0
+    assert main(["--config", str(config), "keys", "create", "--organisation", "acme", "--keys", redis_url], out=out) == 0
     key_id = out.getvalue().split("_")[1]
-    try:
-        listed = io.StringIO()
-        assert main(["keys", "list", "--format", "json", "--keys", redis_url], out=listed) == 0
-        assert key_id in listed.getvalue()
-    finally:  # under the default prefix: only this test's key goes
-        redis_sync.delete(f"{{provmw:keys}}:k:{key_id}")
-        for listed_in in ("{provmw:keys}:all", "{provmw:keys}:org:acme"):
-            redis_sync.zrem(listed_in, key_id)
+    listed = io.StringIO()
+    assert main(["--config", str(config), "keys", "list", "--format", "json", "--keys", redis_url], out=listed) == 0
+    assert key_id in listed.getvalue() and redis_sync.exists(f"{{{prefix}:keys}}:k:{key_id}")
