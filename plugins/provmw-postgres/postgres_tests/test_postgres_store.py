@@ -166,3 +166,24 @@ async def test_a_table_made_before_key_and_team_gains_them_keeping_its_rows(sche
     await store.aclose()
     assert (found["old"].input_tokens, found["old"].key_id, found["old"].team) == (5, None, None)
     assert (found["new"].key_id, found["new"].team) == ("0123456789ab", "acme/search")
+
+
+async def test_a_role_that_may_not_add_the_new_columns_is_told_the_statement_to_run(
+        schema: str, postgres_url: str) -> None:
+    role = f"writer_{schema[-12:]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(OLD_TABLE.format(schema=schema))
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        admin.execute(f"GRANT INSERT, SELECT ON {schema}.provmw_usage TO {role}")
+    try:
+        writer = PostgresUsageStore(psycopg.conninfo.make_conninfo(postgres_url, user=role),
+                                    PostgresOptions(schema=schema))
+        with pytest.raises(PostgresUnavailableError, match=r"run once as its owner: ALTER TABLE .*ADD COLUMN IF NOT "
+                                                           r"EXISTS \"key_id\" text"):
+            await writer.write([record("by-the-writer")])
+        await writer.aclose()
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")

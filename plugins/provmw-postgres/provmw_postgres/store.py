@@ -259,9 +259,15 @@ class PostgresUsageStore:
         """Bring a table made by an older release to today's columns (this once, the role needs ALTER)."""
         added = sql.SQL(", ").join(sql.SQL("ADD COLUMN IF NOT EXISTS {} {}").format(sql.Identifier(name), sql.SQL(kind))
                                    for name, kind in _ADDED)
-        async with connection.transaction():
-            await connection.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
-            await connection.execute(sql.SQL("ALTER TABLE {} {}").format(self.table, added))
+        alter = sql.SQL("ALTER TABLE {} {}").format(self.table, added)
+        try:
+            async with connection.transaction():
+                await connection.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+                await connection.execute(alter)
+        except psycopg.errors.InsufficientPrivilege:
+            raise PostgresUnavailableError(
+                f"PostgreSQL ledger at {masked_url(self._url)}: the table predates the key_id and team columns "
+                f"and this role may not add them; run once as its owner: {alter.as_string(connection)}") from None
 
     def _scrub(self, text: str) -> str:
         parts = urlsplit(self._url)
