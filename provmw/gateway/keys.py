@@ -235,13 +235,15 @@ def keys_path(settings: Settings) -> Path:
     return Path(section_options(settings, USAGE).path).parent / KEYS_FILE
 
 
-_Entry = tuple[float, "KeyRecord | None"]
+_Entry = tuple[float, "KeyRecord"]
 
 
 class KeyCache:
     """A store's ``verify`` and ``budgets_for`` answers, each kept ``ttl_s`` (a change reaches a
     server within it), at most ``max_entries`` of each (the oldest go first: a flood of made-up
-    keys cannot grow it). Entries are found by the key's digest: the cache holds no secret."""
+    keys cannot grow it). Keys the store does not know are kept apart from those it does, so such
+    a flood cannot push real keys out either. Entries are found by the key's digest: the cache
+    holds no secret."""
 
     def __init__(self, store: KeyStore, *, ttl_s: float = 2.0, max_entries: int = 10_000,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -250,6 +252,7 @@ class KeyCache:
         self.store = store
         self._ttl_s, self._max, self._clock = ttl_s, max_entries, clock
         self._records: dict[str, _Entry] = {}
+        self._unknown: dict[str, float] = {}  # digest: until when the store's None holds
         self._budgets: dict[tuple[str, str | None, str | None, str], tuple[float, tuple[BudgetLimit, ...]]] = {}
         self._reading: dict[str, asyncio.Future[KeyRecord | None]] = {}  # one store read per key at a time
 
@@ -261,6 +264,8 @@ class KeyCache:
         kept = self._records.get(digest)
         if kept is not None and kept[0] > self._clock():
             return kept[1]
+        if self._unknown.get(digest, 0.0) > self._clock():
+            return None
         reading = self._reading.get(digest)
         if reading is None:
             reading = self._reading[digest] = asyncio.ensure_future(self.store.verify(presented))
@@ -272,7 +277,11 @@ class KeyCache:
         del self._reading[digest]
         # exception() also marks a failure as seen, when every request that waited for it has gone.
         if not reading.cancelled() and reading.exception() is None:
-            _keep(self._records, digest, (self._clock() + self._ttl_s, reading.result()), self._max)
+            until, record = self._clock() + self._ttl_s, reading.result()
+            if record is None:
+                _keep(self._unknown, digest, until, self._max)
+            else:
+                _keep(self._records, digest, (until, record), self._max)
 
     async def budgets_for(self, record: KeyRecord) -> tuple[BudgetLimit, ...]:
         """``store.budgets_for``, at most once per key, team, user and organisation and TTL."""

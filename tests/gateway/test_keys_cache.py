@@ -94,6 +94,22 @@ async def test_the_cache_keeps_at_most_max_entries(store: CountingStore) -> None
     assert store.verifies == 4  # the first key went when the third came
 
 
+async def test_a_flood_of_unknown_keys_does_not_push_a_known_one_out(store: CountingStore) -> None:
+    whole, record = await store.create("acme")
+    cache = KeyCache(store, max_entries=2, clock=Clock())
+    await cache.verify(whole)
+    made_up = [f"pmk_{i:012x}_" + "A" * 43 for i in range(5)]
+    assert [await cache.verify(key) for key in made_up] == [None] * 5
+    assert await cache.verify(whole) == record and store.verifies == 6
+
+
+async def test_an_unknown_key_is_asked_of_the_store_once_within_the_ttl(store: CountingStore) -> None:
+    cache = KeyCache(store, clock=Clock())
+    made_up = "pmk_0123456789ab_" + "A" * 43
+    assert [await cache.verify(made_up) for _ in range(3)] == [None] * 3
+    assert store.verifies == 1
+
+
 async def test_a_failed_read_is_not_kept(tmp_path: Path) -> None:
     unreadable = CountingStore(tmp_path)  # a folder: every read fails
     cache = KeyCache(unreadable, clock=Clock())
