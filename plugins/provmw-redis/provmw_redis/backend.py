@@ -166,11 +166,11 @@ class RedisState:
 
     async def budget_problems(self) -> list[str]:
         """What ``provmw check`` reports for a budget kept here: a server that would forget its spend
-        on restart (no persistence), or one that cannot be reached."""
-        from provmw_redis.durability import forgets_on_restart
+        (no persistence, or a policy that evicts keys), or one that cannot be reached."""
+        from provmw_redis.durability import forgets_spend
 
         try:
-            problem = await forgets_on_restart(self)
+            problem = await forgets_spend(self)
         except RedisUnavailableError as exc:
             return [f"redis state {self.shown_url}: budgets are kept there and it cannot be reached ({exc})"]
         return [] if problem is None else [problem]

@@ -23,7 +23,7 @@ import attrs
 
 from provmw.stores.budgets import DIMENSIONS, Amounts, BucketId, BucketState, Charge, Refusal
 from provmw_redis.backend import RedisUnavailableError, lua_limits, milliseconds
-from provmw_redis.durability import forgets_on_restart
+from provmw_redis.durability import forgets_spend
 
 if TYPE_CHECKING:
     from provmw_redis.backend import RedisState
@@ -42,7 +42,7 @@ class RedisBudgetStore:
     def __init__(self, state: RedisState, *, clock: Callable[[], float] | None = None) -> None:
         self._state = state
         self._clock = clock  # None: the server's TIME; a clock of their own only for tests
-        self._persistence_asked = False
+        self._forgetting_asked = False
         self._prefix = f"{{{state.options.key_prefix}:budget}}:"
         self._index = self._prefix + "buckets"
         self._reserve = state.script("budget_reserve", common="budget_common")
@@ -52,8 +52,8 @@ class RedisBudgetStore:
 
     async def reserve(self, reservation_id: str, charges: Sequence[Charge], *, now: float,
                       lease_s: float) -> Refusal | None:
-        if not self._persistence_asked:
-            await self._warn_without_persistence()
+        if not self._forgetting_asked:
+            await self._warn_if_it_forgets()
         args: list[str | int | float] = [self._prefix, self._now(), repr(lease_s), reservation_id,
                                          milliseconds(lease_s + _KEEP_EXPIRED_S), len(charges)]
         for charge in charges:
@@ -87,13 +87,13 @@ class RedisBudgetStore:
     async def aclose(self) -> None:
         return None  # the backend's client is closed with the manager
 
-    async def _warn_without_persistence(self) -> None:
-        """Once, when the server first answers: a warning if a restart of it would forget the spend."""
-        self._persistence_asked = True  # the calls meanwhile do not ask again
+    async def _warn_if_it_forgets(self) -> None:
+        """Once, when the server first answers: a warning if it would forget the spend (restart, eviction)."""
+        self._forgetting_asked = True  # the calls meanwhile do not ask again
         try:
-            problem = await forgets_on_restart(self._state)
+            problem = await forgets_spend(self._state)
         except RedisUnavailableError:
-            self._persistence_asked = False  # asked again once it answers; the reserve fails as it would
+            self._forgetting_asked = False  # asked again once it answers; the reserve fails as it would
             return
         if problem is not None:
             log.warning("budget: %s", problem)

@@ -94,3 +94,19 @@ def test_provmw_check_lists_a_budget_on_a_redis_that_would_forget_it(server: Own
 
 async def spent(store: BudgetStore) -> int:
     return sum(state.spent.cost_micro_usd for state in await store.states(now=0))
+
+
+@pytest.mark.parametrize(("policy", "listed"), [("allkeys-lru", True), ("volatile-ttl", True), ("noeviction", False)])
+def test_provmw_check_lists_a_budget_on_a_redis_that_may_evict_it(tmp_path: Path, policy: str, listed: bool) -> None:
+    own = OwnServer(tmp_path, (*PERSISTENT, "--maxmemory", "64mb", "--maxmemory-policy", policy))
+    own.start()
+    try:
+        path = tmp_path / "provmw.toml"
+        path.write_text(f'[configurations.a]\nprovider = "openai"\nmodel = "m"\n\n[middleware.budget]\n'
+                        f'limits = [{{ scope = "global", period = "day", max_requests = 20 }}]\n\n'
+                        f'[state]\nurl = "{own.url}"\nshared = ["budget"]\nkey_prefix = "check"\n')
+        out = io.StringIO()
+        status = main(["--config", str(path), "check"], out)
+    finally:
+        own.kill()
+    assert (status, f"maxmemory-policy is {policy}" in out.getvalue()) == ((1, True) if listed else (0, False))

@@ -165,9 +165,10 @@ def test_provmw_keys_creates_and_lists_keys_in_redis_under_the_states_prefix(
         redis_url: str, redis_sync: redis.Redis, prefix: str, tmp_path: Path) -> None:
     config = tmp_path / "provmw.toml"
     config.write_text(f'[state]\nurl = "{redis_url}"\nkey_prefix = "{prefix}"\n')
+    given = ["--config", str(config), "keys"]
     out = io.StringIO()
-    assert main(["--config", str(config), "keys", "create", "--organisation", "acme", "--keys", redis_url], out=out) == 0
+    assert main([*given, "create", "--organisation", "acme", "--keys", redis_url], out=out) == 0
     key_id = out.getvalue().split("_")[1]
     listed = io.StringIO()
-    assert main(["--config", str(config), "keys", "list", "--format", "json", "--keys", redis_url], out=listed) == 0
+    assert main([*given, "list", "--format", "json", "--keys", redis_url], out=listed) == 0
     assert key_id in listed.getvalue() and redis_sync.exists(f"{{{prefix}:keys}}:k:{key_id}")
