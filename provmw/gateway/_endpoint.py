@@ -162,12 +162,14 @@ class Call:
         """``configuration``, ``user``, ``tenant``, ``principal``, ``correlation_id`` (the request's id)
         and the key's guard policy as ``controls``: all a client decides is the model.
 
-        The user is the key's user, else its id: never the body's ``user`` (OpenAI's end-user label),
+        The user is the key's user within its organisation (``acme/grace``, as its budget bucket names
+        it, so two organisations' users of one name never share ledger rows), else the key's id: never
+        the body's ``user`` (OpenAI's end-user label),
         which would let a client pick its per-user budget, cache scope and ledger rows (ADR 0055). A
         key naming a guard policy when no installed layer reads ``guard_policy`` (no guard) is refused:
         fail closed, never served unguarded."""
         record = self.caller.record
-        keywords = {"configuration": self.model, "user": record.user if record.user is not None else record.key_id,
+        keywords = {"configuration": self.model, "user": self.caller.principal.subject("user") or record.key_id,
                     "tenant": record.organisation, "principal": self.caller.principal,
                     "correlation_id": self.request[REQUEST_ID]}
         if record.guard is not None:

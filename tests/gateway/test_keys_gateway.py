@@ -25,8 +25,8 @@ def _ledger_users(folder: Path) -> list[str | None]:
         return [user for (user,) in ledger.execute("SELECT user FROM usage")]
 
 
-@pytest.mark.parametrize(("user", "expected"), [("ada", "ada"), (None, "key id")])
-async def test_the_ledgers_user_is_the_keys_user_else_its_id_never_the_bodys(
+@pytest.mark.parametrize(("user", "expected"), [("ada", "acme/ada"), (None, "key id")])
+async def test_the_ledgers_user_is_the_keys_user_in_its_organisation_else_its_id_never_the_bodys(
         fake: FakeProvider, tmp_path: Path, client: aiohttp.ClientSession, user: str | None, expected: str) -> None:
     async with running_gateway(fake, tmp_path, user=user) as gw:
         status, _, _ = await post(client, gw, "/v1/chat/completions", {**CHAT, "user": "mallory"})

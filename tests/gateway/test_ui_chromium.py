@@ -82,14 +82,14 @@ async def test_the_page_in_chromium_shows_the_ledgers_budgets_and_spend(
         ledger = await gw.manager.state.usage_journal().store.summary("user", ZoneInfo("UTC"),
                                                                       time.time() - SPEND_DAYS * 86_400)
         await context.close()
-    cost = {user: sum(r.cost_usd or 0.0 for r in records if r.user == user) for user in ("ada", "bob")}
+    cost = {user: sum(r.cost_usd or 0.0 for r in records if r.user == f"acme/{user}") for user in ("ada", "bob")}
     assert all(cost.values()) and len(records) == 5
     for user, team, key, calls in (("ada", "search", gw.record.key_id, "3"), ("bob", "ads", second, "2")):
         assert dollars(budgets[f"team:acme/{team}"][3]) == pytest.approx(cost[user], abs=5e-6)
-        assert dollars(by_user[user][5]) == pytest.approx(cost[user], abs=1e-6)
+        assert dollars(by_user[f"acme/{user}"][5]) == pytest.approx(cost[user], abs=1e-6)
         assert dollars(by_team[f"acme/{team}"][5]) == pytest.approx(cost[user], abs=1e-6)
         assert by_key[key][1] == calls
         assert dollars(by_key[key][5]) == pytest.approx(cost[user], abs=1e-6)
-    assert [(r["user"], str(r["calls"])) for r in ledger] == [(u, by_user[u][1]) for u in ("ada", "bob")]
+    assert [(r["user"], str(r["calls"])) for r in ledger] == [(u, by_user[u][1]) for u in ("acme/ada", "acme/bob")]
     assert dollars(budgets["global:*"][3]) == pytest.approx(sum(cost.values()), abs=5e-6)
     assert dollars(by_organisation["acme"][5]) == pytest.approx(sum(cost.values()), abs=1e-6)
