@@ -7,7 +7,6 @@ The whole key is printed once, by ``create`` and ``rotate``, alone on the first 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -124,7 +123,7 @@ async def _list(store: KeyStore, args: argparse.Namespace, out: TextIO) -> int:
 
     records = await store.list(args.organisation)
     if args.format == "json":
-        out.write(render([row(record) for record in records], "json"))
+        out.write(render([record.as_data() for record in records], "json"))
     else:
         out.write(render(table(records), "table") if records else "(no keys)\n")
     return 0
@@ -154,19 +153,10 @@ async def _budget(store: KeyStore, args: argparse.Namespace, out: TextIO) -> int
     return 0
 
 
-def row(record: KeyRecord) -> dict[str, Any]:
-    """A key as data (``--format json``): its record, never its secret or hash."""
-    return {"key_id": record.key_id, "organisation": record.organisation, "team": record.team,
-            "user": record.user, "models": list(record.models), "guard": record.guard,
-            "status": "disabled" if record.disabled else "enabled",
-            "created_at": dt.datetime.fromtimestamp(record.created_at, dt.UTC).isoformat(timespec="seconds"),
-            "rotated_from": record.rotated_from, "name": record.name}
-
-
 def table(records: list[KeyRecord]) -> list[dict[str, Any]]:
     """Keys for reading: '-' for none, the models joined ('(all)' for every one)."""
     return [{name: "-" if value is None or value == "" else value for name, value in
-             {**row(record), "models": ",".join(record.models) or "(all)"}.items()} for record in records]
+             {**record.as_data(), "models": ",".join(record.models) or "(all)"}.items()} for record in records]
 
 
 def _note(message: str) -> None:

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
-from provmw.cli.keys import row
 from provmw.errors import ConfigurationError
 from provmw.gateway.errors import SHARED_STATE_RETRY_S, GatewayRefusal, Refusal, openai_error
 from provmw.gateway.ui import admin_token, is_admin
@@ -89,11 +88,11 @@ def _guarded(action: Action, keys: KeyStore, expected: bytes) -> Callable[[web.R
 
 async def _list(keys: KeyStore, request: web.Request) -> web.Response:
     records = await _stored(keys.list(request.query.get("organisation") or None))
-    return _answer({"keys": [row(record) for record in records]})
+    return _answer({"keys": [record.as_data() for record in records]})
 
 
 async def _get(keys: KeyStore, request: web.Request) -> web.Response:
-    return _answer({"record": row(await _existing(keys, request.match_info["key_id"]))})
+    return _answer({"record": (await _existing(keys, request.match_info["key_id"])).as_data()})
 
 
 async def _create(keys: KeyStore, request: web.Request) -> web.Response:
@@ -113,21 +112,21 @@ async def _create(keys: KeyStore, request: web.Request) -> web.Response:
         whole, record = await _stored(keys.create(body.get("organisation", ""), team=body.get("team"), models=models,
                                                   user=body.get("user"), guard=body.get("guard"), name=name))
     log.info("admin: key created %s for %s", record.key_id, record.organisation)
-    return _answer({"key": whole, "record": row(record)}, status=201)
+    return _answer({"key": whole, "record": record.as_data()}, status=201)
 
 
 async def _disable(keys: KeyStore, request: web.Request) -> web.Response:
     key_id = (await _existing(keys, request.match_info["key_id"])).key_id
     record = await _stored(keys.disable(key_id))
     log.info("admin: key disabled %s", key_id)
-    return _answer({"record": row(record)})
+    return _answer({"record": record.as_data()})
 
 
 async def _rotate(keys: KeyStore, request: web.Request) -> web.Response:
     key_id = (await _existing(keys, request.match_info["key_id"])).key_id
     whole, record = await _stored(keys.rotate(key_id))  # once: then its successor is the one to rotate
     log.info("admin: key rotated %s to %s", key_id, record.key_id)
-    return _answer({"key": whole, "record": row(record)}, status=201)
+    return _answer({"key": whole, "record": record.as_data()}, status=201)
 
 
 async def _budget(keys: KeyStore, request: web.Request) -> web.Response:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import datetime as dt
 import functools
 import hashlib
 import re
@@ -128,6 +129,13 @@ class KeyRecord:
     def may_call(self, model: str) -> bool:
         """Whether the key may call the configuration, pool or alias ``model``."""
         return not self.models or model in self.models
+
+    def as_data(self) -> dict[str, Any]:
+        """The record as JSON data (``provmw keys list --format json``, the admin API): no secret, no hash."""
+        return {"key_id": self.key_id, "organisation": self.organisation, "team": self.team, "user": self.user,
+                "models": list(self.models), "guard": self.guard, "status": "disabled" if self.disabled else "enabled",
+                "created_at": dt.datetime.fromtimestamp(self.created_at, dt.UTC).isoformat(timespec="seconds"),
+                "rotated_from": self.rotated_from, "name": self.name}
 
     def principal(self, budgets: Iterable[BudgetLimit] = ()) -> Principal:
         """The principal of a call made with this key, holding ``budgets`` (``KeyStore.budgets_for``)."""
