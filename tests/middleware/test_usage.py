@@ -118,6 +118,7 @@ async def test_a_loop_of_cache_hits_never_holds_more_than_two_batches_of_records
     assert fake.count() == 1
 
 
+@pytest.mark.slow  # 10,000 calls: a load scenario (about 12 s)
 async def test_ten_thousand_calls_through_a_failing_store_are_all_recorded_once(
         fake: FakeProvider, builtin_only: PluginHost, tmp_path: Path) -> None:
     locked = LockedLedger(tmp_path / "u.db")
