@@ -3,6 +3,7 @@ migrating a 0.1.0 ledger, and one made before the key_id and team columns, in pl
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -42,6 +43,24 @@ async def test_writing_a_key_again_changes_nothing(store: UsageStore) -> None:
 async def test_records_since_a_time_leave_older_ones_out(store: UsageStore) -> None:
     await store.write([record("old", timestamp=10.0), record("new", timestamp=20.0)])
     assert [r.correlation_id for r in await store.records(since=15.0)] == ["new"]
+
+
+def lists_prepared_statements() -> bool:
+    with contextlib.closing(sqlite3.connect(":memory:")) as connection:
+        return ("ENABLE_STMTVTAB",) in connection.execute("PRAGMA compile_options").fetchall()
+
+
+@pytest.mark.skipif(not lists_prepared_statements(), reason="this SQLite has no sqlite_stmt table")
+async def test_the_sqlite_ledger_prepares_a_few_inserts_whatever_its_batch_sizes(tmp_path: Path) -> None:
+    # sqlite3 keeps a connection's last 128 statements prepared, an INSERT about 2.4 KB a row:
+    # one statement per batch size held tens of MB, grown a size at a time over hours.
+    store = SqliteUsageStore(tmp_path / "u.db")
+    for rows in range(1, 131):
+        await store.write([record(f"{rows}-{n}") for n in range(rows)])
+    prepared = await store.db.run_inline(lambda c: c.execute(
+        "SELECT count(*) FROM sqlite_stmt WHERE sql LIKE 'INSERT INTO usage %'").fetchone()[0])
+    await store.aclose()
+    assert prepared <= 7
 
 
 async def sync_modes(store: SqliteUsageStore) -> tuple[str, int]:

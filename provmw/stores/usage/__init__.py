@@ -162,12 +162,22 @@ CREATE TABLE IF NOT EXISTS usage (
 );
 CREATE INDEX IF NOT EXISTS usage_by_time ON usage (timestamp);
 """
-_ROWS_PER_STATEMENT = 1_000  # 23,000 parameters: under SQLite's 32,766
+# A power of two. sqlite3 keeps a connection's last 128 statements prepared, and a prepared INSERT
+# holds about 2.4 KB of SQLite's heap a row: one statement per batch size held up to 128 sizes
+# (tens of MB at batches of 50 to 200, grown a size at a time for hours); seven sizes hold 0.3 MB.
+_ROWS_PER_STATEMENT = 64
+
+
+def _statement_rows(rows: int) -> list[int]:
+    """The rows of each INSERT for a batch of ``rows``: whole statements of ``_ROWS_PER_STATEMENT``,
+    then the rest's binary digits (32, 16, ..., 1), so a connection prepares at most seven statements."""
+    whole, rest = divmod(rows, _ROWS_PER_STATEMENT)
+    return [_ROWS_PER_STATEMENT] * whole + [1 << bit for bit in reversed(range(rest.bit_length())) if rest >> bit & 1]
 
 
 @functools.lru_cache(maxsize=8)
 def _insert(rows: int) -> str:
-    """One statement for ``rows`` records: the writer thread takes the GIL back once per statement, not per row."""
+    """One statement for ``rows`` records: one trip into SQLite per statement, not per row."""
     values = ", ".join([f"({', '.join('?' * len(_FIELDS))})"] * rows)
     return f"INSERT INTO usage ({', '.join(_FIELDS)}) VALUES {values} ON CONFLICT (call_id, attempt) DO NOTHING"
 
@@ -232,13 +242,14 @@ class SqliteUsageStore:
         3.5 us a record, a journal's batch at most 1,000). ``UsageLedgerUnavailableError`` means the
         file cannot be written now (locked, unreadable, full); any other error comes from a record."""
         values = [value for record in records for value in _VALUES(record)]
-        step = _ROWS_PER_STATEMENT * len(_FIELDS)
 
         def insert(connection: sqlite3.Connection) -> None:
             with transaction(connection):
-                for start in range(0, len(values), step):
-                    chunk = values[start:start + step]
-                    connection.execute(_insert(len(chunk) // len(_FIELDS)), chunk)
+                start = 0
+                for rows in _statement_rows(len(records)):
+                    end = start + rows * len(_FIELDS)
+                    connection.execute(_insert(rows), values[start:end])
+                    start = end
 
         try:
             await self.db.run_inline(insert)
