@@ -244,6 +244,7 @@ def _text(path: Path) -> str:
     return path.read_text()
 
 
+@pytest.mark.slow  # worker processes started and stopped
 async def test_a_worker_that_dies_is_started_again(fake: FakeProvider, tmp_path: Path) -> None:
     key = await _one_key(tmp_path / "keys.sqlite3")
     async with _served(_settings(tmp_path, fake), tmp_path / "keys.sqlite3", 2, "-v") as fleet:
@@ -257,6 +258,7 @@ async def test_a_worker_that_dies_is_started_again(fake: FakeProvider, tmp_path:
     assert again[1] != first[1] and statuses == [200] * 4
 
 
+@pytest.mark.slow  # worker processes started and stopped
 async def test_sigterm_to_the_parent_lets_a_stream_in_flight_finish(fake: FakeProvider, tmp_path: Path) -> None:
     key = await _one_key(tmp_path / "keys.sqlite3")
     fake.script(Fault(stall_after=2, stall_s=0.3))

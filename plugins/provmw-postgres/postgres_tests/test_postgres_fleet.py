@@ -73,6 +73,7 @@ async def test_every_attempt_of_a_call_is_a_row(fake: FakeProvider, postgres_url
     assert response.served_by == "backup"
 
 
+@pytest.mark.slow  # four host processes, 2,000 calls
 async def test_four_hosts_of_500_calls_write_one_row_per_provider_request(
         fake: FakeProvider, postgres_url: str, schema: str, tmp_path: Path) -> None:
     fake.fail_randomly(0.3, Fault(status=503), model="primary-model")

@@ -103,6 +103,7 @@ def total(results: list[dict[str, Any]], outcome: str) -> int:
     return sum(r["outcomes"].get(outcome, 0) for r in results)
 
 
+@pytest.mark.slow  # four processes: a multi-process scenario
 async def test_four_processes_never_commit_or_reserve_past_a_strict_limit(fake: FakeProvider, prefix: str) -> None:
     fake.fail_randomly(1.0, Fault(delay_s=0.2))  # answers are slow, so reservations pile up
     budget = {"limits": [{"scope": "global", "period": "total", "max_cost_usd": 1.0}]}
@@ -162,6 +163,7 @@ async def test_an_entry_written_by_one_process_is_a_hit_in_another(fake: FakePro
     assert fake.count() == 1
 
 
+@pytest.mark.slow  # four processes: a multi-process scenario
 async def test_a_stampede_across_four_processes_makes_one_upstream_call(fake: FakeProvider, prefix: str) -> None:
     fake.fail_randomly(1.0, Fault(delay_s=0.5))
     results = await run_workers(document(fake, prefix, **CACHED), processes=4, calls=25, operation="embed")
@@ -197,6 +199,7 @@ async def test_failures_seen_by_one_process_open_the_breaker_for_all(fake: FakeP
     assert fake.count() == 4
 
 
+@pytest.mark.slow  # four processes: a multi-process scenario
 async def test_a_half_open_breaker_lets_exactly_its_probes_through_across_processes(
         fake: FakeProvider, prefix: str) -> None:
     settings = document(fake, prefix, **BREAKER)
