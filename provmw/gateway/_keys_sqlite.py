@@ -96,6 +96,12 @@ def _existing(connection: sqlite3.Connection, key_id: str) -> KeyRecord:
     return found
 
 
+def _not_rotated(connection: sqlite3.Connection, key_id: str, act: str) -> None:
+    successor = connection.execute("SELECT key_id FROM gateway_keys WHERE rotated_from = ?", (key_id,)).fetchone()
+    if successor is not None:
+        raise ConfigurationError(f"virtual key {key_id!r} was rotated already, to {successor[0]!r}: {act} that one")
+
+
 class SqliteKeyStore:
     """Virtual keys in a SQLite file (see the module's text); implements ``KeyStore``."""
 
@@ -166,11 +172,7 @@ class SqliteKeyStore:
         def write(connection: sqlite3.Connection) -> tuple[str, KeyRecord]:
             with transaction(connection):
                 old = _existing(connection, key_id)
-                successor = connection.execute("SELECT key_id FROM gateway_keys WHERE rotated_from = ?",
-                                               (key_id,)).fetchone()
-                if successor is not None:
-                    raise ConfigurationError(f"virtual key {key_id!r} was rotated already, to {successor[0]!r}: "
-                                             "rotate that one")
+                _not_rotated(connection, key_id, "rotate")
                 whole, new = self._insert(connection, attrs.evolve(old, disabled=False, rotated_from=key_id))
                 connection.execute("UPDATE gateway_keys SET disabled = 1 WHERE key_id = ?", (key_id,))
                 connection.execute(f"INSERT INTO gateway_budgets ({_LIMIT}) SELECT scope, ?, period, max_cost_usd, "
@@ -189,8 +191,9 @@ class SqliteKeyStore:
 
         def write(connection: sqlite3.Connection) -> None:
             with transaction(connection):
-                if scope == "key":
+                if scope == "key":  # a rotated key's budget would bind nothing: its successor is the one in use
                     _existing(connection, subject)
+                    _not_rotated(connection, subject, "budget")
                 connection.execute("DELETE FROM gateway_budgets WHERE scope = ? AND subject = ? AND period = ?",
                                    (scope, subject, period))
                 if limit is not None:

@@ -130,6 +130,13 @@ class KeyStoreConformance:
         assert await store.verify(whole) == new
         assert await store.verify(old_whole) == attrs.evolve(old, disabled=True)
 
+    async def test_a_budget_for_a_rotated_key_is_refused_naming_its_successor(self, store: KeyStore) -> None:
+        _, old = await store.create("acme")
+        _, new = await store.rotate(old.key_id)
+        with pytest.raises(ConfigurationError, match=f"rotated already, to '{new.key_id}'"):
+            await store.set_budget("key", old.key_id, "day", max_requests=5)
+        assert await store.budgets_for(old) == ()
+
     async def test_a_rotation_leaves_exactly_one_enabled_key(self, store: KeyStore) -> None:
         _, old = await store.create("acme", team="t")
         await store.disable(old.key_id)  # a leaked key, disabled first, then replaced

@@ -200,7 +200,7 @@ class PostgresKeyStore:
                 row = await found.fetchone()
                 if row is None:
                     raise _unknown(key_id)
-                await _no_successor(connection, self._sql("SELECT key_id FROM {keys} WHERE rotated_from = %s"), key_id)
+                await self._not_rotated(connection, key_id, "rotate")
                 whole, new = await self._insert(connection, attrs.evolve(_record(row), disabled=False,
                                                                          rotated_from=key_id))
                 await connection.execute(self._sql("UPDATE {keys} SET disabled = true WHERE key_id = %s"), (key_id,))
@@ -229,8 +229,10 @@ class PostgresKeyStore:
 
         async def write(connection: Connection) -> None:
             async with connection.transaction():
-                if scope == "key" and await self._get_in(connection, subject) is None:
-                    raise _unknown(subject)
+                if scope == "key":  # a rotated key's budget would bind nothing: its successor is the one in use
+                    if await self._get_in(connection, subject) is None:
+                        raise _unknown(subject)
+                    await self._not_rotated(connection, subject, "budget")
                 if limit is None:
                     await connection.execute(remove, (scope, subject, period))
                 else:
@@ -238,6 +240,12 @@ class PostgresKeyStore:
 
         await self._db.run(write)
         return limit
+
+    async def _not_rotated(self, connection: Connection, key_id: str, act: str) -> None:
+        query = self._sql("SELECT key_id FROM {keys} WHERE rotated_from = %s")
+        row = await (await connection.execute(query, (key_id,))).fetchone()
+        if row is not None:
+            raise ConfigurationError(f"virtual key {key_id!r} was rotated already, to {row[0]!r}: {act} that one")
 
     async def budgets_for(self, record: KeyRecord) -> tuple[BudgetLimit, ...]:
         query = self._sql(
@@ -312,10 +320,6 @@ class PostgresKeyStore:
                 await connection.execute(self._sql(statement))
 
 
-async def _no_successor(connection: Connection, query: sql.Composed, key_id: str) -> None:
-    row = await (await connection.execute(query, (key_id,))).fetchone()
-    if row is not None:
-        raise ConfigurationError(f"virtual key {key_id!r} was rotated already, to {row[0]!r}: rotate that one")
 
 
 def _known_shape(key_id: str) -> None:

@@ -169,8 +169,12 @@ class RedisKeyStore:
         budget_owner(scope, subject, period)
         limit = None if maxima == (None, None, None) else budget_limit(
             scope, subject, period, max_cost_usd=max_cost_usd, max_tokens=max_tokens, max_requests=max_requests)
-        if scope == "key":
-            await self._existing(subject)  # keys are never deleted: it cannot go before the write below
+        if scope == "key":  # keys are never deleted: it cannot go before the write below
+            await self._existing(subject)
+            successor = await self._state.run(lambda: self._client.hget(self._key(subject), "successor"))
+            if successor is not None:  # its budget would bind nothing: its successor is the one in use
+                raise ConfigurationError(f"virtual key {subject!r} was rotated already, to {_text(successor)!r}: "
+                                         "budget that one")
         budgets = self._budgets(scope, subject)
         if limit is None:
             await self._state.run(lambda: self._client.hdel(budgets, period))
