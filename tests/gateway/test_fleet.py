@@ -102,7 +102,8 @@ async def _served(settings: Path, keys: Path, workers: int, *extra: str) -> Asyn
     finally:
         if process.returncode is None:
             process.kill()
-            await process.wait()
+        # Reaped, and its stdout read to the end (the workers hold it too): the transport closes in this loop.
+        await process.communicate()
 
 
 Limits = dict[tuple[str, str], tuple[str, int]]
