@@ -16,7 +16,7 @@ import functools
 import operator
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
@@ -197,34 +197,33 @@ def _columns(connection: sqlite3.Connection) -> set[str]:
 
 def _migrate(connection: sqlite3.Connection) -> None:
     """Bring an older ``usage`` table to today's schema, keeping its rows."""
-    _migrate_0_1_0(connection)
-    _add_principal_columns(connection)
+    _migrate_once(connection, "call_id", _rebuild_0_1_0)
+    _migrate_once(connection, "key_id", _add_principal_columns)
+
+
+def _migrate_once(connection: sqlite3.Connection, column: str, step: Callable[[sqlite3.Connection], None]) -> None:
+    """``step`` on an existing table that lacks ``column``, once whichever process gets there first."""
+    if column in _columns(connection) or not _columns(connection):
+        return
+    with transaction(connection):
+        if column not in _columns(connection):  # else another process migrated it while we waited
+            step(connection)
 
 
 def _add_principal_columns(connection: sqlite3.Connection) -> None:
     """Add ``key_id`` and ``team`` to a table made before them: older rows hold neither (NULL)."""
-    if "key_id" in _columns(connection) or not _columns(connection):
-        return
-    with transaction(connection):
-        if "key_id" in _columns(connection):  # another process added them while we waited
-            return
-        connection.execute("ALTER TABLE usage ADD COLUMN key_id TEXT")
-        connection.execute("ALTER TABLE usage ADD COLUMN team TEXT")
+    connection.execute("ALTER TABLE usage ADD COLUMN key_id TEXT")
+    connection.execute("ALTER TABLE usage ADD COLUMN team TEXT")
 
 
-def _migrate_0_1_0(connection: sqlite3.Connection) -> None:
+def _rebuild_0_1_0(connection: sqlite3.Connection) -> None:
     """Rebuild a 0.1.0 ``usage`` table (no ``call_id``) under today's schema, keeping its rows."""
-    if "call_id" in _columns(connection) or not _columns(connection):
-        return
-    with transaction(connection):
-        if "call_id" in _columns(connection):  # another process migrated it while we waited
-            return
-        connection.execute("ALTER TABLE usage RENAME TO usage_0_1_0")
-        connection.execute("DROP INDEX IF EXISTS usage_by_time")  # it followed the renamed table
-        for statement in _SCHEMA.split(";"):
-            connection.execute(statement)
-        connection.execute(_FROM_0_1_0)
-        connection.execute("DROP TABLE usage_0_1_0")
+    connection.execute("ALTER TABLE usage RENAME TO usage_0_1_0")
+    connection.execute("DROP INDEX IF EXISTS usage_by_time")  # it followed the renamed table
+    for statement in _SCHEMA.split(";"):
+        connection.execute(statement)
+    connection.execute(_FROM_0_1_0)
+    connection.execute("DROP TABLE usage_0_1_0")
 
 
 class SqliteUsageStore:
