@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -119,27 +121,32 @@ async def test_a_locked_table_is_a_store_outage_and_the_records_spill(
     assert set(outcomes) == {"spilled"} and journal.spilled == 16
 
 
-async def test_a_role_with_only_insert_and_select_writes_to_an_existing_table(
-        schema: str, postgres_url: str) -> None:
-    owner = PostgresUsageStore(postgres_url, PostgresOptions(schema=schema))
-    await owner.write([record("made-the-table")])
-    await owner.aclose()
+@contextlib.contextmanager
+def writer_role(postgres_url: str, schema: str) -> Iterator[str]:
+    """A login role with only USAGE on ``schema`` and INSERT and SELECT on its ledger table: its URL."""
     role = f"writer_{schema[-12:]}"
     with psycopg.connect(postgres_url, autocommit=True) as admin:
         admin.execute(f"CREATE ROLE {role} LOGIN")
         admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
         admin.execute(f"GRANT INSERT, SELECT ON {schema}.provmw_usage TO {role}")
     try:
-        writer = PostgresUsageStore(psycopg.conninfo.make_conninfo(postgres_url, user=role),
-                                    PostgresOptions(schema=schema))
-        await writer.write([record("by-the-writer")])
-        assert {r.call_id for r in await writer.records()} == {"made-the-table", "by-the-writer"}
-        await writer.aclose()
+        yield psycopg.conninfo.make_conninfo(postgres_url, user=role)
     finally:
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute(f"DROP OWNED BY {role}")
             admin.execute(f"DROP ROLE {role}")
 
+
+async def test_a_role_with_only_insert_and_select_writes_to_an_existing_table(
+        schema: str, postgres_url: str) -> None:
+    owner = PostgresUsageStore(postgres_url, PostgresOptions(schema=schema))
+    await owner.write([record("made-the-table")])
+    await owner.aclose()
+    with writer_role(postgres_url, schema) as url:
+        writer = PostgresUsageStore(url, PostgresOptions(schema=schema))
+        await writer.write([record("by-the-writer")])
+        assert {r.call_id for r in await writer.records()} == {"made-the-table", "by-the-writer"}
+        await writer.aclose()
 
 OLD_TABLE = """
 CREATE SCHEMA {schema};
@@ -170,20 +177,11 @@ async def test_a_table_made_before_key_and_team_gains_them_keeping_its_rows(sche
 
 async def test_a_role_that_may_not_add_the_new_columns_is_told_the_statement_to_run(
         schema: str, postgres_url: str) -> None:
-    role = f"writer_{schema[-12:]}"
     with psycopg.connect(postgres_url, autocommit=True) as admin:
         admin.execute(OLD_TABLE.format(schema=schema))
-        admin.execute(f"CREATE ROLE {role} LOGIN")
-        admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
-        admin.execute(f"GRANT INSERT, SELECT ON {schema}.provmw_usage TO {role}")
-    try:
-        writer = PostgresUsageStore(psycopg.conninfo.make_conninfo(postgres_url, user=role),
-                                    PostgresOptions(schema=schema))
+    with writer_role(postgres_url, schema) as url:
+        writer = PostgresUsageStore(url, PostgresOptions(schema=schema))
         with pytest.raises(PostgresUnavailableError, match=r"run once as its owner: ALTER TABLE .*ADD COLUMN IF NOT "
                                                            r"EXISTS \"key_id\" text"):
             await writer.write([record("by-the-writer")])
         await writer.aclose()
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(f"DROP OWNED BY {role}")
-            admin.execute(f"DROP ROLE {role}")
