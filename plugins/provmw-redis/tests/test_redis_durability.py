@@ -81,16 +81,20 @@ async def test_a_settle_failing_while_redis_is_down_counts_once_it_is_back(persi
     await state.aclose()
 
 
-def test_provmw_check_lists_a_budget_on_a_redis_that_would_forget_it(server: OwnServer, tmp_path: Path) -> None:
-    path = tmp_path / "provmw.toml"
+def check_budget_on(url: str, folder: Path) -> tuple[int, str]:
+    """``provmw check`` of settings keeping a budget in the Redis at ``url``: its status and output."""
+    path = folder / "provmw.toml"
     path.write_text(f'[configurations.a]\nprovider = "openai"\nmodel = "m"\n\n[middleware.budget]\n'
                     f'limits = [{{ scope = "global", period = "day", max_requests = 20 }}]\n\n'
-                    f'[state]\nurl = "{server.url}"\nshared = ["budget"]\nkey_prefix = "check"\n')
+                    f'[state]\nurl = "{url}"\nshared = ["budget"]\nkey_prefix = "check"\n')
     out = io.StringIO()
-    status = main(["--config", str(path), "check"], out)
-    assert (status, "appendonly is no and no save rule" in out.getvalue()) == \
-        ((1, True) if forgetful(server) else (0, False)), out.getvalue()
+    return main(["--config", str(path), "check"], out), out.getvalue()
 
+
+def test_provmw_check_lists_a_budget_on_a_redis_that_would_forget_it(server: OwnServer, tmp_path: Path) -> None:
+    status, printed = check_budget_on(server.url, tmp_path)
+    assert (status, "appendonly is no and no save rule" in printed) == \
+        ((1, True) if forgetful(server) else (0, False)), printed
 
 async def spent(store: BudgetStore) -> int:
     return sum(state.spent.cost_micro_usd for state in await store.states(now=0))
@@ -101,12 +105,7 @@ def test_provmw_check_lists_a_budget_on_a_redis_that_may_evict_it(tmp_path: Path
     own = OwnServer(tmp_path, (*PERSISTENT, "--maxmemory", "64mb", "--maxmemory-policy", policy))
     own.start()
     try:
-        path = tmp_path / "provmw.toml"
-        path.write_text(f'[configurations.a]\nprovider = "openai"\nmodel = "m"\n\n[middleware.budget]\n'
-                        f'limits = [{{ scope = "global", period = "day", max_requests = 20 }}]\n\n'
-                        f'[state]\nurl = "{own.url}"\nshared = ["budget"]\nkey_prefix = "check"\n')
-        out = io.StringIO()
-        status = main(["--config", str(path), "check"], out)
+        status, printed = check_budget_on(own.url, tmp_path)
     finally:
         own.kill()
-    assert (status, f"maxmemory-policy is {policy}" in out.getvalue()) == ((1, True) if listed else (0, False))
+    assert (status, f"maxmemory-policy is {policy}" in printed) == ((1, True) if listed else (0, False))
